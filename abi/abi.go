@@ -1,0 +1,262 @@
+// Package abi holds the JSON contract (ABI v1) between the compactd host and
+// its policy plugins. It builds for the host and for GOOS=wasip1 guests, and
+// depends only on the standard library.
+//
+// The prose contract, precise enough to write a plugin in any language, is in
+// README.md next to this file. The Go types here are its executable form.
+package abi
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// The ABI version this package describes. A host speaks one major version and
+// every minor version up to its own; see README.md, "Versioning".
+const (
+	Major = 1
+	Minor = 0
+)
+
+// Version is the ABI version string the host sends and the plugins declare.
+var Version = VersionString{Major: Major, Minor: Minor}
+
+// Export names a plugin may define. Describe and Compact are required.
+const (
+	ExportDescribe      = "describe"
+	ExportCompact       = "compact"
+	ExportShouldCompact = "should_compact"
+)
+
+// Fast-path exports (optional). The Go PDK defines them; the host uses them
+// instead of Extism's input/output functions when both are present.
+const (
+	ExportFastAlloc = "compactd_fast_v1_alloc"
+	ExportFastCall  = "compactd_fast_v1_call"
+)
+
+// Function numbers passed as the first argument of compactd_fast_v1_call.
+const (
+	FastDescribe      = 1
+	FastCompact       = 2
+	FastShouldCompact = 3
+)
+
+// Fast-path status bytes: the first byte of a fast-path output buffer.
+const (
+	FastStatusOK    = 0
+	FastStatusError = 1
+)
+
+// Host function names in the HostModule namespace.
+const (
+	HostModule        = "extism:host/user"
+	HostCountTokens   = "count_tokens"
+	HostLLMComplete   = "llm_complete"
+	ExtismEnvModule   = "extism:host/env"
+	MaxPolicyNameSize = 64
+)
+
+// VersionString is an ABI version "MAJOR.MINOR". In JSON it is a string
+// ("1.0"); a bare integer (1) is accepted as "1.0".
+type VersionString struct {
+	Major, Minor int
+}
+
+// String returns "MAJOR.MINOR".
+func (v VersionString) String() string {
+	return strconv.Itoa(v.Major) + "." + strconv.Itoa(v.Minor)
+}
+
+// MarshalJSON encodes the version as a JSON string.
+func (v VersionString) MarshalJSON() ([]byte, error) {
+	return []byte(`"` + v.String() + `"`), nil
+}
+
+// UnmarshalJSON accepts "1.0", "1" or 1.
+func (v *VersionString) UnmarshalJSON(b []byte) error {
+	s := string(b)
+	if len(s) > 0 && s[0] == '"' {
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+	}
+	parsed, err := ParseVersion(s)
+	if err != nil {
+		return err
+	}
+	*v = parsed
+	return nil
+}
+
+// ParseVersion parses "MAJOR" or "MAJOR.MINOR".
+func ParseVersion(s string) (VersionString, error) {
+	majorText, minorText, hasMinor := strings.Cut(strings.TrimSpace(s), ".")
+	major, err := strconv.Atoi(majorText)
+	if err != nil || major < 0 {
+		return VersionString{}, fmt.Errorf("abi version %q: want MAJOR.MINOR, e.g. %q", s, Version.String())
+	}
+	minor := 0
+	if hasMinor {
+		minor, err = strconv.Atoi(minorText)
+		if err != nil || minor < 0 {
+			return VersionString{}, fmt.Errorf("abi version %q: want MAJOR.MINOR, e.g. %q", s, Version.String())
+		}
+	}
+	return VersionString{Major: major, Minor: minor}, nil
+}
+
+// Compatible reports whether a host speaking h can run a plugin declaring p:
+// the majors must be equal. Minor versions only add optional fields.
+func Compatible(h, p VersionString) bool { return h.Major == p.Major }
+
+// Description is the output of the describe export.
+type Description struct {
+	// ABI is the ABI version the plugin was written against.
+	ABI VersionString `json:"abi"`
+	// Name is the policy name callers use: 1-64 characters of [a-z0-9_-],
+	// starting with a letter.
+	Name string `json:"name"`
+	// Version is the plugin's own version, free-form (semver recommended).
+	Version string `json:"version"`
+	// Description is one or two sentences for humans.
+	Description string `json:"description,omitempty"`
+	// ConfigSchema is a JSON Schema (the subset in README.md) for the
+	// plugin's config object.
+	ConfigSchema json.RawMessage `json:"config_schema,omitempty"`
+	// Defaults is the config the plugin uses when a key is not set.
+	Defaults json.RawMessage `json:"defaults,omitempty"`
+	// Exports lists the optional exports the plugin implements (e.g.
+	// "should_compact"). The host calls an optional export only when it is
+	// both listed here and exported.
+	Exports []string `json:"exports,omitempty"`
+}
+
+// ValidName reports whether name is a valid policy name.
+func ValidName(name string) bool {
+	if name == "" || len(name) > MaxPolicyNameSize || name[0] < 'a' || name[0] > 'z' {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// CompactRequest is the input of the compact and should_compact exports.
+type CompactRequest struct {
+	ABI      VersionString   `json:"abi"`
+	Messages []Message       `json:"messages"`
+	Config   json.RawMessage `json:"config,omitempty"`
+	Context  Context         `json:"context"`
+}
+
+// DecodeConfig decodes the request's config into v (a pointer to a struct
+// whose fields carry json tags). Unknown keys are an error: the host already
+// validated the config against the plugin's schema, so an unknown key means
+// the schema and the struct disagree.
+func (r *CompactRequest) DecodeConfig(v any) error {
+	if len(r.Config) == 0 || string(r.Config) == "null" {
+		return nil
+	}
+	dec := json.NewDecoder(strings.NewReader(string(r.Config)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return &Error{Code: CodeInvalidConfig, Message: "config: " + err.Error()}
+	}
+	return nil
+}
+
+// Context is what the host knows about the conversation besides its messages.
+type Context struct {
+	// Model is the agent's model, e.g. "gpt-4o". May be empty.
+	Model string `json:"model,omitempty"`
+	// Encoding is the tokenizer the host counted with, e.g. "o200k_base".
+	Encoding string `json:"encoding,omitempty"`
+	// ContextWindow is the model's context window in tokens (0 if unknown).
+	ContextWindow int `json:"context_window,omitempty"`
+	// TotalTokens is the sum of the messages' tokens fields.
+	TotalTokens int `json:"total_tokens"`
+	// ConversationID identifies the conversation across calls.
+	ConversationID string `json:"conversation_id,omitempty"`
+	// State is the opaque JSON the plugin returned last time for this
+	// conversation (absent on the first call).
+	State json.RawMessage `json:"state,omitempty"`
+}
+
+// CompactResult is the output of the compact export.
+type CompactResult struct {
+	// Messages is the compacted conversation: each item is a reference to
+	// an input message or a new message.
+	Messages []Item `json:"messages"`
+	// Compacted is false when the policy chose to leave the conversation as
+	// it is (then Messages should be all refs, in order).
+	Compacted bool `json:"compacted"`
+	// Summary is a human-readable account of what was done.
+	Summary string `json:"summary,omitempty"`
+	// EntriesSummarized counts the input entries folded into summaries or
+	// dropped.
+	EntriesSummarized int `json:"entries_summarized,omitempty"`
+	// Rewritten lists input indices whose content was replaced by a new
+	// message in the output (for reports; the host computes dropped indices
+	// itself from the refs).
+	Rewritten []int `json:"rewritten,omitempty"`
+	// State, when present and not null, replaces the conversation's stored
+	// state. Absent or null leaves it unchanged.
+	State json.RawMessage `json:"state,omitempty"`
+	// Warnings are non-fatal problems (e.g. "LLM failed; used fallback").
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// ShouldCompactResult is the output of the optional should_compact export.
+type ShouldCompactResult struct {
+	Compact bool   `json:"compact"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// Unchanged returns a result that keeps all n input messages.
+func Unchanged(n int, summary string) *CompactResult {
+	items := make([]Item, n)
+	for i := range items {
+		items[i] = Ref(i)
+	}
+	return &CompactResult{Messages: items, Summary: summary}
+}
+
+// Error is the JSON body a plugin sets with error_set (or a fast-path error
+// status) when a call fails.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Error codes plugins use. Others are allowed; the host treats unknown codes
+// as CodeInternal.
+const (
+	CodeInvalidRequest = "invalid_request"
+	CodeInvalidConfig  = "invalid_config"
+	CodeLLMUnavailable = "llm_unavailable"
+	CodeInternal       = "internal"
+)
+
+func (e *Error) Error() string {
+	if e.Code == "" {
+		return e.Message
+	}
+	return e.Code + ": " + e.Message
+}
+
+// ParseError reads an error body: JSON {"code","message"}, or any other text
+// taken as the message of an internal error.
+func ParseError(b []byte) *Error {
+	var e Error
+	if json.Unmarshal(b, &e) == nil && (e.Code != "" || e.Message != "") {
+		return &e
+	}
+	return &Error{Code: CodeInternal, Message: strings.TrimSpace(string(b))}
+}

@@ -1,0 +1,210 @@
+package abi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Roles a message may have.
+const (
+	RoleSystem    = "system"
+	RoleDeveloper = "developer"
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+	RoleTool      = "tool"
+)
+
+// Message is an OpenAI chat message as it crosses the boundary. Fields the
+// host does not know are not represented here; the host keeps them in the
+// caller's original bytes and restores them for every {"ref": i} item.
+type Message struct {
+	Role       string     `json:"role"`
+	Content    Content    `json:"content"`
+	Name       string     `json:"name,omitempty"`
+	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+	// Tokens is the host's token count for the whole message (content,
+	// tool calls and per-message overhead). Set on input; ignored on output.
+	Tokens int `json:"tokens,omitempty"`
+}
+
+// IsSystem reports whether the message is a system or developer message.
+func (m *Message) IsSystem() bool { return m.Role == RoleSystem || m.Role == RoleDeveloper }
+
+// Text returns the message's text content (see Content.Text).
+func (m *Message) Text() string { return m.Content.Text() }
+
+// ToolCall is one function call an assistant message makes.
+type ToolCall struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"`
+	Function FunctionCall `json:"function"`
+}
+
+// FunctionCall is the function part of a ToolCall. Arguments is the JSON
+// text the model produced, kept as a string.
+type FunctionCall struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// Content is a message's content exactly as it was in JSON: a string, an
+// array of content parts, or null. It is decoded lazily: a policy that never
+// reads a message's text never pays for unescaping it.
+type Content struct {
+	raw json.RawMessage
+}
+
+var jsonNull = []byte("null")
+
+// TextContent returns a string content.
+func TextContent(s string) Content {
+	b, _ := json.Marshal(s) // a string always marshals
+	return Content{raw: b}
+}
+
+// RawContent wraps JSON content (a string, an array of parts, or null).
+// The bytes are not copied.
+func RawContent(raw json.RawMessage) Content { return Content{raw: raw} }
+
+// Raw returns the JSON bytes of the content ("null" when absent).
+func (c Content) Raw() json.RawMessage {
+	if len(c.raw) == 0 {
+		return jsonNull
+	}
+	return c.raw
+}
+
+// IsNull reports whether the content is null or absent.
+func (c Content) IsNull() bool { return len(c.raw) == 0 || bytes.Equal(c.raw, jsonNull) }
+
+// IsString reports whether the content is a JSON string.
+func (c Content) IsString() bool { return len(c.raw) > 0 && c.raw[0] == '"' }
+
+// Text returns the text of the content: the string itself, or the text parts
+// of an array joined with "\n". Non-text parts (images, audio) are skipped.
+// Malformed content yields "".
+func (c Content) Text() string {
+	switch {
+	case c.IsNull():
+		return ""
+	case c.IsString():
+		var s string
+		if err := json.Unmarshal(c.raw, &s); err != nil {
+			return ""
+		}
+		return s
+	case c.raw[0] == '[':
+		var parts []ContentPart
+		if err := json.Unmarshal(c.raw, &parts); err != nil {
+			return ""
+		}
+		var b strings.Builder
+		for _, p := range parts {
+			if p.Type != "text" && p.Type != "input_text" && p.Type != "output_text" {
+				continue
+			}
+			if b.Len() > 0 {
+				b.WriteByte('\n')
+			}
+			b.WriteString(p.Text)
+		}
+		return b.String()
+	}
+	return ""
+}
+
+// Len returns the size of the content's JSON encoding in bytes, a cheap
+// proxy for its length that needs no decoding.
+func (c Content) Len() int { return len(c.raw) }
+
+// MarshalJSON returns the content's JSON unchanged.
+func (c Content) MarshalJSON() ([]byte, error) { return c.Raw(), nil }
+
+// UnmarshalJSON keeps a copy of the JSON value. It accepts a string, an
+// array or null.
+func (c *Content) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 {
+		return errors.New("content: empty")
+	}
+	switch b[0] {
+	case '"', '[', 'n':
+	default:
+		return fmt.Errorf("content: want a string, an array of parts or null, got %s", describeJSON(b))
+	}
+	c.raw = append(json.RawMessage(nil), b...)
+	return nil
+}
+
+// ContentPart is one element of an array content.
+type ContentPart struct {
+	Type string `json:"type"`
+	Text string `json:"text,omitempty"`
+}
+
+func describeJSON(b []byte) string {
+	switch b[0] {
+	case '{':
+		return "an object"
+	case 't', 'f':
+		return "a boolean"
+	default:
+		return "a number"
+	}
+}
+
+// Item is one element of CompactResult.Messages: either a reference to an
+// input message ({"ref": i}) or a new message.
+type Item struct {
+	// Ref is the index of the input message, when Message is nil.
+	Ref int
+	// Message is a new message, or nil for a ref.
+	Message *Message
+}
+
+// Ref returns an item that keeps input message i byte for byte.
+func Ref(i int) Item { return Item{Ref: i} }
+
+// New returns an item holding a new message.
+func New(m Message) Item { return Item{Message: &m} }
+
+// IsRef reports whether the item refers to an input message.
+func (it Item) IsRef() bool { return it.Message == nil }
+
+// MarshalJSON encodes a ref as {"ref":i} and a message as itself.
+func (it Item) MarshalJSON() ([]byte, error) {
+	if it.Message == nil {
+		return []byte(`{"ref":` + strconv.Itoa(it.Ref) + `}`), nil
+	}
+	return json.Marshal(it.Message)
+}
+
+// UnmarshalJSON decodes either form. An object with both "ref" and "role"
+// is an error.
+func (it *Item) UnmarshalJSON(b []byte) error {
+	var wire struct {
+		Ref *int `json:"ref"`
+		Message
+		Role *string `json:"role"`
+	}
+	if err := json.Unmarshal(b, &wire); err != nil {
+		return err
+	}
+	switch {
+	case wire.Ref != nil && wire.Role != nil:
+		return errors.New(`item has both "ref" and "role"`)
+	case wire.Ref != nil:
+		*it = Item{Ref: *wire.Ref}
+	case wire.Role != nil:
+		m := wire.Message
+		m.Role = *wire.Role
+		*it = Item{Message: &m}
+	default:
+		return errors.New(`item has neither "ref" nor "role"`)
+	}
+	return nil
+}

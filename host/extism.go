@@ -1,0 +1,132 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/compactd/compactd/abi"
+	extism "github.com/extism/go-sdk"
+	"github.com/hashicorp/go-hclog"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/experimental"
+)
+
+// extismModule runs plugins through the Extism Go SDK: any plugin that
+// follows the Extism guest ABI, in any language.
+type extismModule struct {
+	compiled *extism.CompiledPlugin
+	limits   Limits
+	logger   hclog.Logger
+	closed   atomic.Bool
+}
+
+func (m *extismModule) path() string { return "extism" }
+
+func (m *extismModule) close(ctx context.Context) error {
+	if m.closed.Swap(true) {
+		return nil
+	}
+	return m.compiled.Close(ctx)
+}
+
+func newExtismModule(ctx context.Context, wasm []byte, rc wazero.RuntimeConfig, limits Limits, logger hclog.Logger) (*extismModule, error) {
+	manifest := extism.Manifest{
+		Wasm: []extism.Wasm{extism.WasmData{Data: wasm}},
+		// The memory tracker enforces the limit (see Engine.Load).
+		Memory: &extism.ManifestMemory{MaxPages: wasmMaxPages, MaxVarBytes: 0, MaxHttpResponseBytes: 0},
+	}
+	compiled, err := extism.NewCompiledPlugin(ctx, manifest, extism.PluginConfig{
+		RuntimeConfig: rc,
+		EnableWasi:    true,
+	}, extismHostFunctions())
+	if err != nil {
+		return nil, err
+	}
+	return &extismModule{compiled: compiled, limits: limits, logger: logger}, nil
+}
+
+func extismHostFunctions() []extism.HostFunction {
+	countTokensFn := extism.NewHostFunctionWithStack(abi.HostCountTokens,
+		func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
+			text, err := p.ReadBytes(stack[0])
+			if err != nil {
+				panic(fmt.Errorf("count_tokens: reading text: %w", err))
+			}
+			stack[0] = countTokens(callStateFrom(ctx), text)
+		}, []extism.ValueType{extism.ValueTypeI64}, []extism.ValueType{extism.ValueTypeI64})
+	countTokensFn.SetNamespace(abi.HostModule)
+	llmFn := extism.NewHostFunctionWithStack(abi.HostLLMComplete,
+		func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
+			req, err := p.ReadBytes(stack[0])
+			if err != nil {
+				panic(fmt.Errorf("llm_complete: reading request: %w", err))
+			}
+			off, err := p.WriteBytes(llmComplete(ctx, callStateFrom(ctx), req))
+			if err != nil {
+				panic(fmt.Errorf("llm_complete: writing response: %w", err))
+			}
+			stack[0] = off
+		}, []extism.ValueType{extism.ValueTypeI64}, []extism.ValueType{extism.ValueTypeI64})
+	llmFn.SetNamespace(abi.HostModule)
+	return []extism.HostFunction{countTokensFn, llmFn}
+}
+
+func (m *extismModule) newInstance(ctx context.Context) (instance, error) {
+	tracker := newMemoryTracker(m.limits.MaxMemoryPages)
+	stderr := newStderrBuffer(stderrTail)
+	p, err := m.compiled.Instance(experimental.WithMemoryAllocator(ctx, tracker), extism.PluginInstanceConfig{
+		ModuleConfig: wazero.NewModuleConfig().WithStderr(stderr),
+	})
+	if err != nil {
+		return nil, &PluginError{Kind: ErrInvalidModule, Detail: "instantiating: " + err.Error(), Err: err}
+	}
+	logger := m.logger
+	p.SetLogger(func(level extism.LogLevel, msg string) {
+		switch level {
+		case extism.LogLevelTrace:
+			logger.Trace(msg)
+		case extism.LogLevelDebug:
+			logger.Debug(msg)
+		case extism.LogLevelWarn:
+			logger.Warn(msg)
+		case extism.LogLevelError:
+			logger.Error(msg)
+		default:
+			logger.Info(msg)
+		}
+	})
+	return &extismInstance{plugin: p, tracker: tracker, stderr: stderr, maxOutput: m.limits.MaxOutputBytes}, nil
+}
+
+type extismInstance struct {
+	plugin    *extism.Plugin
+	tracker   *memoryTracker
+	stderr    *stderrBuffer
+	maxOutput int
+}
+
+func (e *extismInstance) call(ctx context.Context, st *callState, export string, input []byte) ([]byte, *PluginError) {
+	e.stderr.Reset()
+	e.tracker.takeRefused()
+	ctx = withCallState(ctx, st)
+	rc, out, err := e.plugin.CallWithContext(ctx, export, input)
+	switch {
+	case err != nil && ctx.Err() == nil && rc != 0:
+		if msg := e.plugin.GetErrorWithContext(ctx); msg != "" {
+			return nil, reported([]byte(msg))
+		}
+		return nil, classify(ctx, err, e.tracker, e.stderr)
+	case err != nil:
+		return nil, classify(ctx, err, e.tracker, e.stderr)
+	case rc != 0:
+		return nil, &PluginError{Kind: ErrReported, Code: abi.CodeInternal, Detail: fmt.Sprintf("returned status %d without an error", rc), Stderr: e.stderr.String()}
+	case len(out) > e.maxOutput:
+		return nil, &PluginError{Kind: ErrOutputTooLarge, Detail: fmt.Sprintf("%d bytes, limit %d", len(out), e.maxOutput)}
+	}
+	return out, nil
+}
+
+func (e *extismInstance) memoryBytes() uint64 { return e.tracker.bytes() }
+
+func (e *extismInstance) close(ctx context.Context) { _ = e.plugin.Close(ctx) }

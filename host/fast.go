@@ -1,0 +1,139 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync/atomic"
+
+	"github.com/compactd/compactd/abi"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
+)
+
+const wasiModule = "wasi_snapshot_preview1"
+
+// stderrTail is how much of a plugin's stderr an error message quotes.
+const stderrTail = 2048
+
+// fastModule runs plugins that export compactd's fast path directly on
+// wazero: function handles are looked up once per instance, and requests
+// and results move through the plugin's own linear memory.
+type fastModule struct {
+	rt       wazero.Runtime
+	compiled wazero.CompiledModule
+	limits   Limits
+	seq      atomic.Uint64
+}
+
+func (m *fastModule) path() string { return "fast" }
+
+func (m *fastModule) close(ctx context.Context) error { return m.rt.Close(ctx) }
+
+func (m *fastModule) newInstance(ctx context.Context) (instance, error) {
+	tracker := newMemoryTracker(m.limits.MaxMemoryPages)
+	stderr := newStderrBuffer(stderrTail)
+	cfg := wazero.NewModuleConfig().
+		WithName(fmt.Sprintf("plugin-%d", m.seq.Add(1))).
+		WithStartFunctions("_initialize").
+		WithStderr(stderr)
+	// _initialize runs Go package initializers, which may call host
+	// functions: give them a kernel.
+	st := &callState{kernel: newKernel(uint64(m.limits.MaxMemoryPages) << 16)}
+	initCtx, cancel := context.WithTimeout(withCallState(experimental.WithMemoryAllocator(ctx, tracker), st), m.limits.CallTimeout)
+	defer cancel()
+	mod, err := m.rt.InstantiateModule(initCtx, m.compiled, cfg)
+	if err != nil {
+		pe := classify(initCtx, err, tracker, stderr)
+		pe.Export = "_initialize"
+		return nil, pe
+	}
+	inst := &fastInstance{
+		mod:       mod,
+		allocFn:   mod.ExportedFunction(abi.ExportFastAlloc),
+		callFn:    mod.ExportedFunction(abi.ExportFastCall),
+		mem:       mod.Memory(),
+		kernel:    st.kernel,
+		tracker:   tracker,
+		stderr:    stderr,
+		maxOutput: m.limits.MaxOutputBytes,
+	}
+	if inst.allocFn == nil || inst.callFn == nil || inst.mem == nil {
+		_ = mod.Close(ctx)
+		return nil, &PluginError{Kind: ErrInvalidModule, Detail: "fast-path exports or memory missing"}
+	}
+	return inst, nil
+}
+
+type fastInstance struct {
+	mod             api.Module
+	allocFn, callFn api.Function
+	mem             api.Memory
+	kernel          *kernel
+	tracker         *memoryTracker
+	stderr          *stderrBuffer
+	maxOutput       int
+	stack           [3]uint64
+}
+
+func fastFunction(export string) uint64 {
+	switch export {
+	case abi.ExportDescribe:
+		return abi.FastDescribe
+	case abi.ExportCompact:
+		return abi.FastCompact
+	case abi.ExportShouldCompact:
+		return abi.FastShouldCompact
+	}
+	return 0
+}
+
+func (f *fastInstance) call(ctx context.Context, st *callState, export string, input []byte) ([]byte, *PluginError) {
+	if len(input) > math.MaxUint32 {
+		return nil, &PluginError{Kind: ErrMemoryLimit, Detail: "input larger than 4 GiB"}
+	}
+	f.stderr.Reset()
+	f.kernel.reset()
+	f.tracker.takeRefused()
+	st.kernel = f.kernel
+	ctx = withCallState(ctx, st)
+
+	f.stack[0] = uint64(len(input))
+	if err := f.allocFn.CallWithStack(ctx, f.stack[:1]); err != nil {
+		return nil, classify(ctx, err, f.tracker, f.stderr)
+	}
+	ptr := uint32(f.stack[0])
+	if !f.mem.Write(ptr, input) {
+		return nil, &PluginError{Kind: ErrInvalidOutput, Detail: fmt.Sprintf("%s returned an address outside memory", abi.ExportFastAlloc)}
+	}
+	f.stack[0], f.stack[1], f.stack[2] = fastFunction(export), uint64(ptr), uint64(len(input))
+	if err := f.callFn.CallWithStack(ctx, f.stack[:3]); err != nil {
+		return nil, classify(ctx, err, f.tracker, f.stderr)
+	}
+	outPtr, outLen := uint32(f.stack[0]>>32), uint32(f.stack[0])
+	if int64(outLen) > int64(f.maxOutput)+1 {
+		return nil, &PluginError{Kind: ErrOutputTooLarge, Detail: fmt.Sprintf("%d bytes, limit %d", outLen-1, f.maxOutput)}
+	}
+	out, ok := f.mem.Read(outPtr, outLen)
+	if !ok || outLen == 0 {
+		return nil, &PluginError{Kind: ErrInvalidOutput, Detail: "fast-path output is outside memory or empty"}
+	}
+	switch out[0] {
+	case abi.FastStatusOK:
+		return out[1:], nil
+	case abi.FastStatusError:
+		return nil, reported(out[1:])
+	}
+	return nil, &PluginError{Kind: ErrInvalidOutput, Detail: fmt.Sprintf("fast-path status byte %d", out[0])}
+}
+
+func (f *fastInstance) memoryBytes() uint64 { return f.tracker.bytes() }
+
+func (f *fastInstance) close(ctx context.Context) { _ = f.mod.Close(ctx) }
+
+// reported turns an error body into an ErrReported failure.
+func reported(body []byte) *PluginError {
+	ae := abi.ParseError(body)
+	return &PluginError{Kind: ErrReported, Code: ae.Code, Detail: ae.Error(), Err: ae}
+}

@@ -1,0 +1,408 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/internal/chat"
+	"github.com/compactd/compactd/internal/wasmbuild"
+)
+
+// paths are the two ways the host runs a plugin built with the Go PDK.
+var paths = []struct {
+	name    string
+	disable bool
+}{{"fast", false}, {"extism", true}}
+
+func newTestEngine(t testing.TB, disableFast bool, limits Limits) *Engine {
+	t.Helper()
+	e, err := NewEngine(Config{DisableFastPath: disableFast, Limits: limits, CacheDir: wasmbuild.TestCacheDir(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	return e
+}
+
+func loadTestPlugin(t testing.TB, e *Engine, rel string, limits Limits) *Plugin {
+	t.Helper()
+	path := wasmbuild.ForTest(t, rel)
+	wasm, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := e.Load(context.Background(), wasm, LoadOptions{Source: path, Limits: limits})
+	if err != nil {
+		t.Fatalf("load %s: %v", rel, err)
+	}
+	t.Cleanup(func() { p.Close(context.Background()) })
+	return p
+}
+
+// testConversation is a small valid conversation with a tool call, a
+// parallel tool call and a field the ABI does not know.
+const testConversationJSON = `[
+ {"role":"system","content":"You are terse."},
+ {"role":"user","content":"Find the bug in parse.go","cache_control":{"type":"ephemeral"}},
+ {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"read","arguments":"{\"path\":\"parse.go\"}"}}]},
+ {"role":"tool","tool_call_id":"c1","content":"package parse\n// <html> & friends"},
+ {"role":"assistant","content":"Two more files.","tool_calls":[
+   {"id":"c2","type":"function","function":{"name":"read","arguments":"{\"path\":\"a.go\"}"}},
+   {"id":"c3","type":"function","function":{"name":"read","arguments":"{\"path\":\"b.go\"}"}}]},
+ {"role":"tool","tool_call_id":"c3","content":"package b"},
+ {"role":"tool","tool_call_id":"c2","content":"package a"},
+ {"role":"assistant","content":"The bug is on line 3."},
+ {"role":"user","content":[{"type":"text","text":"Fix it."}]}
+]`
+
+func testConversation(t testing.TB) *chat.Conversation {
+	t.Helper()
+	c, err := chat.Parse([]byte(testConversationJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range c.Messages {
+		c.Messages[i].Tokens = len(c.Raw[i]) / 4
+	}
+	return c
+}
+
+func modeRequest(c *chat.Conversation, mode string) *Request {
+	return &Request{Conversation: c, Config: json.RawMessage(`{"mode":"` + mode + `","n":0}`)}
+}
+
+func snapshot(c *chat.Conversation) []byte { return c.Encode() }
+
+func TestLoadDescribes(t *testing.T) {
+	for _, path := range paths {
+		t.Run(path.name, func(t *testing.T) {
+			e := newTestEngine(t, path.disable, Limits{})
+			p := loadTestPlugin(t, e, "plugins/sliding", Limits{})
+			if p.Path() != path.name {
+				t.Errorf("path = %s, want %s", p.Path(), path.name)
+			}
+			d := p.Description()
+			if d.Name != "sliding" || d.Version == "" || d.ABI != abi.Version || len(d.ConfigSchema) == 0 {
+				t.Errorf("description = %+v", d)
+			}
+			if p.SHA256() == "" || len(p.Schema().Keys()) == 0 {
+				t.Errorf("sha=%q keys=%v", p.SHA256(), p.Schema().Keys())
+			}
+		})
+	}
+}
+
+func TestRefsAreByteIdentical(t *testing.T) {
+	for _, path := range paths {
+		t.Run(path.name, func(t *testing.T) {
+			e := newTestEngine(t, path.disable, Limits{})
+			p := loadTestPlugin(t, e, "plugins/sliding", Limits{})
+			c := testConversation(t)
+			before := snapshot(c)
+			cfg, err := p.Schema().Resolve()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, _ = p.Schema().Resolve(policyLayer(map[string]any{"window_size": 3, "step": 1}))
+			resp, err := p.Compact(context.Background(), &Request{Conversation: c, Config: cfg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(before, snapshot(c)) {
+				t.Fatal("input conversation changed")
+			}
+			out := resp.Conversation
+			// system, marker, then the last 3 entries widened to the tool unit start.
+			if out.Len() != 1+1+4+1 || !resp.Compacted {
+				t.Fatalf("got %d messages: %s", out.Len(), out.Encode())
+			}
+			for i, raw := range out.Raw {
+				if i == 1 {
+					if want := `{"role":"user","content":"[3 earlier entries discarded]"}`; string(raw) != want {
+						t.Errorf("marker = %s, want %s", raw, want)
+					}
+					continue
+				}
+				found := false
+				for _, in := range c.Raw {
+					if bytes.Equal(in, raw) {
+						found = true
+					}
+				}
+				if !found {
+					t.Errorf("output message %d is not byte-identical to an input message: %s", i, raw)
+				}
+			}
+			if !bytes.Contains(out.Encode(), []byte(`<html> & friends`)) && bytes.Contains(before, []byte(`<html> & friends`)) {
+				t.Logf("(the tool result with HTML was dropped)")
+			}
+		})
+	}
+}
+
+// TestHostileGo runs the Go misbehaving plugin on both paths.
+func TestHostileGo(t *testing.T) {
+	// A Go guest takes a few seconds to die of memory exhaustion (its
+	// runtime collects and retries before it gives up), hence the limit.
+	limits := Limits{CallTimeout: 30 * time.Second, MaxMemoryPages: 1024, MaxOutputBytes: 8 << 20, MaxInstances: 2}
+	roomy := Limits{MaxMemoryPages: 8192}
+	tests := []struct {
+		mode   string
+		limits Limits
+		kind   error
+		code   string
+		want   string
+	}{
+		{mode: "loop", limits: Limits{CallTimeout: time.Second}, kind: ErrTimeout, want: "time limit of 1s"},
+		{mode: "alloc", kind: ErrMemoryLimit, want: "64 MiB"},
+		{mode: "huge", kind: ErrMemoryLimit},
+		{mode: "huge", limits: roomy, kind: ErrOutputTooLarge, want: "limit 8388608"},
+		{mode: "badref", kind: ErrInvalidResult, want: "out of range"},
+		{mode: "reorder", kind: ErrInvalidResult, want: "strictly increasing"},
+		{mode: "split", kind: ErrInvalidResult, want: "tool"},
+		{mode: "dropsystem", kind: ErrInvalidResult, want: "leading system message"},
+		{mode: "changelast", kind: ErrInvalidResult, want: "final message"},
+		{mode: "panic", kind: ErrReported, code: abi.CodeInternal, want: "panicked"},
+		{mode: "exit", kind: ErrTrap, want: "exit"},
+		{mode: "error", kind: ErrReported, code: abi.CodeInvalidConfig, want: "refusing"},
+		{mode: "nosuchmode", kind: ErrReported, code: abi.CodeInvalidConfig},
+	}
+	for _, path := range paths {
+		t.Run(path.name, func(t *testing.T) {
+			e := newTestEngine(t, path.disable, limits)
+			for _, tt := range tests {
+				t.Run(tt.mode, func(t *testing.T) {
+					p := loadTestPlugin(t, e, "host/testdata/gohostile", tt.limits)
+					if p.Path() != path.name {
+						t.Fatalf("path = %s", p.Path())
+					}
+					c := testConversation(t)
+					before := snapshot(c)
+					_, err := p.Compact(context.Background(), modeRequest(c, tt.mode))
+					checkPluginError(t, err, "gohostile", tt.kind, tt.code, tt.want)
+					if !bytes.Equal(before, snapshot(c)) {
+						t.Fatal("the caller's conversation changed")
+					}
+					// The host keeps serving.
+					if _, err := p.Compact(context.Background(), modeRequest(c, "ok")); err != nil {
+						t.Fatalf("next call after %s: %v", tt.mode, err)
+					}
+				})
+			}
+		})
+	}
+}
+
+func checkPluginError(t *testing.T, err error, plugin string, kind error, code, want string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("no error, want %v", kind)
+	}
+	pe, ok := IsPluginError(err)
+	if !ok || !errors.Is(err, kind) {
+		t.Fatalf("err = %v, want kind %v", err, kind)
+	}
+	if pe.Plugin != plugin || !strings.Contains(err.Error(), "plugin "+plugin) {
+		t.Errorf("error does not name the plugin: %v", err)
+	}
+	if code != "" && pe.Code != code {
+		t.Errorf("code = %q, want %q", pe.Code, code)
+	}
+	if want != "" && !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not contain %q", err, want)
+	}
+}
+
+type fakeLLM struct{ text string }
+
+func (f fakeLLM) Complete(_ context.Context, req abi.LLMRequest) (abi.LLMResponse, error) {
+	return abi.LLMResponse{Text: f.text + req.Messages[0].Content, Usage: abi.LLMUsage{InputTokens: 1, OutputTokens: 2}}, nil
+}
+
+func TestHostFunctions(t *testing.T) {
+	for _, path := range paths {
+		t.Run(path.name, func(t *testing.T) {
+			e := newTestEngine(t, path.disable, Limits{})
+			p := loadTestPlugin(t, e, "host/testdata/gohostile", Limits{})
+			c := testConversation(t)
+			req := modeRequest(c, "count")
+			req.Env.CountTokens = func(s string) int { return len(s) }
+			resp, err := p.Compact(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantTokens := 0
+			for _, m := range c.Messages {
+				wantTokens += len(m.Text())
+			}
+			w := resp.Result.Warnings
+			if len(w) != 2 || w[0] != "tokens="+itoa(wantTokens) || !strings.Contains(w[1], abi.CodeNoProvider) {
+				t.Fatalf("warnings = %q (want tokens=%d and a no_provider error)", w, wantTokens)
+			}
+			req.Env.LLM = fakeLLM{text: "echo:"}
+			resp, err = p.Compact(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.Result.Warnings) != 1 {
+				t.Fatalf("with an LLM, warnings = %q", resp.Result.Warnings)
+			}
+		})
+	}
+}
+
+func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+func TestPoolServesConcurrentCallers(t *testing.T) {
+	for _, path := range paths {
+		t.Run(path.name, func(t *testing.T) {
+			e := newTestEngine(t, path.disable, Limits{MaxInstances: 2})
+			p := loadTestPlugin(t, e, "plugins/sliding", Limits{})
+			cfg, _ := p.Schema().Resolve(policyLayer(map[string]any{"window_size": 2, "step": 1}))
+			var wg sync.WaitGroup
+			errs := make(chan error, 64)
+			for g := 0; g < 8; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < 8; i++ {
+						resp, err := p.Compact(context.Background(), &Request{Conversation: testConversation(t), Config: cfg})
+						if err == nil && !resp.Compacted {
+							err = errors.New("not compacted")
+						}
+						if err != nil {
+							errs <- err
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			if s := p.Stats(); s.Calls != 64+1 || s.Failures != 0 || s.Idle > 2 {
+				t.Errorf("stats = %+v", s)
+			}
+		})
+	}
+}
+
+// blockingLLM blocks llm_complete until released.
+type blockingLLM struct {
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b blockingLLM) Complete(ctx context.Context, _ abi.LLMRequest) (abi.LLMResponse, error) {
+	close(b.entered)
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+	}
+	return abi.LLMResponse{Text: "late"}, nil
+}
+
+func TestCloseWaitsForCallsInFlight(t *testing.T) {
+	for _, path := range paths {
+		t.Run(path.name, func(t *testing.T) {
+			e := newTestEngine(t, path.disable, Limits{})
+			p := loadTestPlugin(t, e, "host/testdata/gohostile", Limits{})
+			llm := blockingLLM{entered: make(chan struct{}), release: make(chan struct{})}
+			req := modeRequest(testConversation(t), "count")
+			req.Env.LLM = llm
+			done := make(chan error, 1)
+			go func() {
+				_, err := p.Compact(context.Background(), req)
+				done <- err
+			}()
+			select {
+			case <-llm.entered:
+			case err := <-done:
+				t.Fatalf("call ended before reaching llm_complete: %v", err)
+			}
+			p.Close(context.Background())
+			select {
+			case <-p.Done():
+				t.Fatal("module released while a call was in flight")
+			default:
+			}
+			if _, err := p.Compact(context.Background(), modeRequest(testConversation(t), "ok")); !errors.Is(err, ErrClosed) {
+				t.Fatalf("call after Close: %v, want ErrClosed", err)
+			}
+			close(llm.release)
+			if err := <-done; err != nil {
+				t.Fatalf("call in flight failed: %v", err)
+			}
+			select {
+			case <-p.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("module not released after the last call")
+			}
+			p.Close(context.Background()) // a second Close is harmless
+		})
+	}
+}
+
+func TestCanceledContext(t *testing.T) {
+	e := newTestEngine(t, false, Limits{CallTimeout: time.Minute})
+	p := loadTestPlugin(t, e, "host/testdata/gohostile", Limits{})
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := p.Compact(ctx, modeRequest(testConversation(t), "loop"))
+	if !errors.Is(err, ErrTimeout) && !errors.Is(err, ErrCanceled) {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := p.Compact(context.Background(), modeRequest(testConversation(t), "ok")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoadRejects(t *testing.T) {
+	e := newTestEngine(t, false, Limits{})
+	good, err := os.ReadFile(wasmbuild.ForTest(t, "plugins/sliding"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		wasm []byte
+		kind error
+		want string
+	}{
+		{"not wasm", []byte("#!/bin/sh\necho hi\n"), ErrInvalidModule, ""},
+		{"empty", nil, ErrInvalidModule, ""},
+		{"truncated", good[:len(good)/2], ErrInvalidModule, ""},
+		{"no exports", emptyModule, ErrInvalidModule, `missing required export "describe"`},
+		{"foreign import", foreignImportModule, ErrInvalidModule, "imports env.foo"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := e.Load(context.Background(), tt.wasm, LoadOptions{Source: "/plugins/bad.wasm"})
+			if !errors.Is(err, tt.kind) || !strings.Contains(err.Error(), "bad.wasm") || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want %v containing %q", err, tt.kind, tt.want)
+			}
+		})
+	}
+}
+
+// emptyModule is "\0asm" version 1 with no sections.
+var emptyModule = []byte{0, 'a', 's', 'm', 1, 0, 0, 0}
+
+// foreignImportModule imports env.foo: () -> ().
+var foreignImportModule = []byte{
+	0, 'a', 's', 'm', 1, 0, 0, 0,
+	1, 4, 1, 0x60, 0, 0, // type section: one func type () -> ()
+	2, 11, 1, 3, 'e', 'n', 'v', 3, 'f', 'o', 'o', 0, 0, // import section: env.foo func type 0
+}

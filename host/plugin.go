@@ -1,0 +1,303 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/internal/chat"
+	"github.com/compactd/compactd/internal/policyconfig"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Plugin is a loaded plugin: its description and a pool of instances.
+// It is safe for concurrent use; calls beyond Limits.MaxInstances wait.
+type Plugin struct {
+	desc             abi.Description
+	schema           *policyconfig.Schema
+	source, sha256   string
+	exportNames      map[string]bool
+	hasShouldCompact bool
+	mod              module
+	limits           Limits
+	logger           hclog.Logger
+	loadedAt         time.Time
+
+	slots    chan struct{} // one token per instance allowed to run
+	mu       sync.Mutex
+	idle     []instance
+	inflight int
+	closed   bool
+	done     chan struct{}
+
+	calls, failures, discarded atomic.Uint64
+}
+
+func newPlugin(mod module, limits Limits, logger hclog.Logger) *Plugin {
+	return &Plugin{
+		mod:         mod,
+		limits:      limits,
+		logger:      logger,
+		loadedAt:    time.Now(),
+		exportNames: map[string]bool{},
+		slots:       make(chan struct{}, limits.MaxInstances),
+		done:        make(chan struct{}),
+	}
+}
+
+// Description returns what the plugin's describe export said.
+func (p *Plugin) Description() abi.Description { return p.desc }
+
+// Name returns the policy name.
+func (p *Plugin) Name() string { return p.desc.Name }
+
+// Version returns the plugin's version.
+func (p *Plugin) Version() string { return p.desc.Version }
+
+// Schema returns the plugin's compiled config schema.
+func (p *Plugin) Schema() *policyconfig.Schema { return p.schema }
+
+// Source returns the path the plugin was loaded from ("" if from memory).
+func (p *Plugin) Source() string { return p.source }
+
+// SHA256 returns the hex SHA-256 of the module's bytes.
+func (p *Plugin) SHA256() string { return p.sha256 }
+
+// LoadedAt returns when the plugin was loaded.
+func (p *Plugin) LoadedAt() time.Time { return p.loadedAt }
+
+// Path returns "fast" or "extism": how the host calls the plugin.
+func (p *Plugin) Path() string { return p.mod.path() }
+
+// Limits returns the plugin's limits.
+func (p *Plugin) Limits() Limits { return p.limits }
+
+// Stats are a plugin's counters.
+type Stats struct {
+	Calls, Failures uint64 // calls made, calls that failed
+	Discarded       uint64 // instances discarded after a failure
+	Idle            int    // instances waiting in the pool
+	IdleMemoryBytes uint64 // linear memory held by idle instances
+}
+
+// Stats returns the plugin's counters.
+func (p *Plugin) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := Stats{Calls: p.calls.Load(), Failures: p.failures.Load(), Discarded: p.discarded.Load(), Idle: len(p.idle)}
+	for _, inst := range p.idle {
+		s.IdleMemoryBytes += inst.memoryBytes()
+	}
+	return s
+}
+
+// Close unloads the plugin. Calls in flight finish on it; the module is
+// released when the last one returns (Done is closed then). New calls fail
+// with ErrClosed. A second Close does nothing.
+func (p *Plugin) Close(ctx context.Context) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.closed = true
+	if p.inflight == 0 {
+		p.shutdownLocked(ctx)
+	}
+}
+
+// Done is closed when a closed plugin has released its module.
+func (p *Plugin) Done() <-chan struct{} { return p.done }
+
+func (p *Plugin) shutdownLocked(ctx context.Context) {
+	for _, inst := range p.idle {
+		inst.close(ctx)
+	}
+	p.idle = nil
+	if err := p.mod.close(ctx); err != nil {
+		p.logger.Warn("closing module", "error", err)
+	}
+	close(p.done)
+}
+
+// acquire reserves an instance: an idle one, or a new one.
+func (p *Plugin) acquire(ctx context.Context) (instance, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, &PluginError{Kind: ErrClosed}
+	}
+	p.inflight++
+	p.mu.Unlock()
+
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		p.finish(context.WithoutCancel(ctx))
+		return nil, &PluginError{Kind: ErrCanceled, Detail: "waiting for a free instance: " + ctx.Err().Error(), Err: ctx.Err()}
+	}
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		inst := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		return inst, nil
+	}
+	p.mu.Unlock()
+	inst, err := p.mod.newInstance(ctx)
+	if err != nil {
+		<-p.slots
+		p.finish(context.WithoutCancel(ctx))
+		var pe *PluginError
+		if !errors.As(err, &pe) {
+			pe = &PluginError{Kind: ErrInvalidModule, Detail: err.Error(), Err: err}
+		}
+		return nil, pe
+	}
+	return inst, nil
+}
+
+// recycleFraction: an instance whose memory grew past this share of the
+// limit is closed after its call instead of going back to the pool, so one
+// huge request does not pin its memory for the daemon's lifetime.
+const recycleFraction = 2
+
+// release returns inst to the pool, or discards it if the call poisoned it.
+func (p *Plugin) release(ctx context.Context, inst instance, failure *PluginError) {
+	discard := failure != nil && poisons(failure.Kind) ||
+		inst.memoryBytes() > (uint64(p.limits.MaxMemoryPages)<<16)/recycleFraction
+	if discard {
+		inst.close(ctx)
+		if failure != nil {
+			p.discarded.Add(1)
+		}
+	} else {
+		p.mu.Lock()
+		p.idle = append(p.idle, inst)
+		p.mu.Unlock()
+	}
+	<-p.slots
+	p.finish(ctx)
+}
+
+func (p *Plugin) finish(ctx context.Context) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inflight--
+	if p.closed && p.inflight == 0 {
+		p.shutdownLocked(ctx)
+	}
+}
+
+// run calls export with input on a pooled instance, under the call time
+// limit, and hands the output to decode before the instance is released
+// (the output lives in the instance's memory).
+func (p *Plugin) run(ctx context.Context, export string, input []byte, env CallEnv, decode func(out []byte) *PluginError) error {
+	p.calls.Add(1)
+	inst, err := p.acquire(ctx)
+	if err != nil {
+		p.failures.Add(1)
+		return p.named(export, err.(*PluginError))
+	}
+	callCtx, cancel := context.WithTimeout(ctx, p.limits.CallTimeout)
+	out, failure := inst.call(callCtx, &callState{env: env}, export, input)
+	if failure == nil && decode != nil {
+		failure = decode(out)
+	}
+	cancel()
+	p.release(context.WithoutCancel(ctx), inst, failure)
+	if failure != nil {
+		p.failures.Add(1)
+		if failure.Kind == ErrTimeout {
+			failure.Detail = "ran past its time limit of " + p.limits.CallTimeout.String()
+		}
+		return p.named(export, failure)
+	}
+	return nil
+}
+
+func (p *Plugin) named(export string, pe *PluginError) *PluginError {
+	pe.Plugin, pe.Version, pe.Export = p.desc.Name, p.desc.Version, export
+	return pe
+}
+
+// Request is one compaction call.
+type Request struct {
+	// Conversation is the valid input, with every message's Tokens set.
+	Conversation *chat.Conversation
+	// Config is the resolved config (see policyconfig.Schema.Resolve).
+	Config json.RawMessage
+	// Context is sent as is, except TotalTokens, which the host sets.
+	Context abi.Context
+	// Env serves the host functions during the call.
+	Env CallEnv
+}
+
+// Response is a checked compaction result.
+type Response struct {
+	// Conversation is the output: refs carry the caller's original bytes
+	// and their input token counts; new messages have Tokens 0.
+	Conversation *chat.Conversation
+	// Result is the plugin's metadata (its Messages field is cleared).
+	Result abi.CompactResult
+	// Compacted reports whether the output differs from the input.
+	Compacted bool
+	// Dropped lists the input indices not kept by a ref.
+	Dropped []int
+	// NewMessages lists the output indices of new messages.
+	NewMessages []int
+	// Duration is the time the call took, encoding and checks included.
+	Duration time.Duration
+}
+
+// Compact runs the compact export and checks its result against the input.
+// On failure it returns a *PluginError; the input is untouched.
+func (p *Plugin) Compact(ctx context.Context, req *Request) (*Response, error) {
+	start := time.Now()
+	input := encodeRequest(req)
+	var resp *Response
+	err := p.run(ctx, abi.ExportCompact, input, req.Env, func(out []byte) *PluginError {
+		var pe *PluginError
+		resp, pe = decodeResult(req.Conversation, out)
+		return pe
+	})
+	if err != nil {
+		return nil, err
+	}
+	resp.Duration = time.Since(start)
+	return resp, nil
+}
+
+// HasShouldCompact reports whether the plugin implements should_compact.
+func (p *Plugin) HasShouldCompact() bool { return p.hasShouldCompact }
+
+// ShouldCompact runs the should_compact export. Plugins without it answer
+// {Compact: true}.
+func (p *Plugin) ShouldCompact(ctx context.Context, req *Request) (abi.ShouldCompactResult, error) {
+	if !p.hasShouldCompact {
+		return abi.ShouldCompactResult{Compact: true}, nil
+	}
+	var res abi.ShouldCompactResult
+	err := p.run(ctx, abi.ExportShouldCompact, encodeRequest(req), req.Env, func(out []byte) *PluginError {
+		if err := json.Unmarshal(out, &res); err != nil {
+			return &PluginError{Kind: ErrInvalidOutput, Detail: "should_compact: " + err.Error()}
+		}
+		return nil
+	})
+	return res, err
+}
+
+// Call runs any export on raw input and returns a copy of its raw output,
+// without interpreting it. Conformance checks and benchmarks use it.
+func (p *Plugin) Call(ctx context.Context, export string, input []byte, env CallEnv) ([]byte, error) {
+	var out []byte
+	err := p.run(ctx, export, input, env, func(o []byte) *PluginError {
+		out = append([]byte(nil), o...)
+		return nil
+	})
+	return out, err
+}

@@ -1,0 +1,108 @@
+package host
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/convo"
+	"github.com/compactd/compactd/internal/chat"
+)
+
+// decodeResult parses a CompactResult, checks it against the input and
+// assembles the output conversation.
+func decodeResult(in *chat.Conversation, out []byte) (*Response, *PluginError) {
+	var res abi.CompactResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		return nil, &PluginError{Kind: ErrInvalidOutput, Detail: fmt.Sprintf("not a JSON CompactResult: %v (output starts %q)", err, preview(out)), Err: err}
+	}
+	items := res.Messages
+	res.Messages = nil
+	if err := checkItems(in, items); err != nil {
+		return nil, &PluginError{Kind: ErrInvalidResult, Detail: err.Error(), Err: err}
+	}
+
+	n := in.Len()
+	raw := make([]json.RawMessage, len(items))
+	msgs := make([]abi.Message, len(items))
+	resp := &Response{Result: res}
+	kept := make([]bool, n)
+	for i, it := range items {
+		if it.IsRef() {
+			raw[i], msgs[i] = in.Raw[it.Ref], in.Messages[it.Ref]
+			kept[it.Ref] = true
+			continue
+		}
+		m := *it.Message
+		m.Tokens = 0
+		b, err := marshalMessage(&m)
+		if err != nil {
+			return nil, &PluginError{Kind: ErrInvalidOutput, Detail: fmt.Sprintf("message %d: %v", i, err), Err: err}
+		}
+		raw[i], msgs[i] = b, m
+		resp.NewMessages = append(resp.NewMessages, i)
+	}
+	if err := convo.Check(msgs); err != nil {
+		return nil, &PluginError{Kind: ErrInvalidResult, Detail: err.Error(), Err: err}
+	}
+	for i, k := range kept {
+		if !k {
+			resp.Dropped = append(resp.Dropped, i)
+		}
+	}
+	resp.Compacted = len(resp.Dropped) > 0 || len(resp.NewMessages) > 0
+	resp.Result.Compacted = resp.Compacted
+	resp.Conversation = in.WithMessages(raw, msgs)
+	return resp, nil
+}
+
+// checkItems applies the ABI's rules for results (README.md, "What the host
+// checks", rules 6-9).
+func checkItems(in *chat.Conversation, items []abi.Item) error {
+	n := in.Len()
+	if len(items) == 0 {
+		return fmt.Errorf("the result has no messages")
+	}
+	last := -1
+	for i, it := range items {
+		if !it.IsRef() {
+			continue
+		}
+		switch {
+		case it.Ref < 0 || it.Ref >= n:
+			return fmt.Errorf("item %d: ref %d is out of range (the input has %d messages)", i, it.Ref, n)
+		case it.Ref <= last:
+			return fmt.Errorf("item %d: ref %d does not follow ref %d (refs must be strictly increasing)", i, it.Ref, last)
+		}
+		last = it.Ref
+	}
+	for i := 0; i < convo.LeadingSystem(in.Messages); i++ {
+		if i >= len(items) || !items[i].IsRef() || items[i].Ref != i {
+			return fmt.Errorf("leading system message %d must be kept first and unchanged (as {\"ref\": %d})", i, i)
+		}
+	}
+	if end := items[len(items)-1]; !end.IsRef() || end.Ref != n-1 {
+		return fmt.Errorf("the last item must be {\"ref\": %d}: the final message is never changed", n-1)
+	}
+	return nil
+}
+
+// marshalMessage encodes a new message from its known fields, without
+// escaping <, > and & (summaries are full of them).
+func marshalMessage(m *abi.Message) (json.RawMessage, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+func preview(b []byte) string {
+	if len(b) > 80 {
+		return string(b[:80]) + "…"
+	}
+	return string(b)
+}

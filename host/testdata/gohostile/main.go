@@ -1,0 +1,130 @@
+// Command gohostile is a misbehaving Go plugin for the host's tests: its
+// config's "mode" picks the misbehaviour. It runs on the fast path, so the
+// host's limits are tested there as well as on the Extism path (see
+// ../hostile for the C plugins).
+package main
+
+import (
+	"os"
+	"strings"
+
+	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/pdk"
+)
+
+func init() {
+	pdk.Register(pdk.Policy{
+		Name:         "gohostile",
+		Version:      "0.0.1",
+		Description:  "Misbehaves on purpose; see README.md in host/testdata.",
+		ConfigSchema: `{"type":"object","properties":{"mode":{"type":"string"},"n":{"type":"integer"}},"additionalProperties":false}`,
+		Defaults:     map[string]any{"mode": "ok", "n": 0},
+		Compact:      compact,
+	})
+}
+
+func main() {}
+
+var sink [][]byte
+
+func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
+	var cfg struct {
+		Mode string `json:"mode"`
+		N    int    `json:"n"`
+	}
+	if err := req.DecodeConfig(&cfg); err != nil {
+		return nil, err
+	}
+	n := len(req.Messages)
+	switch cfg.Mode {
+	case "ok":
+		return abi.Unchanged(n, "ok"), nil
+	case "loop":
+		for i := 0; ; i++ {
+			if i < 0 {
+				break
+			}
+		}
+	case "alloc":
+		for {
+			b := make([]byte, 1<<20)
+			for i := range b {
+				b[i] = byte(i)
+			}
+			sink = append(sink, b)
+		}
+	case "garbage": // allocates and drops cfg.N MiB per call: GC must keep memory flat
+		for i := 0; i < cfg.N; i++ {
+			b := make([]byte, 1<<20)
+			b[len(b)-1] = 1
+		}
+		return abi.Unchanged(n, "ok"), nil
+	case "huge":
+		res := abi.Unchanged(n, strings.Repeat("x", 48<<20))
+		return res, nil
+	case "badref":
+		return &abi.CompactResult{Messages: []abi.Item{abi.Ref(0), abi.Ref(n + 1000)}, Compacted: true}, nil
+	case "reorder":
+		items := []abi.Item{}
+		for i := n - 1; i >= 0; i-- {
+			items = append(items, abi.Ref(i))
+		}
+		return &abi.CompactResult{Messages: items, Compacted: true}, nil
+	case "split":
+		for i, m := range req.Messages {
+			if m.Role == abi.RoleAssistant && len(m.ToolCalls) > 0 && i+1 < n-1 {
+				items := []abi.Item{}
+				for j := 0; j < n; j++ {
+					if j != i {
+						items = append(items, abi.Ref(j))
+					}
+				}
+				return &abi.CompactResult{Messages: items, Compacted: true}, nil
+			}
+		}
+		return &abi.CompactResult{Messages: []abi.Item{abi.New(abi.Message{Role: abi.RoleTool, ToolCallID: "ghost", Content: abi.TextContent("x")}), abi.Ref(n - 1)}, Compacted: true}, nil
+	case "dropsystem":
+		return &abi.CompactResult{Messages: []abi.Item{abi.Ref(n - 1)}, Compacted: true}, nil
+	case "changelast":
+		items := []abi.Item{}
+		for j := 0; j < n-1; j++ {
+			items = append(items, abi.Ref(j))
+		}
+		items = append(items, abi.New(abi.Message{Role: abi.RoleUser, Content: abi.TextContent("changed")}))
+		return &abi.CompactResult{Messages: items, Compacted: true}, nil
+	case "panic":
+		var m map[string]int
+		m["x"] = 1
+	case "exit":
+		os.Exit(3)
+	case "error":
+		return nil, &abi.Error{Code: abi.CodeInvalidConfig, Message: "gohostile: refusing"}
+	case "count":
+		// Exercises count_tokens and llm_complete through the PDK.
+		total := 0
+		for _, m := range req.Messages {
+			total += h.CountTokens(m.Text())
+		}
+		_, err := h.Complete(abi.LLMRequest{Messages: []abi.LLMMessage{{Role: "user", Content: "hi"}}})
+		h.Log(pdk.LevelInfo, "counted")
+		res := abi.Unchanged(n, "counted")
+		res.Warnings = []string{"tokens=" + itoa(total)}
+		if err != nil {
+			res.Warnings = append(res.Warnings, "llm: "+err.Error())
+		}
+		return res, nil
+	}
+	return nil, &abi.Error{Code: abi.CodeInvalidConfig, Message: "unknown mode " + cfg.Mode}
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	var b []byte
+	for n > 0 {
+		b = append([]byte{byte('0' + n%10)}, b...)
+		n /= 10
+	}
+	return string(b)
+}

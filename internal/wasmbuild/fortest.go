@@ -1,0 +1,118 @@
+package wasmbuild
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+// Builds made for tests are shared by every test in one process: a package
+// that loads the sliding plugin in twenty tests builds it once.
+var (
+	testMu     sync.Mutex
+	testDir    string
+	testBuilds = map[string]*testBuild{}
+)
+
+type testBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// ForTest builds the plugin at rel (a path relative to the module root:
+// "plugins/sliding" for a Go plugin, "plugins/lastn/lastn.c" for a C one,
+// optionally followed by "#NAME=VALUE" defines for C) once per test process
+// and returns the .wasm path. It fails the test if the build fails.
+func ForTest(tb testing.TB, rel string) string {
+	tb.Helper()
+	testMu.Lock()
+	if testDir == "" {
+		d, err := os.MkdirTemp("", "compactd-wasm-")
+		if err != nil {
+			testMu.Unlock()
+			tb.Fatalf("wasmbuild: %v", err)
+		}
+		testDir = d
+	}
+	b := testBuilds[rel]
+	if b == nil {
+		b = &testBuild{}
+		testBuilds[rel] = b
+	}
+	dir := testDir
+	testMu.Unlock()
+
+	b.once.Do(func() {
+		root, err := ModuleRoot(".")
+		if err != nil {
+			b.err = err
+			return
+		}
+		src, defines := splitDefines(rel)
+		name := filepath.Base(src)
+		if ext := filepath.Ext(name); ext != "" {
+			name = name[:len(name)-len(ext)]
+		}
+		for _, d := range defines {
+			name += "_" + d
+		}
+		b.path = filepath.Join(dir, sanitize(name)+".wasm")
+		if filepath.Ext(src) == ".c" {
+			b.err = C(context.Background(), filepath.Join(root, src), b.path, defines)
+		} else {
+			b.err = Go(context.Background(), filepath.Join(root, src), b.path)
+		}
+	})
+	if b.err != nil {
+		tb.Fatalf("wasmbuild: %v", b.err)
+	}
+	return b.path
+}
+
+func splitDefines(rel string) (string, []string) {
+	var defines []string
+	for {
+		i := lastIndexByte(rel, '#')
+		if i < 0 {
+			break
+		}
+		defines = append([]string{rel[i+1:]}, defines...)
+		rel = rel[:i]
+	}
+	return rel, defines
+}
+
+func lastIndexByte(s string, c byte) int {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
+}
+
+func sanitize(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// TestCacheDir returns a directory for wazero's compilation cache shared by
+// the test binaries of one machine, so each module is compiled once rather
+// than once per test package (compiling a Go plugin takes about a second,
+// and ten times that under -race).
+func TestCacheDir(tb testing.TB) string {
+	tb.Helper()
+	dir := filepath.Join(os.TempDir(), "compactd-test-wazero-cache")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		tb.Fatalf("wasmbuild: %v", err)
+	}
+	return dir
+}

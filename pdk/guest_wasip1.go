@@ -1,0 +1,252 @@
+//go:build wasip1
+
+package pdk
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"runtime"
+	"unsafe"
+
+	"github.com/compactd/compactd/abi"
+)
+
+// Extism kernel functions (namespace extism:host/env).
+
+//go:wasmimport extism:host/env input_length
+func extismInputLength() uint64
+
+//go:wasmimport extism:host/env input_load_u64
+func extismInputLoadU64(offset uint64) uint64
+
+//go:wasmimport extism:host/env input_load_u8
+func extismInputLoadU8(offset uint64) uint32
+
+//go:wasmimport extism:host/env alloc
+func extismAlloc(n uint64) uint64
+
+//go:wasmimport extism:host/env free
+func extismFree(offset uint64)
+
+//go:wasmimport extism:host/env length
+func extismLength(offset uint64) uint64
+
+//go:wasmimport extism:host/env load_u64
+func extismLoadU64(offset uint64) uint64
+
+//go:wasmimport extism:host/env load_u8
+func extismLoadU8(offset uint64) uint32
+
+//go:wasmimport extism:host/env store_u64
+func extismStoreU64(offset uint64, v uint64)
+
+//go:wasmimport extism:host/env store_u8
+func extismStoreU8(offset uint64, v uint32)
+
+//go:wasmimport extism:host/env output_set
+func extismOutputSet(offset uint64, n uint64)
+
+//go:wasmimport extism:host/env error_set
+func extismErrorSet(offset uint64)
+
+//go:wasmimport extism:host/env log_debug
+func extismLogDebug(offset uint64)
+
+//go:wasmimport extism:host/env log_info
+func extismLogInfo(offset uint64)
+
+//go:wasmimport extism:host/env log_warn
+func extismLogWarn(offset uint64)
+
+//go:wasmimport extism:host/env log_error
+func extismLogError(offset uint64)
+
+// compactd host functions (namespace extism:host/user).
+
+//go:wasmimport extism:host/user count_tokens
+func hostCountTokens(offset uint64) uint64
+
+//go:wasmimport extism:host/user llm_complete
+func hostLLMComplete(offset uint64) uint64
+
+// readInput copies the Extism input into Go memory, eight bytes per
+// boundary crossing: the fewest the Extism ABI allows.
+func readInput() []byte {
+	n := extismInputLength()
+	buf := make([]byte, n)
+	i := uint64(0)
+	for ; i+8 <= n; i += 8 {
+		binary.LittleEndian.PutUint64(buf[i:], extismInputLoadU64(i))
+	}
+	for ; i < n; i++ {
+		buf[i] = byte(extismInputLoadU8(i))
+	}
+	return buf
+}
+
+// toKernel copies b into a new block of Extism kernel memory.
+func toKernel(b []byte) uint64 {
+	n := uint64(len(b))
+	offset := extismAlloc(n)
+	i := uint64(0)
+	for ; i+8 <= n; i += 8 {
+		extismStoreU64(offset+i, binary.LittleEndian.Uint64(b[i:]))
+	}
+	for ; i < n; i++ {
+		extismStoreU8(offset+i, uint32(b[i]))
+	}
+	return offset
+}
+
+// fromKernel copies a block of Extism kernel memory into Go memory.
+func fromKernel(offset uint64) []byte {
+	n := extismLength(offset)
+	buf := make([]byte, n)
+	i := uint64(0)
+	for ; i+8 <= n; i += 8 {
+		binary.LittleEndian.PutUint64(buf[i:], extismLoadU64(offset+i))
+	}
+	for ; i < n; i++ {
+		buf[i] = byte(extismLoadU8(offset + i))
+	}
+	return buf
+}
+
+// extismExport runs one export through the Extism ABI: input from the
+// kernel, output or error back to it, 0 on success and 1 on failure.
+func extismExport(export string) int32 {
+	defer runtime.Gosched() // let the guest GC run; see FACTS: memory grows without it
+	if registered == nil {
+		extismErrorSet(toKernel(errorBody(&abi.Error{Code: abi.CodeInternal, Message: "no policy registered (call pdk.Register in init)"})))
+		return 1
+	}
+	out, err := Call(registered, wasmHost{}, export, readInput())
+	if err != nil {
+		extismErrorSet(toKernel(errorBody(err)))
+		return 1
+	}
+	extismOutputSet(toKernel(out), uint64(len(out)))
+	return 0
+}
+
+//go:wasmexport describe
+func exportDescribe() int32 { return extismExport(abi.ExportDescribe) }
+
+//go:wasmexport compact
+func exportCompact() int32 { return extismExport(abi.ExportCompact) }
+
+//go:wasmexport should_compact
+func exportShouldCompact() int32 { return extismExport(abi.ExportShouldCompact) }
+
+// The fast path. The host asks for an input buffer in the guest's own linear
+// memory, writes the request there directly, and reads the output from the
+// address compactd_fast_v1_call returns. Both buffers stay referenced here
+// until the next call, so the guest's GC cannot reclaim them while the host
+// reads or writes.
+var (
+	fastInput  []byte
+	fastOutput []byte
+)
+
+// fastBufferShrink is the capacity above which an input buffer is replaced
+// when the next request needs less than a quarter of it.
+const fastBufferShrink = 4 << 20
+
+//go:wasmexport compactd_fast_v1_alloc
+func fastAlloc(size uint32) uint32 {
+	fastOutput = nil
+	need := int(size)
+	if need == 0 {
+		need = 1
+	}
+	if cap(fastInput) < need || cap(fastInput) > fastBufferShrink && need < cap(fastInput)/4 {
+		fastInput = make([]byte, need)
+	}
+	fastInput = fastInput[:size]
+	return uint32(uintptr(unsafe.Pointer(unsafe.SliceData(fastInput[:cap(fastInput)]))))
+}
+
+//go:wasmexport compactd_fast_v1_call
+func fastCall(fn, ptr, size uint32) uint64 {
+	defer runtime.Gosched() // let the guest GC run between calls
+	var export string
+	switch fn {
+	case abi.FastDescribe:
+		export = abi.ExportDescribe
+	case abi.FastCompact:
+		export = abi.ExportCompact
+	case abi.FastShouldCompact:
+		export = abi.ExportShouldCompact
+	}
+	var out []byte
+	var err error
+	switch {
+	case registered == nil:
+		err = &abi.Error{Code: abi.CodeInternal, Message: "no policy registered (call pdk.Register in init)"}
+	case export == "":
+		err = &abi.Error{Code: abi.CodeInvalidRequest, Message: "unknown fast-path function"}
+	case int(size) > cap(fastInput) || uint32(uintptr(unsafe.Pointer(unsafe.SliceData(fastInput[:cap(fastInput)])))) != ptr:
+		err = &abi.Error{Code: abi.CodeInvalidRequest, Message: "fast-path input is not the buffer compactd_fast_v1_alloc returned"}
+	default:
+		out, err = Call(registered, wasmHost{}, export, fastInput[:size])
+	}
+	status := byte(abi.FastStatusOK)
+	if err != nil {
+		status, out = abi.FastStatusError, errorBody(err)
+	}
+	fastOutput = append(append(make([]byte, 0, len(out)+1), status), out...)
+	fastInput = fastInput[:0]
+	addr := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(fastOutput))))
+	return addr<<32 | uint64(len(fastOutput))
+}
+
+// wasmHost implements Host with the host functions.
+type wasmHost struct{}
+
+func (wasmHost) CountTokens(text string) int {
+	if text == "" {
+		return 0
+	}
+	offset := toKernel(unsafe.Slice(unsafe.StringData(text), len(text)))
+	n := hostCountTokens(offset)
+	extismFree(offset)
+	return int(n)
+}
+
+func (wasmHost) Complete(req abi.LLMRequest) (abi.LLMResponse, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return abi.LLMResponse{}, &abi.Error{Code: abi.CodeInternal, Message: "encoding llm request: " + err.Error()}
+	}
+	in := toKernel(body)
+	outOffset := hostLLMComplete(in)
+	extismFree(in)
+	var resp abi.LLMResponse
+	if outOffset == 0 {
+		return resp, &abi.Error{Code: abi.CodeProviderError, Message: "llm_complete returned no response"}
+	}
+	raw := fromKernel(outOffset)
+	extismFree(outOffset)
+	if err := json.Unmarshal(raw, &resp); err != nil {
+		return resp, &abi.Error{Code: abi.CodeProviderError, Message: "decoding llm response: " + err.Error()}
+	}
+	if resp.Error != nil {
+		return resp, resp.Error
+	}
+	return resp, nil
+}
+
+func (wasmHost) Log(level Level, msg string) {
+	// The host frees log messages itself.
+	offset := toKernel([]byte(msg))
+	switch level {
+	case LevelDebug:
+		extismLogDebug(offset)
+	case LevelWarn:
+		extismLogWarn(offset)
+	case LevelError:
+		extismLogError(offset)
+	default:
+		extismLogInfo(offset)
+	}
+}

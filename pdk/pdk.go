@@ -1,0 +1,215 @@
+// Package pdk is compactd's plugin development kit for policies written in
+// Go. A policy is a plain Go function over abi types; the PDK turns it into a
+// WebAssembly plugin that speaks the Extism guest ABI (so the compactd host,
+// or any Extism host, can call it) plus compactd's fast path.
+//
+// A plugin's main.go is a few lines:
+//
+//	package main
+//
+//	import "github.com/compactd/compactd/pdk"
+//
+//	func init() { pdk.Register(policy) }
+//
+//	func main() {}
+//
+// and it builds with the standard toolchain:
+//
+//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o mypolicy.wasm .
+//
+// The same policy code builds natively, so its logic is tested with plain
+// `go test` and a TestHost, no Wasm needed.
+//
+// In a guest, the PDK holds the registered policy in a package variable: a
+// Wasm instance runs one call at a time, so there is nothing to lock.
+package pdk
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/compactd/compactd/abi"
+)
+
+// Host is what a policy can ask of the compactd host during a call. In a
+// plugin it is backed by the host functions; in native tests, by a TestHost.
+type Host interface {
+	// CountTokens returns the number of tokens in text under the request's
+	// model tokenizer.
+	CountTokens(text string) int
+	// Complete runs a chat completion through the host's LLM provider. A
+	// failed call returns an *abi.Error (code no_provider, budget_exceeded,
+	// provider_error, ...).
+	Complete(req abi.LLMRequest) (abi.LLMResponse, error)
+	// Log writes a message to the plugin's logger on the host.
+	Log(level Level, msg string)
+}
+
+// Level is a log level.
+type Level int
+
+// Log levels, as Extism defines them.
+const (
+	LevelDebug Level = iota
+	LevelInfo
+	LevelWarn
+	LevelError
+)
+
+// CompactFunc is a policy's compact function. It returns the compacted
+// conversation as refs to input messages and new messages. Returning an
+// *abi.Error sets its code; any other error is reported as "internal".
+type CompactFunc func(h Host, req *abi.CompactRequest) (*abi.CompactResult, error)
+
+// ShouldCompactFunc is a cheap check the host may call before compact.
+type ShouldCompactFunc func(h Host, req *abi.CompactRequest) (abi.ShouldCompactResult, error)
+
+// Policy is a compaction policy: its description and its functions.
+type Policy struct {
+	// Name is the policy name callers use (see abi.ValidName).
+	Name string
+	// Version is the plugin's version, e.g. "1.2.0".
+	Version string
+	// Description is one or two sentences for humans.
+	Description string
+	// ConfigSchema is the JSON Schema of the config object (README.md of
+	// package abi lists the supported subset).
+	ConfigSchema string
+	// Defaults is the default config; it is marshaled to JSON.
+	Defaults any
+	// Compact is required.
+	Compact CompactFunc
+	// ShouldCompact is optional.
+	ShouldCompact ShouldCompactFunc
+}
+
+// Describe returns the policy's description as the describe export sends it.
+func (p *Policy) Describe() (abi.Description, error) {
+	d := abi.Description{
+		ABI:         abi.Version,
+		Name:        p.Name,
+		Version:     p.Version,
+		Description: p.Description,
+	}
+	if p.ConfigSchema != "" {
+		if !json.Valid([]byte(p.ConfigSchema)) {
+			return d, fmt.Errorf("policy %s: config schema is not valid JSON", p.Name)
+		}
+		d.ConfigSchema = json.RawMessage(p.ConfigSchema)
+	}
+	if p.Defaults != nil {
+		b, err := json.Marshal(p.Defaults)
+		if err != nil {
+			return d, fmt.Errorf("policy %s: defaults: %w", p.Name, err)
+		}
+		d.Defaults = b
+	}
+	if p.ShouldCompact != nil {
+		d.Exports = []string{abi.ExportShouldCompact}
+	}
+	return d, nil
+}
+
+// The guest's one registered policy. See the package comment.
+var registered *Policy
+
+// Register makes p the plugin's policy. Call it once, from an init function
+// of the plugin's main package. It panics if p is incomplete or a policy is
+// already registered: both are programming errors found at build-test time.
+func Register(p Policy) {
+	if registered != nil {
+		panic("pdk: Register called twice")
+	}
+	if !abi.ValidName(p.Name) {
+		panic(fmt.Sprintf("pdk: invalid policy name %q", p.Name))
+	}
+	if p.Compact == nil {
+		panic("pdk: policy " + p.Name + " has no Compact function")
+	}
+	if _, err := p.Describe(); err != nil {
+		panic("pdk: " + err.Error())
+	}
+	registered = &p
+}
+
+// Call runs one export of p on its JSON input and returns the JSON output.
+// It is what the Wasm exports do; tests use it to check a policy end to end
+// through its JSON encoding without Wasm. A panic in the policy becomes an
+// internal error.
+func Call(p *Policy, h Host, export string, input []byte) (out []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &abi.Error{Code: abi.CodeInternal, Message: fmt.Sprintf("policy %s panicked: %v\n%s", p.Name, r, debug.Stack())}
+		}
+	}()
+	switch export {
+	case abi.ExportDescribe:
+		d, err := p.Describe()
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(d)
+	case abi.ExportCompact:
+		req, err := decodeRequest(input)
+		if err != nil {
+			return nil, err
+		}
+		res, err := p.Compact(h, req)
+		if err != nil {
+			return nil, err
+		}
+		if res == nil {
+			return nil, &abi.Error{Code: abi.CodeInternal, Message: "policy returned no result"}
+		}
+		return marshal(res)
+	case abi.ExportShouldCompact:
+		if p.ShouldCompact == nil {
+			return nil, &abi.Error{Code: abi.CodeInvalidRequest, Message: "policy " + p.Name + " has no should_compact"}
+		}
+		req, err := decodeRequest(input)
+		if err != nil {
+			return nil, err
+		}
+		res, err := p.ShouldCompact(h, req)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(res)
+	}
+	return nil, &abi.Error{Code: abi.CodeInvalidRequest, Message: "unknown export " + export}
+}
+
+func decodeRequest(input []byte) (*abi.CompactRequest, error) {
+	var req abi.CompactRequest
+	if err := json.Unmarshal(input, &req); err != nil {
+		return nil, &abi.Error{Code: abi.CodeInvalidRequest, Message: "decoding request: " + err.Error()}
+	}
+	if !abi.Compatible(abi.Version, req.ABI) {
+		return nil, &abi.Error{Code: abi.CodeInvalidRequest, Message: fmt.Sprintf("host speaks ABI %s, plugin speaks %s", req.ABI, abi.Version)}
+	}
+	return &req, nil
+}
+
+// marshal encodes v without HTML escaping (summaries contain <, > and &).
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+// errorBody encodes err as the ABI's JSON error body.
+func errorBody(err error) []byte {
+	var ae *abi.Error
+	if !errors.As(err, &ae) {
+		ae = &abi.Error{Code: abi.CodeInternal, Message: err.Error()}
+	}
+	b, _ := json.Marshal(ae) // an Error of two strings always marshals
+	return b
+}

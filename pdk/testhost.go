@@ -1,0 +1,54 @@
+package pdk
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/compactd/compactd/abi"
+)
+
+// TestHost is a Host for native tests of a policy. Its zero value counts a
+// token per four bytes (rounded up), has no LLM provider and keeps logs.
+// It is safe for concurrent use.
+type TestHost struct {
+	// Tokens, if set, replaces the default token count.
+	Tokens func(text string) int
+	// LLM, if set, answers Complete; otherwise Complete fails with
+	// no_provider, as a host without a provider does.
+	LLM func(req abi.LLMRequest) (abi.LLMResponse, error)
+
+	mu   sync.Mutex
+	logs []string
+}
+
+var _ Host = (*TestHost)(nil)
+
+// CountTokens implements Host.
+func (h *TestHost) CountTokens(text string) int {
+	if h.Tokens != nil {
+		return h.Tokens(text)
+	}
+	return (len(text) + 3) / 4
+}
+
+// Complete implements Host.
+func (h *TestHost) Complete(req abi.LLMRequest) (abi.LLMResponse, error) {
+	if h.LLM == nil {
+		return abi.LLMResponse{}, &abi.Error{Code: abi.CodeNoProvider, Message: "no LLM provider configured"}
+	}
+	return h.LLM(req)
+}
+
+// Log implements Host.
+func (h *TestHost) Log(level Level, msg string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.logs = append(h.logs, fmt.Sprintf("%d %s", level, msg))
+}
+
+// Logs returns the messages logged so far, each prefixed with its level.
+func (h *TestHost) Logs() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.logs...)
+}

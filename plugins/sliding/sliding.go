@@ -1,0 +1,168 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/convo"
+	"github.com/compactd/compactd/pdk"
+)
+
+// version is the plugin's version; bump it when behaviour changes.
+const version = "1.0.0"
+
+// config is the policy's config; its zero value is not the default (see
+// defaults).
+type config struct {
+	WindowSize           int     `json:"window_size"`
+	Step                 int     `json:"step"`
+	IncludeSummaryMarker bool    `json:"include_summary_marker"`
+	MaxTokens            int     `json:"max_tokens"`
+	LowWater             float64 `json:"low_water"`
+	StartOn              string  `json:"start_on"`
+}
+
+var defaults = config{
+	WindowSize:           5,
+	Step:                 5,
+	IncludeSummaryMarker: true,
+	MaxTokens:            0,
+	LowWater:             0.6,
+	StartOn:              "",
+}
+
+const schema = `{
+  "type": "object",
+  "properties": {
+    "window_size": {"type": "integer", "minimum": 1,
+      "description": "entries (non-system messages) kept in count mode"},
+    "step": {"type": "integer", "minimum": 1,
+      "description": "hysteresis: the window is cut back to window_size once it holds window_size+step entries, so the kept prefix changes once every step turns (1 = slide every turn)"},
+    "include_summary_marker": {"type": "boolean",
+      "description": "insert a user message \"[K earlier entries discarded]\" where entries were dropped"},
+    "max_tokens": {"type": "integer", "minimum": 0,
+      "description": "token-budget mode when > 0: keep the newest messages that fit in max_tokens (system messages included)"},
+    "low_water": {"type": "number", "exclusiveMinimum": 0, "maximum": 1,
+      "description": "token mode: once over max_tokens, cut back to low_water*max_tokens (1 = trim to the budget every turn)"},
+    "start_on": {"enum": ["", "user"],
+      "description": "\"user\": the kept window starts at a user message (if it holds one)"}
+  },
+  "additionalProperties": false
+}`
+
+func policy() pdk.Policy {
+	return pdk.Policy{
+		Name:         "sliding",
+		Version:      version,
+		Description:  "Keeps the system messages and a window of the newest entries (by count or by tokens), moving the window in steps so the prompt-cache prefix stays stable between cuts.",
+		ConfigSchema: schema,
+		Defaults:     defaults,
+		Compact:      compact,
+	}
+}
+
+// markerAllowance is the token budget reserved for the marker message in
+// token mode ("[12345 earlier entries discarded]" plus message overhead).
+const markerAllowance = 16
+
+func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
+	cfg := defaults
+	if err := req.DecodeConfig(&cfg); err != nil {
+		return nil, err
+	}
+	msgs := req.Messages
+	lead := convo.LeadingSystem(msgs)
+	var cut int
+	if cfg.MaxTokens > 0 {
+		cut = tokenCut(msgs, lead, cfg)
+	} else {
+		cut = countCut(msgs, lead, cfg)
+	}
+	if cfg.StartOn == "user" {
+		cut = startOnUser(msgs, cut)
+	}
+	dropped := cut - lead
+	if dropped <= 0 {
+		return abi.Unchanged(len(msgs), fmt.Sprintf("kept all %d entries", len(msgs)-lead)), nil
+	}
+	items := make([]abi.Item, 0, lead+1+len(msgs)-cut)
+	for i := 0; i < lead; i++ {
+		items = append(items, abi.Ref(i))
+	}
+	if cfg.IncludeSummaryMarker {
+		items = append(items, abi.New(abi.Message{
+			Role:    abi.RoleUser,
+			Content: abi.TextContent(marker(dropped)),
+		}))
+	}
+	for i := cut; i < len(msgs); i++ {
+		items = append(items, abi.Ref(i))
+	}
+	return &abi.CompactResult{
+		Messages:          items,
+		Compacted:         true,
+		Summary:           fmt.Sprintf("discarded %d earlier entries, kept the last %d", dropped, len(msgs)-cut),
+		EntriesSummarized: dropped,
+	}, nil
+}
+
+func marker(dropped int) string {
+	return fmt.Sprintf("[%d earlier entries discarded]", dropped)
+}
+
+// countCut returns the index of the first kept entry in count mode. It
+// replays the conversation's growth message by message: whenever the
+// window holds window_size+step entries it is cut back to window_size
+// (widened to the start of a tool-call unit). Replaying makes the result a
+// pure function of the messages that equals what a stateful window would
+// have done turn by turn, so the cut moves only once every step messages.
+func countCut(msgs []abi.Message, lead int, cfg config) int {
+	cut := lead
+	for n := lead + 1; n <= len(msgs); n++ {
+		if n-cut < cfg.WindowSize+cfg.Step {
+			continue
+		}
+		next := convo.UnitStartAtOrBefore(msgs, n-cfg.WindowSize)
+		cut = max(cut, next)
+	}
+	return cut
+}
+
+// tokenCut returns the index of the first kept entry in token mode: the
+// same replay, with a token budget. When the system messages plus the
+// window exceed max_tokens, whole units are dropped from the front until
+// they fit in low_water*max_tokens. The final unit is always kept, even if
+// it alone is over budget.
+func tokenCut(msgs []abi.Message, lead int, cfg config) int {
+	fixed := markerAllowance
+	for i := 0; i < lead; i++ {
+		fixed += msgs[i].Tokens
+	}
+	target := int(cfg.LowWater * float64(cfg.MaxTokens))
+	cut, kept := lead, 0
+	for n := lead + 1; n <= len(msgs); n++ {
+		kept += msgs[n-1].Tokens
+		if fixed+kept <= cfg.MaxTokens {
+			continue
+		}
+		last := convo.UnitStartAtOrBefore(msgs, n-1) // the newest unit stays
+		for cut < last && fixed+kept > target {
+			end := convo.UnitStartAtOrAfter(msgs, cut+1)
+			for ; cut < end; cut++ {
+				kept -= msgs[cut].Tokens
+			}
+		}
+	}
+	return cut
+}
+
+// startOnUser moves cut forward to the first user message at or after it,
+// if there is one.
+func startOnUser(msgs []abi.Message, cut int) int {
+	for i := cut; i < len(msgs); i++ {
+		if msgs[i].Role == abi.RoleUser {
+			return i
+		}
+	}
+	return cut
+}
