@@ -19,7 +19,7 @@ func decodeResult(in *chat.Conversation, out []byte) (*Response, *PluginError) {
 	}
 	items := res.Messages
 	res.Messages = nil
-	if err := checkItems(in, items); err != nil {
+	if err := convo.CheckItems(in.Messages, items); err != nil {
 		return nil, &PluginError{Kind: ErrInvalidResult, Detail: err.Error(), Err: err}
 	}
 
@@ -55,37 +55,6 @@ func decodeResult(in *chat.Conversation, out []byte) (*Response, *PluginError) {
 	resp.Result.Compacted = resp.Compacted
 	resp.Conversation = in.WithMessages(raw, msgs)
 	return resp, nil
-}
-
-// checkItems applies the ABI's rules for results (README.md, "What the host
-// checks", rules 6-9).
-func checkItems(in *chat.Conversation, items []abi.Item) error {
-	n := in.Len()
-	if len(items) == 0 {
-		return fmt.Errorf("the result has no messages")
-	}
-	last := -1
-	for i, it := range items {
-		if !it.IsRef() {
-			continue
-		}
-		switch {
-		case it.Ref < 0 || it.Ref >= n:
-			return fmt.Errorf("item %d: ref %d is out of range (the input has %d messages)", i, it.Ref, n)
-		case it.Ref <= last:
-			return fmt.Errorf("item %d: ref %d does not follow ref %d (refs must be strictly increasing)", i, it.Ref, last)
-		}
-		last = it.Ref
-	}
-	for i := 0; i < convo.LeadingSystem(in.Messages); i++ {
-		if i >= len(items) || !items[i].IsRef() || items[i].Ref != i {
-			return fmt.Errorf("leading system message %d must be kept first and unchanged (as {\"ref\": %d})", i, i)
-		}
-	}
-	if end := items[len(items)-1]; !end.IsRef() || end.Ref != n-1 {
-		return fmt.Errorf("the last item must be {\"ref\": %d}: the final message is never changed", n-1)
-	}
-	return nil
 }
 
 // marshalMessage encodes a new message from its known fields, without

@@ -17,6 +17,7 @@ type config struct {
 	WindowSize           int     `json:"window_size"`
 	Step                 int     `json:"step"`
 	IncludeSummaryMarker bool    `json:"include_summary_marker"`
+	KeepFirstUser        bool    `json:"keep_first_user"`
 	MaxTokens            int     `json:"max_tokens"`
 	LowWater             float64 `json:"low_water"`
 	StartOn              string  `json:"start_on"`
@@ -26,6 +27,7 @@ var defaults = config{
 	WindowSize:           5,
 	Step:                 5,
 	IncludeSummaryMarker: true,
+	KeepFirstUser:        true,
 	MaxTokens:            0,
 	LowWater:             0.6,
 	StartOn:              "",
@@ -40,6 +42,8 @@ const schema = `{
       "description": "hysteresis: the window is cut back to window_size once it holds window_size+step entries, so the kept prefix changes once every step turns (1 = slide every turn)"},
     "include_summary_marker": {"type": "boolean",
       "description": "insert a user message \"[K earlier entries discarded]\" where entries were dropped"},
+    "keep_first_user": {"type": "boolean",
+      "description": "always keep the first user message after the system messages (an agent's task statement)"},
     "max_tokens": {"type": "integer", "minimum": 0,
       "description": "token-budget mode when > 0: keep the newest messages that fit in max_tokens (system messages included)"},
     "low_water": {"type": "number", "exclusiveMinimum": 0, "maximum": 1,
@@ -72,21 +76,27 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 	}
 	msgs := req.Messages
 	lead := convo.LeadingSystem(msgs)
+	// pinned is the kept prefix: the system messages, and the task when
+	// keep_first_user is set and the conversation starts with it.
+	pinned := lead
+	if cfg.KeepFirstUser && lead < len(msgs)-1 && msgs[lead].Role == abi.RoleUser {
+		pinned = lead + 1
+	}
 	var cut int
 	if cfg.MaxTokens > 0 {
-		cut = tokenCut(msgs, lead, cfg)
+		cut = tokenCut(msgs, pinned, cfg)
 	} else {
-		cut = countCut(msgs, lead, cfg)
+		cut = countCut(msgs, pinned, cfg)
 	}
 	if cfg.StartOn == "user" {
 		cut = startOnUser(msgs, cut)
 	}
-	dropped := cut - lead
+	dropped := cut - pinned
 	if dropped <= 0 {
 		return abi.Unchanged(len(msgs), fmt.Sprintf("kept all %d entries", len(msgs)-lead)), nil
 	}
-	items := make([]abi.Item, 0, lead+1+len(msgs)-cut)
-	for i := 0; i < lead; i++ {
+	items := make([]abi.Item, 0, pinned+1+len(msgs)-cut)
+	for i := 0; i < pinned; i++ {
 		items = append(items, abi.Ref(i))
 	}
 	if cfg.IncludeSummaryMarker {
@@ -110,15 +120,16 @@ func marker(dropped int) string {
 	return fmt.Sprintf("[%d earlier entries discarded]", dropped)
 }
 
-// countCut returns the index of the first kept entry in count mode. It
+// countCut returns the index of the first kept entry after the pinned
+// prefix in count mode. It
 // replays the conversation's growth message by message: whenever the
 // window holds window_size+step entries it is cut back to window_size
 // (widened to the start of a tool-call unit). Replaying makes the result a
 // pure function of the messages that equals what a stateful window would
 // have done turn by turn, so the cut moves only once every step messages.
-func countCut(msgs []abi.Message, lead int, cfg config) int {
-	cut := lead
-	for n := lead + 1; n <= len(msgs); n++ {
+func countCut(msgs []abi.Message, pinned int, cfg config) int {
+	cut := pinned
+	for n := pinned + 1; n <= len(msgs); n++ {
 		if n-cut < cfg.WindowSize+cfg.Step {
 			continue
 		}
@@ -133,14 +144,14 @@ func countCut(msgs []abi.Message, lead int, cfg config) int {
 // window exceed max_tokens, whole units are dropped from the front until
 // they fit in low_water*max_tokens. The final unit is always kept, even if
 // it alone is over budget.
-func tokenCut(msgs []abi.Message, lead int, cfg config) int {
+func tokenCut(msgs []abi.Message, pinned int, cfg config) int {
 	fixed := markerAllowance
-	for i := 0; i < lead; i++ {
+	for i := 0; i < pinned; i++ {
 		fixed += msgs[i].Tokens
 	}
 	target := int(cfg.LowWater * float64(cfg.MaxTokens))
-	cut, kept := lead, 0
-	for n := lead + 1; n <= len(msgs); n++ {
+	cut, kept := pinned, 0
+	for n := pinned + 1; n <= len(msgs); n++ {
 		kept += msgs[n-1].Tokens
 		if fixed+kept <= cfg.MaxTokens {
 			continue

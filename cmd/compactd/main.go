@@ -1,0 +1,11 @@
+// Command compactd keeps LLM conversations inside their context budget.
+// See `compactd help` and README.md.
+package main
+
+import (
+	"os"
+
+	"github.com/compactd/compactd/internal/cli"
+)
+
+func main() { os.Exit(cli.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }

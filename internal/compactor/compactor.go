@@ -1,0 +1,340 @@
+// Package compactor is compactd's compaction path, shared by the one-shot
+// CLI, the daemon and `compactd eval`: it validates a conversation, counts
+// its tokens, resolves each policy's config, runs the policy (or a pipeline
+// of policies) through the host, keeps per-conversation plugin state, and
+// reports what happened. A plugin failure never loses the caller's
+// messages: the stage is skipped and the failure becomes a warning.
+package compactor
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/convo"
+	"github.com/compactd/compactd/host"
+	"github.com/compactd/compactd/internal/chat"
+	"github.com/compactd/compactd/internal/models"
+	"github.com/compactd/compactd/internal/policyconfig"
+	"github.com/compactd/compactd/internal/tokens"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Errors for requests that cannot be served. They wrap more detail; test
+// with errors.Is. A failing plugin is not one of them: it is a warning.
+var (
+	ErrUnknownPolicy = errors.New("unknown policy")
+	ErrBadRequest    = errors.New("bad compaction request")
+)
+
+// PolicySource resolves a policy name to the plugin currently serving it.
+type PolicySource interface {
+	// Acquire returns the plugin for name and a release function the
+	// caller must call when its call is over. It fails with an error
+	// wrapping ErrUnknownPolicy when no plugin has that name.
+	Acquire(name string) (*host.Plugin, func(), error)
+}
+
+// ConfigSource gives the config layers under a request's overrides, lowest
+// precedence first (e.g. environment defaults, then the config file).
+type ConfigSource interface {
+	Layers(policy string) []policyconfig.Layer
+}
+
+// StateStore keeps the opaque state each policy returns, per conversation.
+type StateStore interface {
+	LoadState(ctx context.Context, conversationID, policy string) (json.RawMessage, error)
+	SaveState(ctx context.Context, conversationID, policy string, state json.RawMessage) error
+}
+
+// Options configure a Compactor.
+type Options struct {
+	Policies PolicySource
+	Tokens   *tokens.Counter
+	// Config may be nil: only plugin defaults and request overrides apply.
+	Config ConfigSource
+	// State may be nil: stateful policies then see no state.
+	State StateStore
+	// LLM answers plugins' llm_complete calls; nil means no provider.
+	// NewLLM, if set, is called once per request instead, so a per-request
+	// budget can wrap the daemon's provider.
+	LLM    host.Completer
+	NewLLM func() host.Completer
+	Logger hclog.Logger
+}
+
+// Compactor runs compaction requests. It is safe for concurrent use.
+type Compactor struct {
+	opts   Options
+	logger hclog.Logger
+}
+
+// New returns a Compactor.
+func New(opts Options) *Compactor {
+	c := &Compactor{opts: opts, logger: opts.Logger}
+	if c.logger == nil {
+		c.logger = hclog.NewNullLogger()
+	}
+	if c.opts.Tokens == nil {
+		c.opts.Tokens = tokens.New(tokens.Options{})
+	}
+	return c
+}
+
+// Request is one compaction request.
+type Request struct {
+	// Conversation is the caller's conversation (validated here).
+	Conversation *chat.Conversation
+	// Pipeline names the policies to run in order (one for a single
+	// policy).
+	Pipeline []string
+	// Overrides are request-level config per policy name.
+	Overrides map[string]map[string]any
+	// Model is the agent's model ("" if unknown).
+	Model string
+	// ConversationID identifies the conversation; "" derives one (see
+	// ConversationID).
+	ConversationID string
+	// ContextWindow overrides the model's known context window.
+	ContextWindow int
+	// TargetTokens, if > 0, stops a pipeline early once the conversation
+	// fits: a stage is skipped when the tokens are already at most this.
+	TargetTokens int
+}
+
+// Stage reports one policy's run.
+type Stage struct {
+	Policy            string        `json:"policy"`
+	Version           string        `json:"version,omitempty"`
+	Path              string        `json:"path,omitempty"`
+	Compacted         bool          `json:"compacted"`
+	Skipped           string        `json:"skipped,omitempty"`
+	Error             string        `json:"error,omitempty"`
+	Summary           string        `json:"summary,omitempty"`
+	EntriesSummarized int           `json:"entries_summarized,omitempty"`
+	Dropped           []int         `json:"dropped,omitempty"`
+	Rewritten         []int         `json:"rewritten,omitempty"`
+	TokensBefore      int           `json:"tokens_before"`
+	TokensAfter       int           `json:"tokens_after"`
+	MessagesBefore    int           `json:"messages_before"`
+	MessagesAfter     int           `json:"messages_after"`
+	Duration          time.Duration `json:"duration_ns"`
+}
+
+// Stats sums up a request.
+type Stats struct {
+	TokensBefore   int           `json:"tokens_before"`
+	TokensAfter    int           `json:"tokens_after"`
+	MessagesBefore int           `json:"messages_before"`
+	MessagesAfter  int           `json:"messages_after"`
+	Encoding       string        `json:"encoding"`
+	Duration       time.Duration `json:"duration_ns"`
+	Stages         []Stage       `json:"stages"`
+}
+
+// Response is the result of a request. Conversation is always valid: the
+// compacted conversation, or the input itself when nothing changed or every
+// stage failed.
+type Response struct {
+	Conversation   *chat.Conversation
+	ConversationID string
+	Compacted      bool
+	Summary        string
+	Warnings       []string
+	Stats          Stats
+}
+
+// Compact runs req. It returns an error only for a request that cannot be
+// served (malformed or invalid conversation, unknown policy, invalid
+// config); plugin failures are warnings in the response.
+func (c *Compactor) Compact(ctx context.Context, req Request) (*Response, error) {
+	start := time.Now()
+	conv := req.Conversation
+	if conv == nil {
+		return nil, fmt.Errorf("%w: no conversation", ErrBadRequest)
+	}
+	if err := conv.Validate(); err != nil {
+		return nil, err
+	}
+	if len(req.Pipeline) == 0 {
+		return nil, fmt.Errorf("%w: no policy named", ErrBadRequest)
+	}
+	for name := range req.Overrides {
+		if !contains(req.Pipeline, name) {
+			return nil, fmt.Errorf("%w: config for %q, which is not in the pipeline %v", ErrBadRequest, name, req.Pipeline)
+		}
+	}
+	tok := c.opts.Tokens.ForModel(req.Model)
+	before := tok.CountMessages(conv.Messages)
+	id := req.ConversationID
+	if id == "" {
+		id = ConversationID(conv.Messages)
+	}
+	window := req.ContextWindow
+	if window <= 0 {
+		window = models.ContextWindow(req.Model)
+	}
+
+	// Resolve every stage's plugin and config before running any, so a
+	// bad request fails as a whole.
+	type stagePlan struct {
+		plugin  *host.Plugin
+		release func()
+		config  json.RawMessage
+	}
+	plans := make([]stagePlan, 0, len(req.Pipeline))
+	defer func() {
+		for _, p := range plans {
+			p.release()
+		}
+	}()
+	for _, name := range req.Pipeline {
+		p, release, err := c.opts.Policies.Acquire(name)
+		if err != nil {
+			return nil, err
+		}
+		plans = append(plans, stagePlan{plugin: p, release: release})
+		var layers []policyconfig.Layer
+		if c.opts.Config != nil {
+			layers = c.opts.Config.Layers(name)
+		}
+		if o := req.Overrides[name]; len(o) > 0 {
+			layers = append(layers, policyconfig.Layer{Source: "request", Values: o})
+		}
+		cfg, err := p.Schema().Resolve(layers...)
+		if err != nil {
+			return nil, err
+		}
+		plans[len(plans)-1].config = cfg
+	}
+
+	llm := c.opts.LLM
+	if c.opts.NewLLM != nil {
+		llm = c.opts.NewLLM()
+	}
+	env := host.CallEnv{CountTokens: tok.Count, LLM: llm}
+	resp := &Response{ConversationID: id, Conversation: conv}
+	resp.Stats = Stats{TokensBefore: before, MessagesBefore: conv.Len(), Encoding: tok.Name()}
+	cur := conv
+	for _, plan := range plans {
+		p := plan.plugin
+		st := Stage{Policy: p.Name(), Version: p.Version(), Path: p.Path(), TokensBefore: cur.TotalTokens(), MessagesBefore: cur.Len()}
+		st.TokensAfter, st.MessagesAfter = st.TokensBefore, st.MessagesBefore
+		if req.TargetTokens > 0 && st.TokensBefore <= req.TargetTokens {
+			st.Skipped = fmt.Sprintf("fits the target of %d tokens", req.TargetTokens)
+			resp.Stats.Stages = append(resp.Stats.Stages, st)
+			continue
+		}
+		stageStart := time.Now()
+		out, warnings := c.runStage(ctx, p, cur, plan.config, abi.Context{
+			Model: req.Model, Encoding: tok.Encoding(), ContextWindow: window, ConversationID: id,
+		}, env, &st)
+		st.Duration = time.Since(stageStart)
+		resp.Warnings = append(resp.Warnings, warnings...)
+		if out != nil {
+			tok.CountMessages(out.Messages)
+			cur = out
+			st.TokensAfter, st.MessagesAfter = cur.TotalTokens(), cur.Len()
+		}
+		resp.Stats.Stages = append(resp.Stats.Stages, st)
+	}
+	resp.Conversation = cur
+	resp.Stats.TokensAfter, resp.Stats.MessagesAfter = cur.TotalTokens(), cur.Len()
+	resp.Stats.Duration = time.Since(start)
+	for _, st := range resp.Stats.Stages {
+		if st.Compacted {
+			resp.Compacted = true
+			if resp.Summary != "" {
+				resp.Summary += "; "
+			}
+			resp.Summary += st.Policy + ": " + st.Summary
+		}
+	}
+	return resp, nil
+}
+
+// runStage runs one policy. It returns the new conversation (nil when the
+// stage changed nothing or failed) and warnings; it fills st.
+func (c *Compactor) runStage(ctx context.Context, p *host.Plugin, in *chat.Conversation, cfg json.RawMessage, actx abi.Context, env host.CallEnv, st *Stage) (*chat.Conversation, []string) {
+	var warnings []string
+	if c.opts.State != nil {
+		state, err := c.opts.State.LoadState(ctx, actx.ConversationID, p.Name())
+		if err != nil {
+			warnings = append(warnings, fmt.Sprintf("%s: loading state: %v (running without it)", p.Name(), err))
+		}
+		actx.State = state
+	}
+	req := &host.Request{Conversation: in, Config: cfg, Context: actx, Env: env}
+	if p.HasShouldCompact() {
+		should, err := p.ShouldCompact(ctx, req)
+		if err != nil {
+			st.Error = err.Error()
+			c.logger.Warn("should_compact failed; input kept", "policy", p.Name(), "error", err)
+			return nil, append(warnings, err.Error()+" (input kept unchanged)")
+		}
+		if !should.Compact {
+			st.Skipped = "should_compact: " + should.Reason
+			return nil, warnings
+		}
+	}
+	out, err := p.Compact(ctx, req)
+	if err != nil {
+		st.Error = err.Error()
+		c.logger.Warn("compaction failed; input kept", "policy", p.Name(), "error", err)
+		return nil, append(warnings, err.Error()+" (input kept unchanged)")
+	}
+	res := out.Result
+	for _, w := range res.Warnings {
+		warnings = append(warnings, p.Name()+": "+w)
+	}
+	if c.opts.State != nil && len(res.State) > 0 && string(res.State) != "null" {
+		if err := c.opts.State.SaveState(ctx, actx.ConversationID, p.Name(), res.State); err != nil {
+			warnings = append(warnings, fmt.Sprintf("%s: saving state: %v", p.Name(), err))
+		}
+	}
+	st.Compacted, st.Summary, st.EntriesSummarized = out.Compacted, res.Summary, res.EntriesSummarized
+	st.Dropped, st.Rewritten = out.Dropped, res.Rewritten
+	if !out.Compacted {
+		return nil, warnings
+	}
+	return out.Conversation, warnings
+}
+
+// ConversationID derives a stable id from the leading system messages and
+// the first user message: the same conversation gets the same id in every
+// process and after restarts, and a conversation's id does not change as it
+// grows.
+func ConversationID(msgs []abi.Message) string {
+	h := sha256.New()
+	write := func(m *abi.Message) {
+		h.Write([]byte(m.Role))
+		h.Write([]byte{0})
+		h.Write([]byte(m.Text()))
+		h.Write([]byte{0})
+	}
+	lead := convo.LeadingSystem(msgs)
+	for i := 0; i < lead; i++ {
+		write(&msgs[i])
+	}
+	for i := lead; i < len(msgs); i++ {
+		if msgs[i].Role == abi.RoleUser {
+			write(&msgs[i])
+			break
+		}
+	}
+	return "h-" + hex.EncodeToString(h.Sum(nil)[:12])
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,146 @@
+// Package conform checks that a plugin keeps compactd's contract (abi
+// README): it runs the plugin on conversations of every shape an agent
+// sends, and optionally on real data, and reports what broke. `compactd
+// conform` and the registry's smoke test use it; it works for a plugin in
+// any language because it only talks to the plugin through the host.
+package conform
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"github.com/compactd/compactd/host"
+	"github.com/compactd/compactd/internal/chat"
+	"github.com/compactd/compactd/internal/tokens"
+)
+
+// Finding is one check and its outcome.
+type Finding struct {
+	Check string
+	Err   error // nil when the check passed
+}
+
+// Report is the outcome of a conformance run.
+type Report struct {
+	Plugin   string
+	Findings []Finding
+}
+
+// OK reports whether every check passed.
+func (r *Report) OK() bool {
+	for _, f := range r.Findings {
+		if f.Err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// Failures returns the failed findings.
+func (r *Report) Failures() []Finding {
+	var out []Finding
+	for _, f := range r.Findings {
+		if f.Err != nil {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func (r *Report) add(check string, err error) { r.Findings = append(r.Findings, Finding{check, err}) }
+
+// Samples returns the built-in sample conversations, parsed, validated and
+// with tokens counted by tok.
+func Samples(tok *tokens.Tokenizer) ([]*chat.Conversation, []string, error) {
+	var convs []*chat.Conversation
+	var names []string
+	for _, s := range samples {
+		c, err := chat.Parse([]byte(s.json))
+		if err != nil {
+			return nil, nil, fmt.Errorf("sample %q: %w", s.name, err)
+		}
+		if err := c.Validate(); err != nil {
+			return nil, nil, fmt.Errorf("sample %q: %w", s.name, err)
+		}
+		tok.CountMessages(c.Messages)
+		convs = append(convs, c)
+		names = append(names, s.name)
+	}
+	return convs, names, nil
+}
+
+// Smoke runs the plugin once on the richest sample with its default config:
+// the registry's check that a new version can serve before it replaces the
+// old one.
+func Smoke(ctx context.Context, p *host.Plugin, tok *tokens.Tokenizer) error {
+	convs, _, err := Samples(tok)
+	if err != nil {
+		return err
+	}
+	cfg, err := p.Schema().Resolve()
+	if err != nil {
+		return err
+	}
+	_, err = p.Compact(ctx, &host.Request{Conversation: convs[3], Config: cfg, Env: host.CallEnv{CountTokens: tok.Count}})
+	return err
+}
+
+// Run checks p on the samples and on extra conversations (e.g. real data
+// prefixes): every call succeeds with the default config, its result
+// passes the host's checks (which Compact enforces), the input is left
+// untouched, and a second identical call returns identical bytes.
+func Run(ctx context.Context, p *host.Plugin, tok *tokens.Tokenizer, extra []*chat.Conversation) *Report {
+	r := &Report{Plugin: p.Name() + "@" + p.Version()}
+	d := p.Description()
+	r.add("describe: name, version and ABI", nil)
+	if d.Description == "" {
+		r.add("describe: has a description", fmt.Errorf("description is empty"))
+	}
+	cfg, err := p.Schema().Resolve()
+	r.add("defaults validate against config_schema", err)
+	if err != nil {
+		return r
+	}
+	convs, names, err := Samples(tok)
+	if err != nil {
+		r.add("samples", err)
+		return r
+	}
+	for i, c := range extra {
+		convs = append(convs, c)
+		names = append(names, fmt.Sprintf("extra conversation %d (%d messages)", i, c.Len()))
+	}
+	env := host.CallEnv{CountTokens: tok.Count}
+	for i, c := range convs {
+		before := c.Encode()
+		req := &host.Request{Conversation: c, Config: cfg, Env: env}
+		first, err := p.Compact(ctx, req)
+		if err != nil {
+			r.add("compact: "+names[i], err)
+			continue
+		}
+		if !bytes.Equal(before, c.Encode()) {
+			r.add("compact: "+names[i], fmt.Errorf("the input conversation was modified"))
+			continue
+		}
+		second, err := p.Compact(ctx, req)
+		if err != nil {
+			r.add("compact: "+names[i]+" (second call)", err)
+			continue
+		}
+		if !bytes.Equal(first.Conversation.Encode(), second.Conversation.Encode()) {
+			r.add("deterministic: "+names[i], fmt.Errorf("two identical calls returned different conversations"))
+			continue
+		}
+		if p.HasShouldCompact() {
+			should, err := p.ShouldCompact(ctx, req)
+			if err == nil && !should.Compact && first.Compacted {
+				err = fmt.Errorf("should_compact said no (%s) but compact compacted", should.Reason)
+			}
+			r.add("should_compact agrees: "+names[i], err)
+		}
+		r.add("compact: "+names[i], nil)
+	}
+	return r
+}
