@@ -7,8 +7,10 @@
 package abi
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 )
@@ -38,7 +40,10 @@ const (
 )
 
 // Function numbers passed as the first argument of compactd_fast_v1_call.
+// FastPing does nothing and returns an empty output: it measures the
+// boundary's fixed cost and checks that an instance is alive.
 const (
+	FastPing          = 0
 	FastDescribe      = 1
 	FastCompact       = 2
 	FastShouldCompact = 3
@@ -154,20 +159,38 @@ type CompactRequest struct {
 	Messages []Message       `json:"messages"`
 	Config   json.RawMessage `json:"config,omitempty"`
 	Context  Context         `json:"context"`
+
+	configCache *ConfigCache
 }
 
 // DecodeConfig decodes the request's config into v (a pointer to a struct
 // whose fields carry json tags). Unknown keys are an error: the host already
 // validated the config against the plugin's schema, so an unknown key means
 // the schema and the struct disagree.
+//
+// With a ConfigCache (UseConfigCache), a config already decoded into the
+// same type from the same starting value is copied from the cache.
 func (r *CompactRequest) DecodeConfig(v any) error {
 	if len(r.Config) == 0 || string(r.Config) == "null" {
 		return nil
 	}
-	dec := json.NewDecoder(strings.NewReader(string(r.Config)))
+	var initial reflect.Value
+	rv := reflect.ValueOf(v)
+	useCache := r.configCache != nil && rv.Kind() == reflect.Pointer && !rv.IsNil() && cacheable(rv.Elem().Type())
+	if useCache {
+		if r.configCache.lookup(r.Config, rv.Elem()) {
+			return nil
+		}
+		initial = reflect.New(rv.Elem().Type()).Elem()
+		initial.Set(rv.Elem())
+	}
+	dec := json.NewDecoder(bytes.NewReader(r.Config))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return &Error{Code: CodeInvalidConfig, Message: "config: " + err.Error()}
+	}
+	if useCache {
+		r.configCache.store(r.Config, initial, rv.Elem())
 	}
 	return nil
 }

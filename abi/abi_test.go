@@ -141,3 +141,51 @@ func FuzzItem(f *testing.F) {
 		}
 	})
 }
+
+func TestDecodeConfigCache(t *testing.T) {
+	type cfg struct {
+		N    int    `json:"n"`
+		Mode string `json:"mode"`
+		Keep bool   `json:"keep"`
+	}
+	cache := NewConfigCache(2)
+	decode := func(config string, start cfg) (cfg, error) {
+		req := &CompactRequest{Config: json.RawMessage(config)}
+		req.UseConfigCache(cache)
+		c := start
+		err := req.DecodeConfig(&c)
+		return c, err
+	}
+	defaults := cfg{N: 5, Mode: "a", Keep: true}
+	for i := 0; i < 3; i++ { // decoded, then served from the cache
+		got, err := decode(`{"n":7}`, defaults)
+		if err != nil || got != (cfg{N: 7, Mode: "a", Keep: true}) {
+			t.Fatalf("round %d: %+v, %v", i, got, err)
+		}
+	}
+	if len(cache.entries) != 1 {
+		t.Fatalf("cache holds %d entries", len(cache.entries))
+	}
+	// Another starting value is another entry.
+	if got, _ := decode(`{"n":7}`, cfg{Mode: "b"}); got != (cfg{N: 7, Mode: "b"}) {
+		t.Fatalf("other start: %+v", got)
+	}
+	// Errors are not cached, and the cache stays bounded.
+	if _, err := decode(`{"x":1}`, defaults); err == nil {
+		t.Fatal("unknown key accepted")
+	}
+	decode(`{"n":8}`, defaults)
+	if len(cache.entries) != 2 {
+		t.Fatalf("cache holds %d entries, max 2", len(cache.entries))
+	}
+	// Types with references are never cached.
+	type withSlice struct {
+		L []int `json:"l"`
+	}
+	req := &CompactRequest{Config: json.RawMessage(`{"l":[1]}`)}
+	req.UseConfigCache(cache)
+	var ws withSlice
+	if err := req.DecodeConfig(&ws); err != nil || len(ws.L) != 1 || len(cache.entries) != 2 {
+		t.Fatalf("slice config: %+v %v (%d entries)", ws, err, len(cache.entries))
+	}
+}

@@ -52,47 +52,55 @@ type FunctionCall struct {
 	Arguments string `json:"arguments"`
 }
 
-// Content is a message's content exactly as it was in JSON: a string, an
-// array of content parts, or null. It is decoded lazily: a policy that never
-// reads a message's text never pays for unescaping it.
+// Content is a message's content: a string, an array of content parts, or
+// null. It holds either the JSON exactly as it was (decoded lazily: a
+// policy that never reads a message's text never pays for unescaping it)
+// or, for a string, the text itself (then the JSON is produced only if it
+// is encoded).
 type Content struct {
-	raw json.RawMessage
+	raw     json.RawMessage
+	text    string
+	hasText bool
 }
 
 var jsonNull = []byte("null")
 
 // TextContent returns a string content.
-func TextContent(s string) Content {
-	b, _ := json.Marshal(s) // a string always marshals
-	return Content{raw: b}
-}
+func TextContent(s string) Content { return Content{text: s, hasText: true} }
 
 // RawContent wraps JSON content (a string, an array of parts, or null).
 // The bytes are not copied.
 func RawContent(raw json.RawMessage) Content { return Content{raw: raw} }
 
-// Raw returns the JSON bytes of the content ("null" when absent).
+// Raw returns the JSON of the content ("null" when absent).
 func (c Content) Raw() json.RawMessage {
-	if len(c.raw) == 0 {
+	switch {
+	case c.hasText:
+		return encodeString(c.text)
+	case len(c.raw) == 0:
 		return jsonNull
 	}
 	return c.raw
 }
 
 // IsNull reports whether the content is null or absent.
-func (c Content) IsNull() bool { return len(c.raw) == 0 || bytes.Equal(c.raw, jsonNull) }
+func (c Content) IsNull() bool {
+	return !c.hasText && (len(c.raw) == 0 || bytes.Equal(c.raw, jsonNull))
+}
 
-// IsString reports whether the content is a JSON string.
-func (c Content) IsString() bool { return len(c.raw) > 0 && c.raw[0] == '"' }
+// IsString reports whether the content is a string.
+func (c Content) IsString() bool { return c.hasText || len(c.raw) > 0 && c.raw[0] == '"' }
 
 // Text returns the text of the content: the string itself, or the text parts
 // of an array joined with "\n". Non-text parts (images, audio) are skipped.
 // Malformed content yields "".
 func (c Content) Text() string {
 	switch {
+	case c.hasText:
+		return c.text
 	case c.IsNull():
 		return ""
-	case c.IsString():
+	case c.raw[0] == '"':
 		var s string
 		if err := json.Unmarshal(c.raw, &s); err != nil {
 			return ""
@@ -118,11 +126,17 @@ func (c Content) Text() string {
 	return ""
 }
 
-// Len returns the size of the content's JSON encoding in bytes, a cheap
-// proxy for its length that needs no decoding.
-func (c Content) Len() int { return len(c.raw) }
+// Len returns a cheap measure of the content's size in bytes: the text's
+// length, or the size of its JSON.
+func (c Content) Len() int {
+	if c.hasText {
+		return len(c.text)
+	}
+	return len(c.raw)
+}
 
-// MarshalJSON returns the content's JSON unchanged.
+// MarshalJSON returns the content's JSON; a raw content is returned
+// unchanged.
 func (c Content) MarshalJSON() ([]byte, error) { return c.Raw(), nil }
 
 // UnmarshalJSON keeps a copy of the JSON value. It accepts a string, an
@@ -136,8 +150,18 @@ func (c *Content) UnmarshalJSON(b []byte) error {
 	default:
 		return fmt.Errorf("content: want a string, an array of parts or null, got %s", describeJSON(b))
 	}
-	c.raw = append(json.RawMessage(nil), b...)
+	*c = Content{raw: append(json.RawMessage(nil), b...)}
 	return nil
+}
+
+// encodeString returns s as a JSON string without HTML escaping (summaries
+// hold <, > and & that should stay readable).
+func encodeString(s string) json.RawMessage {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes
+	return bytes.TrimRight(buf.Bytes(), "\n")
 }
 
 // ContentPart is one element of an array content.
@@ -180,7 +204,13 @@ func (it Item) MarshalJSON() ([]byte, error) {
 	if it.Message == nil {
 		return []byte(`{"ref":` + strconv.Itoa(it.Ref) + `}`), nil
 	}
-	return json.Marshal(it.Message)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(it.Message); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
 }
 
 // UnmarshalJSON decodes either form. An object with both "ref" and "role"

@@ -123,13 +123,14 @@ func TestRefsAreByteIdentical(t *testing.T) {
 				t.Fatal("input conversation changed")
 			}
 			out := resp.Conversation
-			// system, marker, then the last 3 entries widened to the tool unit start.
-			if out.Len() != 1+1+4+1 || !resp.Compacted {
+			// system, task, marker, then the last 3 entries widened to the
+			// start of the parallel tool-call unit.
+			if out.Len() != 1+1+1+5 || !resp.Compacted {
 				t.Fatalf("got %d messages: %s", out.Len(), out.Encode())
 			}
 			for i, raw := range out.Raw {
-				if i == 1 {
-					if want := `{"role":"user","content":"[3 earlier entries discarded]"}`; string(raw) != want {
+				if i == 2 {
+					if want := `{"role":"user","content":"[2 earlier entries discarded]"}`; string(raw) != want {
 						t.Errorf("marker = %s, want %s", raw, want)
 					}
 					continue
@@ -405,4 +406,72 @@ var foreignImportModule = []byte{
 	0, 'a', 's', 'm', 1, 0, 0, 0,
 	1, 4, 1, 0x60, 0, 0, // type section: one func type () -> ()
 	2, 11, 1, 3, 'e', 'n', 'v', 3, 'f', 'o', 'o', 0, 0, // import section: env.foo func type 0
+}
+
+// TestHostileC runs the C misbehaving plugins (testdata/hostile), which
+// take the Extism path like any plugin not built with our PDK.
+func TestHostileC(t *testing.T) {
+	tests := []struct {
+		mode   string
+		limits Limits
+		kind   error
+		code   string
+		want   string
+	}{
+		{mode: "LOOP", limits: Limits{CallTimeout: 500 * time.Millisecond}, kind: ErrTimeout, want: "time limit of 500ms"},
+		{mode: "ALLOC", limits: Limits{MaxMemoryPages: 1024}, kind: ErrMemoryLimit, want: "64 MiB"},
+		{mode: "HUGE", limits: Limits{MaxOutputBytes: 16 << 20}, kind: ErrOutputTooLarge},
+		{mode: "HUGE", limits: Limits{MaxMemoryPages: 512}, kind: ErrMemoryLimit},
+		{mode: "BADJSON", kind: ErrInvalidOutput, want: "not a JSON CompactResult"},
+		{mode: "BADREF", kind: ErrInvalidResult, want: "out of range"},
+		{mode: "SPLIT", kind: ErrInvalidResult, want: "tool"},
+		{mode: "TRAP", kind: ErrTrap, want: "unreachable"},
+		{mode: "ERRSET", kind: ErrReported, code: abi.CodeInvalidConfig, want: "hostile: refusing"},
+		{mode: "NOERR", kind: ErrReported, want: "returned status 7 without an error"},
+	}
+	e := newTestEngine(t, false, Limits{})
+	for _, tt := range tests {
+		t.Run(tt.mode, func(t *testing.T) {
+			p := loadTestPlugin(t, e, "host/testdata/hostile/hostile.c#HOSTILE_"+tt.mode, tt.limits)
+			if p.Path() != "extism" {
+				t.Fatalf("path = %s", p.Path())
+			}
+			name := "hostile-" + strings.ToLower(tt.mode)
+			c := testConversation(t)
+			before := snapshot(c)
+			_, err := p.Compact(context.Background(), &Request{Conversation: c})
+			checkPluginError(t, err, name, tt.kind, tt.code, tt.want)
+			if !bytes.Equal(before, snapshot(c)) {
+				t.Fatal("the caller's conversation changed")
+			}
+			// The host keeps serving: the next call fails the same way
+			// on a fresh or healthy instance, without crashing.
+			_, err = p.Compact(context.Background(), &Request{Conversation: c})
+			checkPluginError(t, err, name, tt.kind, tt.code, "")
+			if poisons(tt.kind) && p.Stats().Discarded < 2 {
+				t.Errorf("poisoned instances were not discarded: %+v", p.Stats())
+			}
+		})
+	}
+}
+
+// TestCPluginLastn runs the C policy through the same path as Go ones.
+func TestCPluginLastn(t *testing.T) {
+	e := newTestEngine(t, false, Limits{})
+	p := loadTestPlugin(t, e, "plugins/lastn/lastn.c", Limits{})
+	cfg, err := p.Schema().Resolve(policyLayer(map[string]any{"n": 2}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := p.Compact(context.Background(), &Request{Conversation: testConversation(t), Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// system + the last two messages.
+	if got := resp.Conversation.Len(); got != 3 || !resp.Compacted {
+		t.Fatalf("got %d messages: %s", got, resp.Conversation.Encode())
+	}
+	if _, err := p.Schema().Resolve(policyLayer(map[string]any{"n": 0})); err == nil {
+		t.Fatal("n=0 passed the plugin's schema")
+	}
 }

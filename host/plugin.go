@@ -258,7 +258,7 @@ type Response struct {
 // On failure it returns a *PluginError; the input is untouched.
 func (p *Plugin) Compact(ctx context.Context, req *Request) (*Response, error) {
 	start := time.Now()
-	input := encodeRequest(req)
+	input := encodeFor(p.mod.path(), req)
 	var resp *Response
 	err := p.run(ctx, abi.ExportCompact, input, req.Env, func(out []byte) *PluginError {
 		var pe *PluginError
@@ -282,7 +282,7 @@ func (p *Plugin) ShouldCompact(ctx context.Context, req *Request) (abi.ShouldCom
 		return abi.ShouldCompactResult{Compact: true}, nil
 	}
 	var res abi.ShouldCompactResult
-	err := p.run(ctx, abi.ExportShouldCompact, encodeRequest(req), req.Env, func(out []byte) *PluginError {
+	err := p.run(ctx, abi.ExportShouldCompact, encodeFor(p.mod.path(), req), req.Env, func(out []byte) *PluginError {
 		if err := json.Unmarshal(out, &res); err != nil {
 			return &PluginError{Kind: ErrInvalidOutput, Detail: "should_compact: " + err.Error()}
 		}
@@ -300,4 +300,13 @@ func (p *Plugin) Call(ctx context.Context, export string, input []byte, env Call
 		return nil
 	})
 	return out, err
+}
+
+// Ping makes a no-op call into a fast-path plugin (it measures the
+// boundary's fixed cost). Extism-path plugins answer ErrInvalidModule.
+func (p *Plugin) Ping(ctx context.Context) error {
+	if p.Path() != "fast" {
+		return p.named("ping", &PluginError{Kind: ErrInvalidModule, Detail: "ping needs the fast path"})
+	}
+	return p.run(ctx, exportPing, nil, CallEnv{}, nil)
 }

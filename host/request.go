@@ -10,6 +10,25 @@ import (
 
 var tokensKey = []byte(`"tokens"`)
 
+// encodeFor encodes req for a plugin's path: the binary fast encoding on
+// the fast path (abi.AppendFastRequest), JSON on the Extism path.
+func encodeFor(path string, req *Request) []byte {
+	if path != "fast" {
+		return encodeRequest(req)
+	}
+	ctx := req.Context
+	ctx.TotalTokens = req.Conversation.TotalTokens()
+	cfg := req.Config
+	if len(cfg) == 0 {
+		cfg = json.RawMessage("{}")
+	}
+	size := 128 + len(cfg) + len(ctx.State)
+	for _, r := range req.Conversation.Raw {
+		size += len(r)
+	}
+	return abi.AppendFastRequest(make([]byte, 0, size), cfg, &ctx, req.Conversation.Messages)
+}
+
 // encodeRequest writes the CompactRequest JSON. Each message is the
 // caller's original bytes with "tokens" spliced in after the opening brace,
 // so the host never re-encodes message contents.

@@ -140,6 +140,12 @@ func Register(p Policy) {
 // through its JSON encoding without Wasm. A panic in the policy becomes an
 // internal error.
 func Call(p *Policy, h Host, export string, input []byte) (out []byte, err error) {
+	return call(p, h, export, input, decodeRequest)
+}
+
+// call runs an export; decode reads the request (JSON on the Extism path,
+// the binary fast encoding on the fast path).
+func call(p *Policy, h Host, export string, input []byte, decode func([]byte) (*abi.CompactRequest, error)) (out []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = &abi.Error{Code: abi.CodeInternal, Message: fmt.Sprintf("policy %s panicked: %v\n%s", p.Name, r, debug.Stack())}
@@ -153,7 +159,7 @@ func Call(p *Policy, h Host, export string, input []byte) (out []byte, err error
 		}
 		return json.Marshal(d)
 	case abi.ExportCompact:
-		req, err := decodeRequest(input)
+		req, err := decode(input)
 		if err != nil {
 			return nil, err
 		}
@@ -164,12 +170,12 @@ func Call(p *Policy, h Host, export string, input []byte) (out []byte, err error
 		if res == nil {
 			return nil, &abi.Error{Code: abi.CodeInternal, Message: "policy returned no result"}
 		}
-		return marshal(res)
+		return appendResult(nil, res)
 	case abi.ExportShouldCompact:
 		if p.ShouldCompact == nil {
 			return nil, &abi.Error{Code: abi.CodeInvalidRequest, Message: "policy " + p.Name + " has no should_compact"}
 		}
-		req, err := decodeRequest(input)
+		req, err := decode(input)
 		if err != nil {
 			return nil, err
 		}
@@ -182,6 +188,26 @@ func Call(p *Policy, h Host, export string, input []byte) (out []byte, err error
 	return nil, &abi.Error{Code: abi.CodeInvalidRequest, Message: "unknown export " + export}
 }
 
+// CallFast is Call for the fast path's binary request encoding
+// (abi.AppendFastRequest). Tests use it to check that both encodings give
+// the same result.
+func CallFast(p *Policy, h Host, export string, input []byte) ([]byte, error) {
+	return call(p, h, export, input, decodeFastRequest)
+}
+
+func decodeFastRequest(input []byte) (*abi.CompactRequest, error) {
+	req, err := abi.DecodeFastRequest(input)
+	if err != nil {
+		return nil, &abi.Error{Code: abi.CodeInvalidRequest, Message: err.Error()}
+	}
+	req.UseConfigCache(configCache)
+	return req, nil
+}
+
+// configCache serves every call of this guest (see abi.ConfigCache): a
+// plugin instance sees the same config on almost every call.
+var configCache = abi.NewConfigCache(16)
+
 func decodeRequest(input []byte) (*abi.CompactRequest, error) {
 	var req abi.CompactRequest
 	if err := json.Unmarshal(input, &req); err != nil {
@@ -190,10 +216,11 @@ func decodeRequest(input []byte) (*abi.CompactRequest, error) {
 	if !abi.Compatible(abi.Version, req.ABI) {
 		return nil, &abi.Error{Code: abi.CodeInvalidRequest, Message: fmt.Sprintf("host speaks ABI %s, plugin speaks %s", req.ABI, abi.Version)}
 	}
+	req.UseConfigCache(configCache)
 	return &req, nil
 }
 
-// marshal encodes v without HTML escaping (summaries contain <, > and &).
+// marshal encodes v without HTML escaping.
 func marshal(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

@@ -39,8 +39,7 @@ func ModuleRoot(dir string) (string, error) {
 // Go builds the Go plugin in pkgDir (a directory of the compactd module) to
 // out. The Go build cache makes a rebuild of unchanged sources cheap.
 func Go(ctx context.Context, pkgDir, out string) error {
-	root, err := ModuleRoot(pkgDir)
-	if err != nil {
+	if _, err := ModuleRoot(pkgDir); err != nil {
 		return err
 	}
 	goTool := filepath.Join(os.Getenv("GOROOT"), "bin", "go")
@@ -54,11 +53,13 @@ func Go(ctx context.Context, pkgDir, out string) error {
 	if err != nil {
 		return fmt.Errorf("build %s: %w", pkgDir, err)
 	}
+	if out, err = filepath.Abs(out); err != nil {
+		return fmt.Errorf("build %s: %w", pkgDir, err)
+	}
 	cmd := exec.CommandContext(ctx, goTool, "build", "-buildmode=c-shared", "-trimpath", "-o", out, ".")
 	cmd.Dir = abs
 	cmd.Env = append(withoutEnv(os.Environ(), "GOOS", "GOARCH", "CGO_ENABLED", "GOFLAGS"),
 		"GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0", "GOFLAGS=-mod=readonly")
-	_ = root
 	return run(cmd, "go build "+pkgDir)
 }
 

@@ -1,0 +1,50 @@
+# compactd's front door. `make run` starts the daemon with the built-in
+# policies; `make test` runs every test; `make check` is the presubmit.
+
+GO       ?= go
+BIN      := bin
+PLUGINS  := $(BIN)/plugins
+# Debian packages the C plugins (and their tests) need.
+DEB_PKGS := clang lld wasi-libc libclang-rt-14-dev-wasm32
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@2025.1.1
+
+.PHONY: all build plugins run test test-short bench check deps clean
+
+all: build plugins
+
+build:
+	$(GO) build -o $(BIN)/compactd ./cmd/compactd
+
+plugins: deps
+	$(GO) run ./internal/wasmbuild/buildplugins -out $(PLUGINS)
+
+run: build plugins
+	$(BIN)/compactd policies --plugins $(PLUGINS)
+
+test: deps
+	$(GO) test -race -count=1 ./...
+
+test-short: deps
+	$(GO) test -short -count=1 ./...
+
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchtime 20x ./...
+
+check:
+	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+	$(GO) vet ./...
+	GOOS=wasip1 GOARCH=wasm $(GO) vet ./abi ./convo ./pdk
+	$(GO) run $(STATICCHECK) ./...
+	$(GO) mod tidy
+	git diff --exit-code -- go.mod go.sum
+
+# deps installs the C toolchain for wasm32-wasi when it is missing (Debian).
+deps:
+	@if ! command -v clang >/dev/null || [ ! -e /usr/lib/wasm32-wasi/libc.a ] && [ ! -e /usr/lib/wasm32-wasip1/libc.a ]; then \
+		echo "installing $(DEB_PKGS)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEB_PKGS) >/dev/null; \
+	fi
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,211 @@
+package abi
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"unsafe"
+)
+
+// The fast path's request encoding. Through Extism a request is JSON; on
+// the fast path the host sends the same request in this binary form, which
+// a guest decodes without scanning the messages' text: in a Go guest,
+// decoding JSON is the dominant cost (README.md, "The fast path").
+//
+// All integers are little-endian u32; a string is a u32 length and its
+// bytes. Layout:
+//
+//	"CDF1"
+//	string config      (JSON object)
+//	context: string model, string encoding, u32 context_window,
+//	         u32 total_tokens, string conversation_id, string state (JSON or empty)
+//	u32    message count
+//	per message:
+//	  string role
+//	  u32    tokens
+//	  u8     content kind: 0 null, 1 text (the decoded string), 2 JSON (e.g. parts)
+//	  string content
+//	  string name
+//	  string tool_call_id
+//	  u32    tool call count, then per call: string id, type, name, arguments
+const fastMagic = "CDF1"
+
+// Content kinds in the fast encoding.
+const (
+	fastContentNull = 0
+	fastContentText = 1
+	fastContentJSON = 2
+)
+
+// ErrFastRequest is wrapped by DecodeFastRequest's errors.
+var ErrFastRequest = errors.New("malformed fast-path request")
+
+// AppendFastRequest appends the fast encoding of a request with the given
+// config JSON, context and messages (whose Tokens are sent).
+func AppendFastRequest(dst []byte, config json.RawMessage, ctx *Context, msgs []Message) []byte {
+	dst = append(dst, fastMagic...)
+	dst = appendString(dst, config)
+	dst = appendString(dst, ctx.Model)
+	dst = appendString(dst, ctx.Encoding)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(ctx.ContextWindow))
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(ctx.TotalTokens))
+	dst = appendString(dst, ctx.ConversationID)
+	dst = appendString(dst, ctx.State)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(msgs)))
+	for i := range msgs {
+		m := &msgs[i]
+		dst = appendString(dst, m.Role)
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(m.Tokens))
+		switch {
+		case m.Content.IsNull():
+			dst = append(dst, fastContentNull)
+			dst = appendString(dst, "")
+		case m.Content.IsString():
+			dst = append(dst, fastContentText)
+			dst = appendString(dst, m.Content.Text())
+		default:
+			dst = append(dst, fastContentJSON)
+			dst = appendString(dst, m.Content.raw)
+		}
+		dst = appendString(dst, m.Name)
+		dst = appendString(dst, m.ToolCallID)
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(m.ToolCalls)))
+		for _, c := range m.ToolCalls {
+			dst = appendString(dst, c.ID)
+			dst = appendString(dst, c.Type)
+			dst = appendString(dst, c.Function.Name)
+			dst = appendString(dst, c.Function.Arguments)
+		}
+	}
+	return dst
+}
+
+func appendString[T string | []byte | json.RawMessage](dst []byte, s T) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(s)))
+	return append(dst, s...)
+}
+
+// DecodeFastRequest decodes a fast-path request. The strings of the
+// messages alias b (no copies): b must not change while the request is in
+// use.
+func DecodeFastRequest(b []byte) (*CompactRequest, error) {
+	r := fastReader{b: b}
+	if len(b) < len(fastMagic) || string(b[:len(fastMagic)]) != fastMagic {
+		return nil, fmt.Errorf("%w: bad magic", ErrFastRequest)
+	}
+	r.off = len(fastMagic)
+	req := &CompactRequest{ABI: Version}
+	req.Config = json.RawMessage(r.bytes())
+	c := &req.Context
+	c.Model, c.Encoding = r.str(), r.str()
+	c.ContextWindow, c.TotalTokens = int(r.u32()), int(r.u32())
+	c.ConversationID = r.str()
+	if state := r.bytes(); len(state) > 0 {
+		c.State = state
+	}
+	n := r.u32()
+	if r.err != nil {
+		return nil, r.err
+	}
+	// Each message takes at least 29 bytes: bound n before allocating.
+	if int(n) > (len(b)-r.off)/29+1 {
+		return nil, fmt.Errorf("%w: %d messages cannot fit in %d bytes", ErrFastRequest, n, len(b))
+	}
+	req.Messages = make([]Message, n)
+	for i := range req.Messages {
+		m := &req.Messages[i]
+		m.Role = r.str()
+		m.Tokens = int(r.u32())
+		kind := r.u8()
+		content := r.bytes()
+		switch kind {
+		case fastContentNull:
+		case fastContentText:
+			m.Content = Content{text: unsafeString(content), hasText: true}
+		case fastContentJSON:
+			m.Content = Content{raw: content}
+		default:
+			if r.err == nil {
+				r.err = fmt.Errorf("%w: message %d: content kind %d", ErrFastRequest, i, kind)
+			}
+		}
+		m.Name = r.str()
+		m.ToolCallID = r.str()
+		calls := r.u32()
+		if r.err != nil {
+			return nil, r.err
+		}
+		if int(calls) > (len(b)-r.off)/16+1 {
+			return nil, fmt.Errorf("%w: message %d: %d tool calls cannot fit", ErrFastRequest, i, calls)
+		}
+		if calls > 0 {
+			m.ToolCalls = make([]ToolCall, calls)
+			for k := range m.ToolCalls {
+				c := &m.ToolCalls[k]
+				c.ID, c.Type, c.Function.Name, c.Function.Arguments = r.str(), r.str(), r.str(), r.str()
+			}
+		}
+	}
+	if r.err == nil && r.off != len(b) {
+		r.err = fmt.Errorf("%w: %d trailing bytes", ErrFastRequest, len(b)-r.off)
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	return req, nil
+}
+
+type fastReader struct {
+	b   []byte
+	off int
+	err error
+}
+
+func (r *fastReader) need(n int) bool {
+	if r.err != nil {
+		return false
+	}
+	if n < 0 || len(r.b)-r.off < n {
+		r.err = fmt.Errorf("%w: truncated at byte %d", ErrFastRequest, r.off)
+		return false
+	}
+	return true
+}
+
+func (r *fastReader) u8() byte {
+	if !r.need(1) {
+		return 0
+	}
+	v := r.b[r.off]
+	r.off++
+	return v
+}
+
+func (r *fastReader) u32() uint32 {
+	if !r.need(4) {
+		return 0
+	}
+	v := binary.LittleEndian.Uint32(r.b[r.off:])
+	r.off += 4
+	return v
+}
+
+func (r *fastReader) bytes() []byte {
+	n := int(r.u32())
+	if !r.need(n) {
+		return nil
+	}
+	v := r.b[r.off : r.off+n : r.off+n]
+	r.off += n
+	return v
+}
+
+func (r *fastReader) str() string { return unsafeString(r.bytes()) }
+
+func unsafeString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
