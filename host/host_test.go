@@ -475,3 +475,39 @@ func TestCPluginLastn(t *testing.T) {
 		t.Fatal("n=0 passed the plugin's schema")
 	}
 }
+
+// TestGuestMemoryStaysFlat: a Go guest that allocates and drops a MiB per
+// call keeps its memory within twice its size after the first call, because
+// the PDK lets the guest's GC run before each export returns.
+func TestGuestMemoryStaysFlat(t *testing.T) {
+	calls := 10_000
+	if testing.Short() {
+		calls = 1_000
+	}
+	e := newTestEngine(t, false, Limits{MaxInstances: 1})
+	p := loadTestPlugin(t, e, "host/testdata/gohostile", Limits{})
+	c := testConversation(t)
+	req := &Request{Conversation: c, Config: json.RawMessage(`{"mode":"garbage","n":1}`)}
+	ctx := context.Background()
+	if _, err := p.Compact(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	first := p.Stats().IdleMemoryBytes
+	var tenth uint64
+	for i := 1; i < calls; i++ {
+		if _, err := p.Compact(ctx, req); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if i == calls/10 {
+			tenth = p.Stats().IdleMemoryBytes
+		}
+	}
+	last := p.Stats().IdleMemoryBytes
+	t.Logf("guest memory: %d KiB after the first call, %d KiB after %d calls, %d KiB after %d calls", first>>10, tenth>>10, calls/10, last>>10, calls)
+	if first == 0 || last > 2*first {
+		t.Fatalf("guest memory grew from %d to %d bytes over %d calls", first, last, calls)
+	}
+	if last > tenth {
+		t.Fatalf("guest memory still growing: %d bytes after %d calls, %d after %d", tenth, calls/10, last, calls)
+	}
+}

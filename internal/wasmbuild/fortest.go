@@ -2,6 +2,7 @@ package wasmbuild
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -30,8 +31,10 @@ func ForTest(tb testing.TB, rel string) string {
 	tb.Helper()
 	testMu.Lock()
 	if testDir == "" {
-		d, err := os.MkdirTemp("", "compactd-wasm-")
-		if err != nil {
+		// One directory per machine, files overwritten in place: test
+		// runs leave no clutter behind.
+		d := filepath.Join(os.TempDir(), "compactd-test-wasm")
+		if err := os.MkdirAll(d, 0o755); err != nil {
 			testMu.Unlock()
 			tb.Fatalf("wasmbuild: %v", err)
 		}
@@ -60,10 +63,17 @@ func ForTest(tb testing.TB, rel string) string {
 			name += "_" + d
 		}
 		b.path = filepath.Join(dir, sanitize(name)+".wasm")
+		// Test binaries of several packages build the same plugins at
+		// once: each writes its own temporary file and renames it into
+		// place, so a reader never sees a half-written module.
+		tmp := fmt.Sprintf("%s.%d.tmp", b.path, os.Getpid())
 		if filepath.Ext(src) == ".c" {
-			b.err = C(context.Background(), filepath.Join(root, src), b.path, defines)
+			b.err = C(context.Background(), filepath.Join(root, src), tmp, defines)
 		} else {
-			b.err = Go(context.Background(), filepath.Join(root, src), b.path)
+			b.err = Go(context.Background(), filepath.Join(root, src), tmp)
+		}
+		if b.err == nil {
+			b.err = os.Rename(tmp, b.path)
 		}
 	})
 	if b.err != nil {
