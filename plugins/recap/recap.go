@@ -1,0 +1,144 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/convo"
+	"github.com/compactd/compactd/pdk"
+)
+
+// version is the plugin's version; bump it when behaviour changes.
+const version = "1.0.0"
+
+// config is the policy's config; its zero value is not the default (see
+// defaults).
+type config struct {
+	Enabled                       bool `json:"enabled"`
+	MinPreservedAssistantMessages int  `json:"min_preserved_assistant_messages"`
+	BatchSize                     int  `json:"batch_size"`
+}
+
+var defaults = config{
+	Enabled:                       true,
+	MinPreservedAssistantMessages: 3,
+	BatchSize:                     4,
+}
+
+const schema = `{
+  "type": "object",
+  "properties": {
+    "enabled": {"type": "boolean",
+      "description": "false leaves every conversation as it is (environment: LLM_COMPACTION_ENABLED)"},
+    "min_preserved_assistant_messages": {"type": "integer", "minimum": 1,
+      "description": "the newest N assistant messages, and everything after the oldest of them, stay in full (environment: LLM_COMPACTION_MIN_PRESERVED_ASSISTANT_MESSAGES)"},
+    "batch_size": {"type": "integer", "minimum": 1,
+      "description": "older assistant messages are compacted in batches of this many, so the compacted prefix changes once per batch (environment: LLM_COMPACTION_BATCH_SIZE)"}
+  },
+  "additionalProperties": false
+}`
+
+func policy() pdk.Policy {
+	return pdk.Policy{
+		Name:         "recap",
+		Version:      version,
+		Description:  "Playbooks-style batched recap: older assistant messages shrink to their \"recap -\" line and older user messages are removed, a batch at a time, so the prompt-cache prefix changes once per batch.",
+		ConfigSchema: schema,
+		Defaults:     defaults,
+		Compact:      compact,
+	}
+}
+
+// recapPrefix starts the line an assistant message is compacted to.
+const recapPrefix = "recap -"
+
+func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
+	cfg := defaults
+	if err := req.DecodeConfig(&cfg); err != nil {
+		return nil, err
+	}
+	msgs := req.Messages
+	if !cfg.Enabled {
+		return abi.Unchanged(len(msgs), "recap is disabled"), nil
+	}
+	assistants := 0
+	for i := range msgs {
+		if msgs[i].Role == abi.RoleAssistant {
+			assistants++
+		}
+	}
+	k := batched(assistants, cfg)
+	if k == 0 {
+		return abi.Unchanged(len(msgs), fmt.Sprintf("%d assistant messages: fewer than %d+%d, nothing to compact", assistants, cfg.MinPreservedAssistantMessages, cfg.BatchSize)), nil
+	}
+	// last is the newest compacted assistant message: the k-th one.
+	last := -1
+	for i, seen := 0, 0; seen < k; i++ {
+		if msgs[i].Role == abi.RoleAssistant {
+			seen++
+			last = i
+		}
+	}
+	items := make([]abi.Item, 0, len(msgs))
+	var rewritten []int
+	removed := 0
+	for i := 0; i < len(msgs); {
+		m := &msgs[i]
+		switch {
+		case i > last || m.IsSystem():
+			// The preserved tail, and system messages anywhere.
+		case m.Role == abi.RoleUser:
+			removed++
+			i++
+			continue
+		case m.Role == abi.RoleAssistant:
+			line, ok := recapLine(m.Text())
+			if !ok {
+				break // no recap line: the message (and its unit) stays
+			}
+			// The recap line replaces the message; its tool calls and
+			// their results go with it, as one unit.
+			items = append(items, abi.New(abi.Message{Role: abi.RoleAssistant, Content: abi.TextContent(line), Name: m.Name}))
+			rewritten = append(rewritten, i)
+			i = convo.UnitStartAtOrAfter(msgs, i+1)
+			continue
+		}
+		items = append(items, abi.Ref(i))
+		i++
+	}
+	if len(rewritten) == 0 && removed == 0 {
+		return abi.Unchanged(len(msgs), fmt.Sprintf("the %d oldest assistant messages have no recap line and no user message precedes them", k)), nil
+	}
+	return &abi.CompactResult{
+		Messages:          items,
+		Compacted:         true,
+		Summary:           fmt.Sprintf("compacted the %d oldest of %d assistant messages (%d to their recap line), removed %d user messages", k, assistants, len(rewritten), removed),
+		EntriesSummarized: len(rewritten) + removed,
+		Rewritten:         rewritten,
+	}, nil
+}
+
+// batched returns how many of the oldest assistant messages are compacted:
+// all but the newest min_preserved, rounded down to a multiple of
+// batch_size. It is 0 below min_preserved + batch_size assistant messages.
+func batched(assistants int, cfg config) int {
+	over := assistants - cfg.MinPreservedAssistantMessages
+	if over < cfg.BatchSize {
+		return 0
+	}
+	return over / cfg.BatchSize * cfg.BatchSize
+}
+
+// recapLine returns the first line of text that starts with "recap -"
+// once trimmed, trimmed.
+func recapLine(text string) (string, bool) {
+	for len(text) > 0 {
+		line, rest, _ := strings.Cut(text, "\n")
+		if line = strings.TrimSpace(line); strings.HasPrefix(line, recapPrefix) {
+			return line, true
+		}
+		text = rest
+	}
+	return "", false
+}
