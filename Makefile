@@ -18,8 +18,12 @@ build:
 plugins: deps
 	$(GO) run ./internal/wasmbuild/buildplugins -out $(PLUGINS)
 
+# run starts the daemon in the foreground with the built-in policies; its
+# socket, state and config file live under bin/ (README.md, "Run the
+# daemon"). Ctrl-C stops it.
+SOCKET   ?= $(CURDIR)/$(BIN)/compactd.sock
 run: build plugins
-	$(BIN)/compactd policies --plugins $(PLUGINS)
+	$(BIN)/compactd serve --plugins $(PLUGINS) --socket $(SOCKET) --state-dir $(BIN)/state --config $(BIN)/compactd.yaml
 
 test: deps
 	$(GO) test -race -count=1 ./...
@@ -27,8 +31,11 @@ test: deps
 test-short: deps
 	$(GO) test -short -count=1 ./...
 
+# bench runs every benchmark and `compactd eval` on ../shared/data and
+# rewrites docs/benchmarks.md (several minutes; BENCHTIME, POLICIES and
+# BENCH_PKGS narrow it, see scripts/benchmarks.sh).
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchtime 20x ./...
+	scripts/benchmarks.sh
 
 check:
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }

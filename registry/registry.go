@@ -1,8 +1,23 @@
 // Package registry keeps the policies of a plugins directory: it loads each
 // .wasm file through the host, names it by what its describe export says
 // (the file name is the fallback), and hands out the version currently
-// serving a name. Acquire/release pairs let a replaced or removed version
-// finish the calls it started before it is closed.
+// serving a name.
+//
+// Started with Start, it watches the directory (fsnotify) and reloads a
+// file when it is created, written, renamed into place or removed. Bursts
+// of events are debounced, and a file whose bytes did not change (same
+// SHA-256) is left alone. A new version is compiled, described and smoke
+// tested (conform.Smoke: one compact call on a built-in conversation)
+// before it is swapped in; until then, and if it fails, the old version
+// keeps serving. A failure is recorded with the file's hash (Policies shows
+// it) and the same bytes are not tried again. Two files claiming one
+// policy name is a conflict: the first keeps the name, the second is
+// reported; when the first goes away the second is tried again.
+//
+// Acquire hands out a plugin with a reference; the caller releases it when
+// its calls are over. A replaced or removed version is closed when its
+// last reference is released, so calls in flight finish on the version
+// they started with and no caller ever gets a closed plugin.
 package registry
 
 import (
@@ -11,71 +26,182 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/compactd/compactd/host"
 	"github.com/compactd/compactd/internal/compactor"
+	"github.com/compactd/compactd/internal/conform"
+	"github.com/compactd/compactd/internal/tokens"
+	"github.com/fsnotify/fsnotify"
 	"github.com/hashicorp/go-hclog"
+)
+
+// Errors. Test with errors.Is.
+var (
+	// ErrNoDir is returned when the plugins directory does not exist.
+	ErrNoDir = errors.New("plugins directory not found")
+	// ErrConflict: a file describes a policy name another file serves.
+	ErrConflict = errors.New("policy name conflict")
+	// ErrSmoke: a plugin loaded but failed the smoke test.
+	ErrSmoke = errors.New("plugin failed the smoke test")
+	// ErrClosed: the registry was closed.
+	ErrClosed = errors.New("registry is closed")
 )
 
 // Options configure a Registry.
 type Options struct {
 	// Dir is the plugins directory.
 	Dir string
-	// Engine loads the modules.
+	// Engine loads the modules. The registry does not close it.
 	Engine *host.Engine
-	// Limits overrides the engine's limits per policy name.
+	// DefaultLimits apply to every plugin, over the engine's defaults.
+	DefaultLimits host.Limits
+	// Limits override DefaultLimits field by field, per policy name.
 	Limits map[string]host.Limits
+	// Tokens counts tokens for the smoke test (a new Counter if nil).
+	Tokens *tokens.Counter
+	// Debounce is how long the directory must be quiet after an event
+	// before the registry acts on it (default 100ms).
+	Debounce time.Duration
+	// MaxDelay bounds how long a steady stream of events can hold a reload
+	// back (default 1s).
+	MaxDelay time.Duration
+	// Logger receives load, reload and failure logs (discarded if nil).
 	Logger hclog.Logger
 }
+
+// Default debounce settings.
+const (
+	DefaultDebounce = 100 * time.Millisecond
+	DefaultMaxDelay = time.Second
+)
 
 // Registry maps policy names to loaded plugins. It is safe for concurrent
 // use.
 type Registry struct {
 	opts   Options
 	logger hclog.Logger
+	tok    *tokens.Tokenizer
 
-	mu      sync.RWMutex
-	byName  map[string]*entry // serving plugins by policy name
-	byFile  map[string]*fileState
-	closed  bool
-	closeMu sync.Once
+	loadMu sync.Mutex // one load at a time; held across compile and swap
+
+	mu       sync.RWMutex
+	byName   map[string]*version // the serving version of each name
+	byFile   map[string]*fileState
+	draining []*version // retired versions, closed after their last release
+	closed   bool
+
+	watcher *fsnotify.Watcher
+	cancel  context.CancelFunc
+	done    chan struct{}
+
+	closeOnce sync.Once
+	counters  struct{ loads, failures, reloads, unloads, conflicts atomic.Uint64 }
 }
 
-// entry is one serving plugin version.
-type entry struct {
-	plugin *host.Plugin
-	file   string
+// version is one loaded plugin version and the references callers hold.
+type version struct {
+	plugin  *host.Plugin
+	file    string
+	limits  host.Limits
+	refs    atomic.Int64
+	retired atomic.Bool
+	once    sync.Once
+}
+
+func (v *version) release() {
+	if v.refs.Add(-1) == 0 && v.retired.Load() {
+		v.close()
+	}
+}
+
+// retire marks v as no longer serving; it closes now if nobody holds it,
+// or at its last release. The caller holds the registry's write lock, so
+// no Acquire can take a new reference to v after this.
+func (v *version) retire() {
+	v.retired.Store(true)
+	if v.refs.Load() == 0 {
+		v.close()
+	}
+}
+
+func (v *version) close() {
+	v.once.Do(func() { v.plugin.Close(context.Background()) })
 }
 
 // fileState is what the registry knows of one file.
 type fileState struct {
 	path    string
-	sha256  string
-	name    string // policy name it serves ("" if it failed to load)
-	err     error  // the last load error, if any
-	errHash string // the hash that failed, so it is not retried
+	sha256  string // hash of the serving version ("" if none)
+	name    string // policy name it serves ("" if none)
 	loaded  time.Time
+	limits  host.Limits
+	err     error // last load error; nil when the file's bytes serve
+	errHash string
+	errAt   time.Time
+	// conflict is the name this file could not take; it is tried again
+	// when that name is freed.
+	conflict string
 }
 
-// New returns an empty registry; call LoadAll or Resolve to fill it.
+// New returns an empty registry; call Start (daemon), LoadAll or Resolve
+// (one-shot commands) to fill it.
 func New(opts Options) *Registry {
-	r := &Registry{opts: opts, logger: opts.Logger, byName: map[string]*entry{}, byFile: map[string]*fileState{}}
+	if opts.Dir != "" {
+		opts.Dir = filepath.Clean(opts.Dir)
+	}
+	if opts.Debounce <= 0 {
+		opts.Debounce = DefaultDebounce
+	}
+	if opts.MaxDelay <= 0 {
+		opts.MaxDelay = DefaultMaxDelay
+	}
+	if opts.Tokens == nil {
+		opts.Tokens = tokens.New(tokens.Options{})
+	}
+	r := &Registry{opts: opts, logger: opts.Logger, byName: map[string]*version{}, byFile: map[string]*fileState{}}
 	if r.logger == nil {
 		r.logger = hclog.NewNullLogger()
 	}
+	r.tok = opts.Tokens.ForModel("")
 	return r
 }
 
 var _ compactor.PolicySource = (*Registry)(nil)
 
-// ErrNoDir is returned when the plugins directory does not exist.
-var ErrNoDir = errors.New("plugins directory not found")
+// Acquire implements compactor.PolicySource. The reference is taken under
+// the registry's lock, so a version being replaced is closed only after
+// every caller that got it has called release. release may be called once;
+// further calls do nothing.
+func (r *Registry) Acquire(name string) (*host.Plugin, func(), error) {
+	r.mu.RLock()
+	v, ok := r.byName[name]
+	if ok {
+		v.refs.Add(1)
+	}
+	closed := r.closed
+	r.mu.RUnlock()
+	if !ok {
+		if closed {
+			return nil, nil, ErrClosed
+		}
+		return nil, nil, r.unknown(name)
+	}
+	var released atomic.Bool
+	return v.plugin, func() {
+		if released.CompareAndSwap(false, true) {
+			v.release()
+		}
+	}, nil
+}
 
 // wasmFiles lists the .wasm files of the plugins directory, sorted.
 func (r *Registry) wasmFiles() ([]string, error) {
@@ -88,24 +214,63 @@ func (r *Registry) wasmFiles() ([]string, error) {
 	}
 	var files []string
 	for _, e := range entries {
-		if !e.IsDir() && strings.HasSuffix(e.Name(), ".wasm") {
-			files = append(files, filepath.Join(r.opts.Dir, e.Name()))
+		if e.Type().IsRegular() || e.Type()&fs.ModeSymlink != 0 {
+			if isPluginFile(e.Name()) {
+				files = append(files, filepath.Join(r.opts.Dir, e.Name()))
+			}
 		}
 	}
 	sort.Strings(files)
 	return files, nil
 }
 
-// LoadAll loads every .wasm file of the directory. A file that fails to
-// load is recorded (see Policies) and does not stop the others; the error
-// is returned only when the directory cannot be read.
+// isPluginFile reports whether a file name is a plugin's: NAME.wasm, not
+// hidden (editors and copy tools write hidden temporary files).
+func isPluginFile(name string) bool {
+	return strings.HasSuffix(name, ".wasm") && !strings.HasPrefix(name, ".")
+}
+
+// LoadAll loads every .wasm file of the directory and unloads the files
+// that are gone. A file that fails to load is recorded (see Policies) and
+// does not stop the others; the error is returned only when the directory
+// cannot be read.
 func (r *Registry) LoadAll(ctx context.Context) error {
 	files, err := r.wasmFiles()
 	if err != nil {
 		return err
 	}
-	for _, f := range files {
-		r.loadFile(ctx, f)
+	r.loadMu.Lock()
+	defer r.loadMu.Unlock()
+	// Compile and check the files in parallel (a cold compile of a Go
+	// plugin takes seconds), then swap them in in file order, so that of
+	// two files claiming one name the first by name wins.
+	ready := make([]*prepared, len(files))
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for i, f := range files {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ready[i] = r.prepare(ctx, f, false)
+		}()
+	}
+	wg.Wait()
+	present := map[string]bool{}
+	for i, f := range files {
+		present[f] = true
+		r.commit(ctx, ready[i])
+	}
+	r.mu.RLock()
+	var gone []string
+	for path := range r.byFile {
+		if filepath.Dir(path) == r.opts.Dir && !present[path] {
+			gone = append(gone, path)
+		}
+	}
+	r.mu.RUnlock()
+	for _, path := range gone {
+		r.loadLocked(ctx, path, false) // finds it missing and unloads it
 	}
 	return nil
 }
@@ -120,7 +285,7 @@ func (r *Registry) Resolve(ctx context.Context, name string) error {
 	}
 	guess := filepath.Join(r.opts.Dir, name+".wasm")
 	if _, err := os.Stat(guess); err == nil {
-		r.loadFile(ctx, guess)
+		r.loadFile(ctx, guess, false)
 		if r.serving(name) {
 			return nil
 		}
@@ -134,7 +299,7 @@ func (r *Registry) Resolve(ctx context.Context, name string) error {
 		_, seen := r.byFile[f]
 		r.mu.RUnlock()
 		if !seen {
-			r.loadFile(ctx, f)
+			r.loadFile(ctx, f, false)
 			if r.serving(name) {
 				return nil
 			}
@@ -160,7 +325,7 @@ func (r *Registry) unknown(name string) error {
 	sort.Strings(names)
 	var failed []string
 	for _, fs := range r.byFile {
-		if fs.err != nil {
+		if fs.err != nil && fs.name == "" {
 			failed = append(failed, fmt.Sprintf("%s: %v", filepath.Base(fs.path), fs.err))
 		}
 	}
@@ -178,56 +343,238 @@ func (r *Registry) unknown(name string) error {
 // LoadFile loads one file (which need not be in the plugins directory)
 // and returns the policy name it serves.
 func (r *Registry) LoadFile(ctx context.Context, path string) (string, error) {
-	r.loadFile(ctx, path)
+	r.loadFile(ctx, path, false)
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	fs := r.byFile[path]
-	if fs == nil || fs.err != nil {
-		if fs == nil {
-			return "", fmt.Errorf("loading %s: not loaded", path)
-		}
+	switch {
+	case fs == nil:
+		return "", fmt.Errorf("loading %s: %w", path, os.ErrNotExist)
+	case fs.err != nil:
 		return "", fs.err
 	}
 	return fs.name, nil
 }
 
-// loadFile loads one file and, if it describes a name no other file
-// serves, makes it that name's serving version.
-func (r *Registry) loadFile(ctx context.Context, path string) {
+func (r *Registry) loadFile(ctx context.Context, path string, force bool) {
+	r.loadMu.Lock()
+	defer r.loadMu.Unlock()
+	r.loadLocked(ctx, path, force)
+}
+
+// limitsFor returns the limits a plugin serving name gets. The caller
+// holds r.mu.
+func (r *Registry) limitsFor(name string) host.Limits {
+	return r.opts.DefaultLimits.Over(r.opts.Limits[name])
+}
+
+// loadLocked brings one file up to date: it unloads it if it is gone,
+// and loads, checks and swaps in its bytes if they are new (or force is
+// set). The caller holds loadMu.
+func (r *Registry) loadLocked(ctx context.Context, path string, force bool) {
+	r.commit(ctx, r.prepare(ctx, path, force))
+}
+
+// prepared is a file's bytes loaded and checked, not yet serving.
+type prepared struct {
+	path, hash string
+	gone       bool // the file does not exist
+	plugin     *host.Plugin
+	limits     host.Limits
+	took       time.Duration
+}
+
+// prepare reads a file and, unless its bytes are the serving ones or known
+// bad, loads and checks them. It swaps nothing in, so several files can be
+// prepared at once. nil means there is nothing to do.
+func (r *Registry) prepare(ctx context.Context, path string, force bool) *prepared {
 	wasm, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return &prepared{path: path, gone: true}
+	}
 	if err != nil {
 		r.recordError(path, "", fmt.Errorf("reading %s: %w", path, err))
-		return
+		return nil
 	}
 	sum := sha256.Sum256(wasm)
 	hash := hex.EncodeToString(sum[:])
 	base := strings.TrimSuffix(filepath.Base(path), ".wasm")
-	p, err := r.opts.Engine.Load(ctx, wasm, host.LoadOptions{Source: path, Limits: r.opts.Limits[base]})
-	if err != nil {
-		r.logger.Error("plugin failed to load", "file", path, "error", err)
-		r.recordError(path, hash, err)
-		return
-	}
-	if lim, ok := r.opts.Limits[p.Name()]; ok && p.Name() != base {
-		// Limits are keyed by policy name; reload with them.
-		p.Close(ctx)
-		if p, err = r.opts.Engine.Load(ctx, wasm, host.LoadOptions{Source: path, Limits: lim}); err != nil {
-			r.recordError(path, hash, err)
-			return
+
+	r.mu.Lock()
+	fs := r.byFile[path]
+	if !force && fs != nil {
+		switch {
+		case fs.sha256 == hash && fs.name != "":
+			// The serving bytes (again): nothing to load. A file put back
+			// after a bad version clears that version's error.
+			fs.err, fs.errHash, fs.conflict = nil, "", ""
+			r.mu.Unlock()
+			return nil
+		case fs.errHash == hash:
+			// Known bad: not retried until the bytes change (a conflict is
+			// retried when the name is freed, with force).
+			r.mu.Unlock()
+			return nil
 		}
 	}
+	limits := r.limitsFor(base)
+	r.mu.Unlock()
+
+	r.counters.loads.Add(1)
+	start := time.Now()
+	p, err := r.load(ctx, path, wasm, limits)
+	if err == nil {
+		r.mu.RLock()
+		want := r.limitsFor(p.Name())
+		r.mu.RUnlock()
+		if want != limits {
+			// Limits are keyed by policy name; load again with its own.
+			p.Close(ctx)
+			limits = want
+			p, err = r.load(ctx, path, wasm, limits)
+		}
+	}
+	if err != nil {
+		r.counters.failures.Add(1)
+		r.logger.Error("plugin failed to load; the previous version (if any) keeps serving", "file", path, "sha256", hash[:12], "error", err)
+		r.recordError(path, hash, err)
+		return nil
+	}
+	return &prepared{path: path, hash: hash, plugin: p, limits: limits, took: time.Since(start)}
+}
+
+// commit swaps a prepared file in (or unloads a file that is gone). The
+// caller holds loadMu.
+func (r *Registry) commit(ctx context.Context, pr *prepared) {
+	switch {
+	case pr == nil:
+	case pr.gone:
+		r.unloadLocked(ctx, pr.path)
+	default:
+		freed := r.install(ctx, pr.path, pr.hash, pr.plugin, pr.limits, pr.took)
+		r.retryConflicts(ctx, freed)
+	}
+}
+
+// load compiles wasm, lets the host check its description, and smoke
+// tests it.
+func (r *Registry) load(ctx context.Context, path string, wasm []byte, limits host.Limits) (*host.Plugin, error) {
+	p, err := r.opts.Engine.Load(ctx, wasm, host.LoadOptions{Source: path, Limits: limits})
+	if err != nil {
+		return nil, err
+	}
+	if err := conform.Smoke(ctx, p, r.tok); err != nil {
+		p.Close(ctx)
+		return nil, fmt.Errorf("%w: %s@%s: %w", ErrSmoke, p.Name(), p.Version(), err)
+	}
+	return p, nil
+}
+
+// install makes p the serving version of its name, unless another file
+// serves that name. It returns the names this file stopped serving.
+func (r *Registry) install(ctx context.Context, path, hash string, p *host.Plugin, limits host.Limits, took time.Duration) (freed []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if other, ok := r.byName[p.Name()]; ok && other.file != path {
-		err := fmt.Errorf("policy name %q is already served by %s", p.Name(), filepath.Base(other.file))
-		r.byFile[path] = &fileState{path: path, sha256: hash, err: err, errHash: hash}
-		r.logger.Error("plugin name conflict", "file", path, "name", p.Name(), "served_by", other.file)
+	if r.closed {
 		p.Close(ctx)
+		return nil
+	}
+	fs := r.byFile[path]
+	if fs == nil {
+		fs = &fileState{path: path}
+		r.byFile[path] = fs
+	}
+	name := p.Name()
+	now := time.Now()
+	if cur, ok := r.byName[name]; ok && cur.file != path {
+		fs.err = fmt.Errorf("%w: %s describes itself as %q, which %s already serves (rename one of them)",
+			ErrConflict, filepath.Base(path), name, filepath.Base(cur.file))
+		fs.errHash, fs.errAt, fs.conflict = hash, now, name
+		r.counters.conflicts.Add(1)
+		r.logger.Error("plugin name conflict", "file", path, "name", name, "served_by", cur.file)
+		p.Close(ctx)
+		return nil
+	}
+	if fs.name != "" && fs.name != name {
+		// The file now describes another policy: its old name goes.
+		if v := r.byName[fs.name]; v != nil && v.file == path {
+			delete(r.byName, fs.name)
+			r.retireLocked(v)
+			freed = append(freed, fs.name)
+		}
+	}
+	old := r.byName[name]
+	r.byName[name] = &version{plugin: p, file: path, limits: limits}
+	fs.sha256, fs.name, fs.loaded, fs.limits = hash, name, now, limits
+	fs.err, fs.errHash, fs.conflict = nil, "", ""
+	if old != nil {
+		r.retireLocked(old)
+		r.counters.reloads.Add(1)
+		r.logger.Info("plugin reloaded", "name", name, "version", p.Version(), "previous", old.plugin.Version(),
+			"file", path, "sha256", hash[:12], "took", took.Round(time.Millisecond))
+	} else {
+		r.logger.Info("plugin loaded", "name", name, "version", p.Version(), "file", path, "path", p.Path(),
+			"sha256", hash[:12], "took", took.Round(time.Millisecond))
+	}
+	return freed
+}
+
+// retireLocked retires v. The caller holds r.mu for writing.
+func (r *Registry) retireLocked(v *version) {
+	live := r.draining[:0]
+	for _, d := range r.draining {
+		select {
+		case <-d.plugin.Done():
+		default:
+			live = append(live, d)
+		}
+	}
+	r.draining = append(live, v)
+	v.retire()
+}
+
+// unloadLocked forgets a file that is gone; the policy it served is
+// unloaded once its calls in flight end.
+func (r *Registry) unloadLocked(ctx context.Context, path string) {
+	r.mu.Lock()
+	fs := r.byFile[path]
+	if fs == nil {
+		r.mu.Unlock()
 		return
 	}
-	r.byName[p.Name()] = &entry{plugin: p, file: path}
-	r.byFile[path] = &fileState{path: path, sha256: hash, name: p.Name(), loaded: time.Now()}
-	r.logger.Info("plugin loaded", "name", p.Name(), "version", p.Version(), "file", path, "path", p.Path())
+	delete(r.byFile, path)
+	var freed []string
+	if v := r.byName[fs.name]; fs.name != "" && v != nil && v.file == path {
+		delete(r.byName, fs.name)
+		r.retireLocked(v)
+		freed = append(freed, fs.name)
+		r.counters.unloads.Add(1)
+		r.logger.Info("plugin removed; unloaded after its calls in flight", "name", fs.name, "file", path)
+	}
+	r.mu.Unlock()
+	r.retryConflicts(ctx, freed)
+}
+
+// retryConflicts loads again the files that could not take a name that is
+// now free. The caller holds loadMu.
+func (r *Registry) retryConflicts(ctx context.Context, freed []string) {
+	for _, name := range freed {
+		r.mu.RLock()
+		var waiting []string
+		for path, fs := range r.byFile {
+			if fs.conflict == name {
+				waiting = append(waiting, path)
+			}
+		}
+		r.mu.RUnlock()
+		sort.Strings(waiting)
+		for _, path := range waiting {
+			if r.serving(name) {
+				break
+			}
+			r.loadLocked(ctx, path, true)
+		}
+	}
 }
 
 func (r *Registry) recordError(path, hash string, err error) {
@@ -238,28 +585,45 @@ func (r *Registry) recordError(path, hash string, err error) {
 		fs = &fileState{path: path}
 		r.byFile[path] = fs
 	}
-	fs.err, fs.errHash = err, hash
+	fs.err, fs.errHash, fs.errAt, fs.conflict = err, hash, time.Now(), ""
 }
 
-// Acquire implements compactor.PolicySource.
-func (r *Registry) Acquire(name string) (*host.Plugin, func(), error) {
-	r.mu.RLock()
-	e, ok := r.byName[name]
-	r.mu.RUnlock()
-	if !ok {
-		return nil, nil, r.unknown(name)
+// SetLimits changes the plugins' limits (a config reload) and reloads the
+// plugins whose limits changed. Calls in flight finish under the old ones.
+func (r *Registry) SetLimits(ctx context.Context, def host.Limits, per map[string]host.Limits) {
+	r.loadMu.Lock()
+	defer r.loadMu.Unlock()
+	r.mu.Lock()
+	r.opts.DefaultLimits, r.opts.Limits = def, per
+	var stale []string
+	for path, fs := range r.byFile {
+		if fs.name != "" && fs.limits != r.limitsFor(fs.name) {
+			stale = append(stale, path)
+		}
 	}
-	return e.plugin, func() {}, nil
+	r.mu.Unlock()
+	sort.Strings(stale)
+	for _, path := range stale {
+		r.loadLocked(ctx, path, true)
+	}
 }
 
 // Info describes one file of the plugins directory.
 type Info struct {
-	Name     string
-	File     string
+	// Name is the policy the file serves ("" if it never loaded).
+	Name string
+	File string
+	// SHA256 and LoadedAt describe the serving version.
 	SHA256   string
-	Plugin   *host.Plugin // nil if the file failed to load
 	LoadedAt time.Time
-	Error    error
+	// Plugin is the serving version (nil if the file does not serve). Use
+	// it for its description and counters; call it through Acquire.
+	Plugin *host.Plugin
+	// Error is the last load failure of this file, nil when its current
+	// bytes serve. ErrorSHA256 and ErrorAt say which bytes failed, when.
+	Error       error
+	ErrorSHA256 string
+	ErrorAt     time.Time
 }
 
 // Policies lists the files the registry knows, sorted by file.
@@ -268,9 +632,10 @@ func (r *Registry) Policies() []Info {
 	defer r.mu.RUnlock()
 	out := make([]Info, 0, len(r.byFile))
 	for _, fs := range r.byFile {
-		info := Info{Name: fs.name, File: fs.path, SHA256: fs.sha256, LoadedAt: fs.loaded, Error: fs.err}
-		if e, ok := r.byName[fs.name]; ok && e.file == fs.path {
-			info.Plugin = e.plugin
+		info := Info{Name: fs.name, File: fs.path, SHA256: fs.sha256, LoadedAt: fs.loaded,
+			Error: fs.err, ErrorSHA256: fs.errHash, ErrorAt: fs.errAt}
+		if v, ok := r.byName[fs.name]; ok && v.file == fs.path {
+			info.Plugin = v.plugin
 		}
 		out = append(out, info)
 	}
@@ -278,15 +643,83 @@ func (r *Registry) Policies() []Info {
 	return out
 }
 
-// Close closes every plugin. A second Close does nothing.
-func (r *Registry) Close(ctx context.Context) {
-	r.closeMu.Do(func() {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		r.closed = true
-		for _, e := range r.byName {
-			e.plugin.Close(ctx)
+// Policy returns the file serving policy name or, failing that, the file
+// named NAME.wasm (which may have failed to load).
+func (r *Registry) Policy(name string) (Info, bool) {
+	var byBase *Info
+	for _, in := range r.Policies() {
+		if in.Plugin != nil && in.Name == name {
+			return in, true
 		}
-		r.byName = map[string]*entry{}
+		if strings.TrimSuffix(filepath.Base(in.File), ".wasm") == name && byBase == nil {
+			in := in
+			byBase = &in
+		}
+	}
+	if byBase != nil {
+		return *byBase, true
+	}
+	return Info{}, false
+}
+
+// Counters are the registry's event counts since it was created.
+type Counters struct {
+	Loads        uint64 // load attempts (compile + describe + smoke)
+	LoadFailures uint64 // attempts that failed
+	Reloads      uint64 // new versions swapped in for a serving name
+	Unloads      uint64 // names unloaded because their file went away
+	Conflicts    uint64 // loads refused because the name was taken
+	Serving      int    // names serving now
+	Draining     int    // replaced versions still finishing calls
+}
+
+// Counters returns the registry's counters.
+func (r *Registry) Counters() Counters {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	c := Counters{
+		Loads: r.counters.loads.Load(), LoadFailures: r.counters.failures.Load(), Reloads: r.counters.reloads.Load(),
+		Unloads: r.counters.unloads.Load(), Conflicts: r.counters.conflicts.Load(), Serving: len(r.byName),
+	}
+	for _, d := range r.draining {
+		select {
+		case <-d.plugin.Done():
+		default:
+			c.Draining++
+		}
+	}
+	return c
+}
+
+// Close stops watching, unloads every plugin and waits (until ctx ends)
+// for calls in flight to finish and the modules to be released. Acquire
+// fails with ErrClosed afterwards. A second Close does nothing.
+func (r *Registry) Close(ctx context.Context) error {
+	var err error
+	r.closeOnce.Do(func() {
+		if r.cancel != nil {
+			r.cancel()
+			r.watcher.Close()
+			<-r.done
+		}
+		r.loadMu.Lock() // no load in progress from here on
+		defer r.loadMu.Unlock()
+		r.mu.Lock()
+		r.closed = true
+		for _, v := range r.byName {
+			r.retireLocked(v)
+		}
+		r.byName = map[string]*version{}
+		wait := append([]*version(nil), r.draining...)
+		r.mu.Unlock()
+		for _, v := range wait {
+			select {
+			case <-v.plugin.Done():
+			case <-ctx.Done():
+				err = fmt.Errorf("registry: closing plugins: %w", ctx.Err())
+				return
+			}
+		}
 	})
+	return err
 }

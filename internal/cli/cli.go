@@ -52,7 +52,9 @@ func commands() map[string]command {
 		"compact":  {"compact a conversation once and print the result", runCompact},
 		"policies": {"list the policies in the plugins directory", runPolicies},
 		"conform":  {"check that a plugin keeps compactd's ABI contract", runConform},
+		"eval":     {"measure policies on recorded conversations: tokens, cache, cost, retention", runEval},
 		"version":  {"print the version and the ABI version", runVersion},
+		"serve":    {"run the daemon: the HTTP/JSON API on a Unix socket", runServe},
 	}
 }
 

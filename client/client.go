@@ -1,0 +1,278 @@
+// Package client talks to a compactd daemon over its Unix socket (or its
+// optional loopback TCP listener). It holds the API's request and response
+// types; the daemon uses the same types, so they are the API's reference in
+// Go.
+//
+//	c := client.New("") // the default socket
+//	resp, err := c.Compact(ctx, &client.CompactRequest{Policy: "sliding", Messages: msgs})
+//
+// A Client is safe for concurrent use and reuses connections.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// Client calls a compactd daemon.
+type Client struct {
+	http  *http.Client
+	base  string
+	token string
+}
+
+// DefaultSocketPath is the daemon's default socket: $COMPACTD_SOCKET, else
+// $XDG_RUNTIME_DIR/compactd.sock, else ~/.local/state/compactd/compactd.sock
+// ($XDG_STATE_HOME/compactd/compactd.sock).
+func DefaultSocketPath() string {
+	if p := os.Getenv("COMPACTD_SOCKET"); p != "" {
+		return p
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "compactd.sock")
+	}
+	state := os.Getenv("XDG_STATE_HOME")
+	if state == "" {
+		home := os.Getenv("HOME")
+		if home == "" {
+			home = os.TempDir()
+		}
+		state = filepath.Join(home, ".local", "state")
+	}
+	return filepath.Join(state, "compactd", "compactd.sock")
+}
+
+// New returns a client for the daemon listening on the Unix socket at path
+// ("" means DefaultSocketPath).
+func New(path string) *Client {
+	if path == "" {
+		path = DefaultSocketPath()
+	}
+	var d net.Dialer
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, "unix", path)
+		},
+		MaxIdleConns:        64,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	return &Client{http: &http.Client{Transport: tr}, base: "http://compactd"}
+}
+
+// NewTCP returns a client for the daemon's loopback TCP listener
+// ("127.0.0.1:7077"), authenticating with the bearer token.
+func NewTCP(addr, token string) *Client {
+	tr := &http.Transport{MaxIdleConns: 64, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
+	return &Client{http: &http.Client{Transport: tr}, base: "http://" + addr, token: token}
+}
+
+// Close releases idle connections.
+func (c *Client) Close() { c.http.CloseIdleConnections() }
+
+// Error is an error answer from the daemon. Test for it with errors.As.
+type Error struct {
+	StatusCode int    // HTTP status
+	Code       string // stable code, e.g. "unknown_policy"
+	Message    string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("compactd: %s (HTTP %d): %s", e.Code, e.StatusCode, e.Message)
+}
+
+// IsCode reports whether err is an *Error with the given code.
+func IsCode(err error, code string) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == code
+}
+
+// do sends a request and decodes a JSON answer into out (if not nil).
+func (c *Client) do(ctx context.Context, method, path string, body any, out any) error {
+	var rd io.Reader
+	if body != nil {
+		var b []byte
+		var err error
+		if cr, ok := body.(*CompactRequest); ok {
+			b, err = cr.encode()
+		} else {
+			b, err = json.Marshal(body)
+		}
+		if err != nil {
+			return fmt.Errorf("compactd: encoding request: %w", err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("compactd: %w", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("compactd: reading answer: %w", err)
+	}
+	if resp.StatusCode >= 300 {
+		var eb ErrorBody
+		if json.Unmarshal(data, &eb) == nil && eb.Error.Code != "" {
+			return &Error{StatusCode: resp.StatusCode, Code: eb.Error.Code, Message: eb.Error.Message}
+		}
+		return &Error{StatusCode: resp.StatusCode, Code: "http_" + strconv.Itoa(resp.StatusCode), Message: string(bytes.TrimSpace(data))}
+	}
+	if out == nil {
+		return nil
+	}
+	if raw, ok := out.(*[]byte); ok {
+		*raw = data
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("compactd: decoding answer: %w", err)
+	}
+	return nil
+}
+
+// Compact compacts a conversation (POST /v1/compact).
+func (c *Client) Compact(ctx context.Context, req *CompactRequest) (*CompactResponse, error) {
+	var out CompactResponse
+	if err := c.do(ctx, http.MethodPost, "/v1/compact", req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Policies lists the plugin files and their policies (GET /v1/policies).
+func (c *Client) Policies(ctx context.Context) ([]Policy, error) {
+	var out PolicyList
+	if err := c.do(ctx, http.MethodGet, "/v1/policies", nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Policies, nil
+}
+
+// Policy describes one policy (GET /v1/policies/{name}).
+func (c *Client) Policy(ctx context.Context, name string) (*Policy, error) {
+	var out Policy
+	if err := c.do(ctx, http.MethodGet, "/v1/policies/"+url.PathEscape(name), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Status returns the daemon's status and its most recently seen
+// conversations, at most limit of them (0: the daemon's default, 100).
+func (c *Client) Status(ctx context.Context, limit int) (*Status, error) {
+	path := "/v1/status"
+	if limit > 0 {
+		path += "?limit=" + strconv.Itoa(limit)
+	}
+	var out Status
+	if err := c.do(ctx, http.MethodGet, path, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Conversation returns one conversation's status.
+func (c *Client) Conversation(ctx context.Context, id string) (*Conversation, error) {
+	var out Conversation
+	if err := c.do(ctx, http.MethodGet, "/v1/status?conversation_id="+url.QueryEscape(id), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Config returns the running config (GET /v1/config).
+func (c *Client) Config(ctx context.Context) (*ConfigDocument, error) {
+	var out ConfigDocument
+	if err := c.do(ctx, http.MethodGet, "/v1/config", nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// UpdateConfig applies a partial update (PUT /v1/config): patch is a JSON
+// merge patch, e.g. map[string]any{"policies": map[string]any{"sliding":
+// map[string]any{"window_size": 8}}}; a nil value deletes a key. The
+// daemon validates it and writes it to its config file.
+func (c *Client) UpdateConfig(ctx context.Context, patch any) (*ConfigDocument, error) {
+	var out ConfigDocument
+	if err := c.do(ctx, http.MethodPut, "/v1/config", patch, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Health checks that the daemon answers (GET /healthz).
+func (c *Client) Health(ctx context.Context) (*Health, error) {
+	var out Health
+	if err := c.do(ctx, http.MethodGet, "/healthz", nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Metrics returns the Prometheus text exposition (GET /metrics).
+func (c *Client) Metrics(ctx context.Context) (string, error) {
+	var out []byte
+	if err := c.do(ctx, http.MethodGet, "/metrics", nil, &out); err != nil {
+		return "", err
+	}
+	return string(out), nil
+}
+
+// encode writes the request with its messages as they are: json.Marshal
+// would compact their whitespace and escape <, > and &, and the daemon
+// returns kept messages byte for byte as it received them.
+func (r *CompactRequest) encode() ([]byte, error) {
+	head := *r
+	head.Messages = nil
+	b, err := json.Marshal(struct {
+		*CompactRequest
+		Messages []json.RawMessage `json:"messages,omitempty"`
+	}{CompactRequest: &head})
+	if err != nil {
+		return nil, err
+	}
+	size := len(b) + 16
+	for _, m := range r.Messages {
+		size += len(m) + 1
+	}
+	out := make([]byte, 0, size)
+	out = append(out, b[:len(b)-1]...) // without the closing brace
+	if len(b) > 2 {
+		out = append(out, ',')
+	}
+	out = append(out, `"messages":[`...)
+	for i, m := range r.Messages {
+		if !json.Valid(m) {
+			return nil, fmt.Errorf("message %d is not valid JSON", i)
+		}
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, m...)
+	}
+	return append(out, "]}"...), nil
+}

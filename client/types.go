@@ -1,0 +1,199 @@
+package client
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// CompactRequest is the body of POST /v1/compact.
+type CompactRequest struct {
+	// Policy or Pipeline names what to run; with neither, the daemon's
+	// configured default runs.
+	Policy   string   `json:"policy,omitempty"`
+	Pipeline []string `json:"pipeline,omitempty"`
+	// Config overrides the policy's config for this request. With Policy
+	// it holds that policy's keys ({"window_size": 8}); with Pipeline it
+	// holds one object per policy name ({"sliding": {"window_size": 8}}).
+	Config map[string]any `json:"config,omitempty"`
+	// Model is the agent's model: it picks the tokenizer and the context
+	// window.
+	Model string `json:"model,omitempty"`
+	// ConversationID identifies the conversation (at most 256 bytes). When
+	// empty the daemon derives a stable one from the leading system
+	// messages and the first user message.
+	ConversationID string `json:"conversation_id,omitempty"`
+	// ContextWindow overrides the model's known context window.
+	ContextWindow int `json:"context_window,omitempty"`
+	// TargetTokens stops a pipeline early once the conversation fits.
+	TargetTokens int `json:"target_tokens,omitempty"`
+	// Messages are OpenAI chat messages. The ones a policy keeps come back
+	// byte for byte.
+	Messages []json.RawMessage `json:"messages"`
+}
+
+// CompactResponse is the answer to POST /v1/compact. When a policy fails,
+// Messages is the input unchanged and Warnings says why: messages are never
+// lost.
+type CompactResponse struct {
+	Messages       []json.RawMessage `json:"messages"`
+	Compacted      bool              `json:"compacted"`
+	Summary        string            `json:"summary"`
+	ConversationID string            `json:"conversation_id"`
+	Warnings       []string          `json:"warnings"`
+	Stats          Stats             `json:"stats"`
+}
+
+// Stats sum up a compaction.
+type Stats struct {
+	TokensBefore   int           `json:"tokens_before"`
+	TokensAfter    int           `json:"tokens_after"`
+	MessagesBefore int           `json:"messages_before"`
+	MessagesAfter  int           `json:"messages_after"`
+	Encoding       string        `json:"encoding"`
+	Duration       time.Duration `json:"duration_ns"`
+	Stages         []Stage       `json:"stages"`
+}
+
+// Stage reports one policy's run in a compaction.
+type Stage struct {
+	Policy            string        `json:"policy"`
+	Version           string        `json:"version,omitempty"`
+	Path              string        `json:"path,omitempty"`
+	Compacted         bool          `json:"compacted"`
+	Skipped           string        `json:"skipped,omitempty"`
+	Error             string        `json:"error,omitempty"`
+	Summary           string        `json:"summary,omitempty"`
+	EntriesSummarized int           `json:"entries_summarized,omitempty"`
+	Dropped           []int         `json:"dropped,omitempty"`
+	Rewritten         []int         `json:"rewritten,omitempty"`
+	TokensBefore      int           `json:"tokens_before"`
+	TokensAfter       int           `json:"tokens_after"`
+	MessagesBefore    int           `json:"messages_before"`
+	MessagesAfter     int           `json:"messages_after"`
+	Duration          time.Duration `json:"duration_ns"`
+}
+
+// PolicyList is the answer to GET /v1/policies.
+type PolicyList struct {
+	Policies []Policy `json:"policies"`
+}
+
+// Policy describes one plugin file and the policy it serves (GET
+// /v1/policies/{name}).
+type Policy struct {
+	// Name is the policy name (the file name when the file never loaded).
+	Name string `json:"name"`
+	// Serving reports whether a version of this file is serving Name.
+	Serving      bool            `json:"serving"`
+	Version      string          `json:"version,omitempty"`
+	ABI          string          `json:"abi,omitempty"`
+	Description  string          `json:"description,omitempty"`
+	File         string          `json:"file"`
+	SHA256       string          `json:"sha256,omitempty"`
+	LoadedAt     time.Time       `json:"loaded_at,omitzero"`
+	Path         string          `json:"path,omitempty"` // "fast" or "extism"
+	ConfigSchema json.RawMessage `json:"config_schema,omitempty"`
+	Defaults     json.RawMessage `json:"defaults,omitempty"`
+	Exports      []string        `json:"exports,omitempty"`
+	Limits       *Limits         `json:"limits,omitempty"`
+	Calls        uint64          `json:"calls"`
+	Failures     uint64          `json:"failures"`
+	// Error is the file's last load failure; the version above (if any)
+	// keeps serving.
+	Error *LoadError `json:"error,omitempty"`
+}
+
+// Limits are a plugin's runtime limits.
+type Limits struct {
+	MaxMemoryBytes int64  `json:"max_memory_bytes"`
+	CallTimeout    string `json:"call_timeout"`
+	MaxOutputBytes int    `json:"max_output_bytes"`
+	MaxInstances   int    `json:"max_instances"`
+}
+
+// LoadError is a failed load of a plugin file.
+type LoadError struct {
+	Message string    `json:"message"`
+	SHA256  string    `json:"sha256,omitempty"`
+	At      time.Time `json:"at,omitzero"`
+}
+
+// Status is the answer to GET /v1/status.
+type Status struct {
+	Version       string          `json:"version"`
+	ABI           string          `json:"abi"`
+	StartedAt     time.Time       `json:"started_at"`
+	UptimeSeconds float64         `json:"uptime_seconds"`
+	Policies      PolicyCounts    `json:"policies"`
+	Totals        Totals          `json:"totals"`
+	Conversations []Conversation  `json:"conversations"`
+	Store         StoreDescriptor `json:"store"`
+}
+
+// PolicyCounts count the plugin files.
+type PolicyCounts struct {
+	Serving int `json:"serving"`
+	Failed  int `json:"failed"` // files whose last load failed
+}
+
+// Totals sum the tracked conversations.
+type Totals struct {
+	Conversations int   `json:"conversations"`
+	Requests      int64 `json:"requests"`
+	Compactions   int64 `json:"compactions"`
+	Failures      int64 `json:"failures"`
+	TokensSaved   int64 `json:"tokens_saved"`
+}
+
+// StoreDescriptor says where state lives and how long it is kept.
+type StoreDescriptor struct {
+	Path             string `json:"path"`
+	TTL              string `json:"ttl"`
+	MaxConversations int    `json:"max_conversations"`
+}
+
+// Conversation is one tracked conversation's status.
+type Conversation struct {
+	ID            string    `json:"id"`
+	Model         string    `json:"model,omitempty"`
+	Pipeline      []string  `json:"pipeline"`
+	Messages      int       `json:"messages"`
+	Tokens        int       `json:"tokens"`
+	MessagesAfter int       `json:"messages_after"`
+	TokensAfter   int       `json:"tokens_after"`
+	ContextWindow int       `json:"context_window,omitempty"`
+	UsageRatio    float64   `json:"usage_ratio"`
+	Requests      int64     `json:"requests"`
+	Compactions   int64     `json:"compactions"`
+	Failures      int64     `json:"failures"`
+	TokensSaved   int64     `json:"tokens_saved"`
+	FirstSeen     time.Time `json:"first_seen"`
+	LastSeen      time.Time `json:"last_seen"`
+	LastCompacted time.Time `json:"last_compacted,omitzero"`
+}
+
+// ConfigDocument is the answer to GET and PUT /v1/config.
+type ConfigDocument struct {
+	// File is the config file's path.
+	File string `json:"file"`
+	// Config is the running config, defaults included (see README.md).
+	Config json.RawMessage `json:"config"`
+	// RestartRequired names changed settings that apply only on restart.
+	RestartRequired []string `json:"restart_required,omitempty"`
+	// Warnings are non-fatal problems with the config.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// Health is the answer to GET /healthz.
+type Health struct {
+	Status   string `json:"status"`
+	Policies int    `json:"policies"`
+}
+
+// ErrorBody is the shape of every error response.
+type ErrorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}

@@ -1,0 +1,331 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/compactd/compactd/host"
+	"github.com/compactd/compactd/internal/dataset"
+	"github.com/compactd/compactd/internal/eval"
+	"github.com/compactd/compactd/internal/policyconfig"
+	"github.com/compactd/compactd/internal/tokens"
+	"github.com/compactd/compactd/registry"
+)
+
+// listFlag collects a repeatable flag whose values may also be
+// comma-separated.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error {
+	for _, s := range splitList(v) {
+		*l = append(*l, s)
+	}
+	return nil
+}
+
+// repeatFlag collects a repeatable flag as given.
+type repeatFlag []string
+
+func (r *repeatFlag) String() string     { return strings.Join(*r, " ") }
+func (r *repeatFlag) Set(v string) error { *r = append(*r, v); return nil }
+
+func runEval(ctx context.Context, env *Env, args []string) int {
+	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	var common commonFlags
+	common.register(fs, env)
+	var data listFlag
+	var policies listFlag
+	var pipelines repeatFlag
+	var sets setFlags
+	var costModels listFlag
+	fs.Var(&data, "data", "conversations: a JSONL `file` or a directory of them (repeatable; default: every file of $COMPACTD_DATA or ../shared/data)")
+	fs.Var(&policies, "policy", "`policy` to evaluate (repeatable or comma-separated; \"all\" = every plugin in the plugins directory)")
+	fs.Var(&pipelines, "pipeline", "comma-separated `policies` to evaluate as one pipeline (repeatable)")
+	fs.Var(&sets, "set", "config override `key=value` (repeatable; policy.key=value when several policies are evaluated)")
+	model := fs.String("model", "gpt-4o", "the agent's `model`: the tokenizer and context window the policies see")
+	window := fs.Int("context-window", 0, "override the model's context window (`tokens`)")
+	target := fs.Int("target-tokens", 0, "pipelines: stop once the conversation fits in `n` tokens")
+	pricing := fs.String("pricing", "default", "pricing table: a shipped `name` or a JSON file (see --print-pricing)")
+	fs.Var(&costModels, "cost-models", "`models` to price sessions under (comma-separated; default: the table's \"compare\" list)")
+	printPricing := fs.Bool("print-pricing", false, "print the pricing table (to copy and edit) and exit")
+	out := fs.String("out", "eval-out", "`directory` for report.json, summary.md and the SVG charts (\"\" writes none)")
+	maxConvs := fs.Int("max-conversations", 0, "use only the first `n` conversations of each file (0 = all)")
+	jobs := fs.Int("jobs", 0, "conversations replayed at once (default GOMAXPROCS)")
+	progress := fs.Bool("progress", false, "draw a progress bar on stderr even when it is not a terminal")
+	llm := fs.String("llm", "none", "what answers plugins' llm_complete: none (every call fails with no_provider) or stub (offline fixed-ratio summaries, for call counts and cost only)")
+	fs.Usage = func() {
+		fmt.Fprintln(env.Stderr, `usage: compactd eval [--data FILE.jsonl|DIR ...] [--policy P|all ...] [--pipeline a,b ...] [flags]
+
+Replays each conversation turn by turn as a stateless agent sends it, through
+the same compaction path as the daemon, and reports for every policy (and the
+uncompressed baseline "none"): tokens sent, validity, prompt-cache reuse,
+session cost, retention of early facts and compaction latency. Prints tables
+on stdout and writes report.json, summary.md and SVG charts to --out.
+docs/eval.md explains every figure.
+
+flags:`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return ExitUsage
+	}
+	fail := func(code int, err error) int {
+		fmt.Fprintln(env.Stderr, "compactd eval:", err)
+		return code
+	}
+	if *printPricing {
+		b, err := eval.ShippedPricing(*pricing)
+		if err != nil {
+			if b, err = os.ReadFile(*pricing); err != nil {
+				return fail(ExitUsage, err)
+			}
+		}
+		env.Stdout.Write(b)
+		return ExitOK
+	}
+	if fs.NArg() > 0 {
+		return fail(ExitUsage, fmt.Errorf("unexpected argument %q (data files go after --data)", fs.Arg(0)))
+	}
+	if len(policies) == 0 && len(pipelines) == 0 {
+		return fail(ExitUsage, errors.New("--policy or --pipeline is required (--policy all evaluates every plugin)"))
+	}
+	var completer host.Completer
+	tok := tokens.New(tokens.Options{})
+	switch *llm {
+	case "none":
+	case "stub":
+		completer = eval.StubLLM{Ratio: 0.1, Count: tok.ForModel(*model).Count}
+	default:
+		return fail(ExitUsage, fmt.Errorf("--llm %q: want none or stub", *llm))
+	}
+	files, err := dataFiles(data)
+	if err != nil {
+		return fail(ExitInput, err)
+	}
+	table, err := eval.LoadPricing(*pricing)
+	if err != nil {
+		return fail(ExitUsage, err)
+	}
+
+	logger := common.logger(env)
+	engine, reg, err := common.openRegistry(env, logger)
+	if err != nil {
+		return fail(ExitFailure, err)
+	}
+	defer engine.Close(context.WithoutCancel(ctx))
+	defer reg.Close(context.WithoutCancel(ctx))
+
+	var names []string
+	for _, p := range policies {
+		if p != "all" {
+			names = append(names, p)
+			continue
+		}
+		all, err := allPolicies(ctx, env, reg, common.plugins)
+		if err != nil {
+			return fail(exitFor(err), err)
+		}
+		names = append(names, all...)
+	}
+	var specs []eval.Spec
+	seen := map[string]bool{}
+	for _, n := range names {
+		if !seen[n] {
+			seen[n] = true
+			specs = append(specs, eval.Spec{Name: n, Pipeline: []string{n}})
+		}
+	}
+	for _, p := range pipelines {
+		pl := splitList(p)
+		if len(pl) == 0 {
+			return fail(ExitUsage, fmt.Errorf("--pipeline %q: no policies", p))
+		}
+		specs = append(specs, eval.Spec{Name: strings.Join(pl, ","), Pipeline: pl})
+	}
+	for _, s := range specs {
+		for _, n := range s.Pipeline {
+			if n == eval.Baseline {
+				return fail(ExitUsage, fmt.Errorf("%q is the baseline, evaluated always; name a policy", eval.Baseline))
+			}
+			if err := reg.Resolve(ctx, n); err != nil {
+				return fail(exitFor(err), err)
+			}
+		}
+	}
+	if err := specOverrides(specs, sets); err != nil {
+		return fail(ExitUsage, err)
+	}
+
+	opts := eval.Options{
+		Policies: reg, Tokens: tok, Config: envConfig{getenv: env.Getenv}, Logger: logger, LLM: completer,
+		Specs: specs, Model: *model, ContextWindow: *window, TargetTokens: *target,
+		Pricing: table, CostModels: costModels, MaxConversations: *maxConvs, Workers: *jobs,
+	}
+	if *progress || isTerminal(env.Stderr) {
+		opts.Progress = env.Stderr
+	}
+	rep, err := eval.Run(ctx, opts, files)
+	if err != nil {
+		code := exitFor(err)
+		switch {
+		case errors.Is(err, eval.ErrData):
+			code = ExitInput
+		case errors.Is(err, eval.ErrPricing) || errors.Is(err, eval.ErrOptions):
+			code = ExitUsage
+		}
+		return fail(code, err)
+	}
+	rep.Command = "compactd eval " + shellJoin(args)
+	rep.LLM = *llm
+	rep.Machine = eval.ThisMachine()
+	rep.WriteText(env.Stdout)
+	if *out != "" {
+		written, err := rep.Write(*out)
+		if err != nil {
+			return fail(ExitFailure, err)
+		}
+		fmt.Fprintf(env.Stderr, "wrote %s\n", strings.Join(written, ", "))
+	}
+	for _, f := range rep.Files {
+		for _, p := range f.Policies {
+			if p.Validity.Valid < p.Validity.Turns {
+				fmt.Fprintf(env.Stderr, "compactd eval: %s sent %d invalid requests on %s\n", p.Policy, p.Validity.Turns-p.Validity.Valid, f.File)
+				return ExitPluginFailed
+			}
+		}
+	}
+	return ExitOK
+}
+
+// dataFiles expands --data values (files or directories of .jsonl files);
+// none means every file of the data directory.
+func dataFiles(data []string) ([]string, error) {
+	if len(data) == 0 {
+		files, err := dataset.Files()
+		if err != nil {
+			return nil, fmt.Errorf("%w; or pass --data FILE.jsonl", err)
+		}
+		return files, nil
+	}
+	var files []string
+	for _, d := range data {
+		st, err := os.Stat(d)
+		if err != nil {
+			return nil, err
+		}
+		if !st.IsDir() {
+			files = append(files, d)
+			continue
+		}
+		matches, err := filepath.Glob(filepath.Join(d, "*.jsonl"))
+		if err != nil {
+			return nil, err
+		}
+		if len(matches) == 0 {
+			return nil, fmt.Errorf("no .jsonl files in %s: %w", d, os.ErrNotExist)
+		}
+		sort.Strings(matches)
+		files = append(files, matches...)
+	}
+	return files, nil
+}
+
+// allPolicies returns the policies of the plugins directory: each
+// NAME.wasm that serves the policy NAME (the built-in plugins are named
+// so). A file that fails to load or describes itself under another name
+// is reported and skipped.
+func allPolicies(ctx context.Context, env *Env, reg *registry.Registry, dir string) ([]string, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.wasm"))
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		if _, err := os.Stat(dir); err != nil {
+			return nil, fmt.Errorf("%w: %s", registry.ErrNoDir, dir)
+		}
+		return nil, fmt.Errorf("%w: no .wasm files in %s", registry.ErrNoDir, dir)
+	}
+	sort.Strings(files)
+	var names []string
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".wasm")
+		if err := reg.Resolve(ctx, name); err != nil {
+			fmt.Fprintf(env.Stderr, "compactd eval: skipping %s: %v (evaluate it with --policy and its described name)\n", filepath.Base(f), err)
+			continue
+		}
+		names = append(names, name)
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("%w: no loadable policy in %s", registry.ErrNoDir, dir)
+	}
+	return names, nil
+}
+
+// specOverrides applies --set flags: key=value when exactly one spec of one
+// policy is evaluated, else policy.key=value, applied to every spec whose
+// pipeline runs that policy.
+func specOverrides(specs []eval.Spec, sets setFlags) error {
+	for _, kv := range sets {
+		key, value, ok := strings.Cut(kv, "=")
+		if !ok || key == "" {
+			return fmt.Errorf("--set %q: want key=value", kv)
+		}
+		policy, k, dotted := strings.Cut(key, ".")
+		if !dotted {
+			if len(specs) != 1 || len(specs[0].Pipeline) != 1 {
+				return fmt.Errorf("--set %q: with several policies, name the policy (policy.key=value)", kv)
+			}
+			policy, k = specs[0].Pipeline[0], key
+		}
+		applied := false
+		for i := range specs {
+			for _, p := range specs[i].Pipeline {
+				if p != policy {
+					continue
+				}
+				if specs[i].Overrides == nil {
+					specs[i].Overrides = map[string]map[string]any{}
+				}
+				if specs[i].Overrides[p] == nil {
+					specs[i].Overrides[p] = map[string]any{}
+				}
+				specs[i].Overrides[p][k] = policyconfig.ParseValue(value)
+				applied = true
+			}
+		}
+		if !applied {
+			return fmt.Errorf("--set %q: no evaluated policy is named %q", kv, policy)
+		}
+	}
+	return nil
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// shellJoin quotes args for a POSIX shell where needed.
+func shellJoin(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$`*?[]{}()<>|&;#~!") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		out[i] = a
+	}
+	return strings.Join(out, " ")
+}

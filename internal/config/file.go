@@ -1,0 +1,527 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"reflect"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/host"
+	"github.com/compactd/compactd/internal/policyconfig"
+	"gopkg.in/yaml.v3"
+)
+
+// ErrInvalid is wrapped by every error about the config file's content.
+var ErrInvalid = errors.New("invalid config")
+
+// Config is the daemon's config file. A zero field takes its documented
+// default (see Defaults and README.md, "Run the daemon"); the file holds
+// only what the user set. A *Config returned by a Manager is shared and must
+// not be modified.
+type Config struct {
+	// Socket is the Unix socket path (default DefaultSocketPath).
+	Socket string `yaml:"socket,omitempty" json:"socket"`
+	// PluginsDir is the plugins directory, watched for changes.
+	PluginsDir string `yaml:"plugins_dir,omitempty" json:"plugins_dir"`
+	// StateDir holds the store, state.db (default DefaultStateDir).
+	StateDir string `yaml:"state_dir,omitempty" json:"state_dir"`
+	// CacheDir holds wazero's compilation cache.
+	CacheDir string `yaml:"cache_dir,omitempty" json:"cache_dir"`
+	// LogLevel is trace, debug, info, warn, error or off (default info).
+	LogLevel string `yaml:"log_level,omitempty" json:"log_level"`
+
+	// Policy is the policy a request that names none gets.
+	Policy string `yaml:"policy,omitempty" json:"policy,omitempty"`
+	// Pipeline is the pipeline a request that names none gets (exclusive
+	// with Policy).
+	Pipeline []string `yaml:"pipeline,omitempty" json:"pipeline,omitempty"`
+	// Policies is each policy's config, by policy name. It sits above the
+	// environment and the plugin's defaults, below a request's overrides.
+	Policies map[string]map[string]any `yaml:"policies,omitempty" json:"policies,omitempty"`
+	// Compact is the Context Compaction PRD's block; it is the config of
+	// the "llm" policy (policies.llm, if also set, wins key by key).
+	Compact *Compact `yaml:"compact,omitempty" json:"compact,omitempty"`
+	// LLM is the LLM provider block. It is reserved: kept as raw YAML until
+	// the provider code gives it a type.
+	LLM *RawYAML `yaml:"llm,omitempty" json:"llm,omitempty"`
+
+	Limits Limits `yaml:"limits,omitempty" json:"limits"`
+	State  State  `yaml:"state,omitempty" json:"state"`
+	TCP    TCP    `yaml:"tcp,omitempty" json:"tcp"`
+}
+
+// Compact is the `compact:` block of the Context Compaction PRD. Only the
+// keys that are set reach the llm policy; the others take the plugin's
+// defaults.
+type Compact struct {
+	MaxTokens        *int    `yaml:"max_tokens,omitempty" json:"max_tokens,omitempty"`
+	TokenThreshold   *int    `yaml:"token_threshold,omitempty" json:"token_threshold,omitempty"`
+	MessageThreshold *int    `yaml:"message_threshold,omitempty" json:"message_threshold,omitempty"`
+	TurnThreshold    *int    `yaml:"turn_threshold,omitempty" json:"turn_threshold,omitempty"`
+	RetentionWindow  *int    `yaml:"retention_window,omitempty" json:"retention_window,omitempty"`
+	Model            *string `yaml:"model,omitempty" json:"model,omitempty"`
+	Prompt           *string `yaml:"prompt,omitempty" json:"prompt,omitempty"`
+	SummaryTag       *string `yaml:"summary_tag,omitempty" json:"summary_tag,omitempty"`
+}
+
+// LLMPolicy is the policy the `compact:` block configures.
+const LLMPolicy = "llm"
+
+// Values returns the keys the block sets, as policy config.
+func (c *Compact) Values() map[string]any {
+	out := map[string]any{}
+	if c == nil {
+		return out
+	}
+	ints := map[string]*int{"max_tokens": c.MaxTokens, "token_threshold": c.TokenThreshold,
+		"message_threshold": c.MessageThreshold, "turn_threshold": c.TurnThreshold, "retention_window": c.RetentionWindow}
+	for k, v := range ints {
+		if v != nil {
+			out[k] = *v
+		}
+	}
+	strs := map[string]*string{"model": c.Model, "prompt": c.Prompt, "summary_tag": c.SummaryTag}
+	for k, v := range strs {
+		if v != nil {
+			out[k] = *v
+		}
+	}
+	return out
+}
+
+// Limits bound requests and plugins.
+type Limits struct {
+	// MaxBodyBytes caps a request body (default 32 MiB): larger is a 413.
+	MaxBodyBytes int64 `yaml:"max_body_bytes,omitempty" json:"max_body_bytes"`
+	// MaxMessages caps a conversation's length (default 10000): more is a
+	// 413.
+	MaxMessages int `yaml:"max_messages,omitempty" json:"max_messages"`
+	// RequestTimeout bounds one API request, compaction included (default
+	// 2m). A compaction cut short returns the input unchanged with a
+	// warning.
+	RequestTimeout Duration `yaml:"request_timeout,omitempty" json:"request_timeout"`
+	// ReadTimeout bounds reading a request, body included (default 1m).
+	ReadTimeout Duration `yaml:"read_timeout,omitempty" json:"read_timeout"`
+	// WriteTimeout bounds a request from the end of its headers to the end
+	// of the response (default request_timeout + 30s).
+	WriteTimeout Duration `yaml:"write_timeout,omitempty" json:"write_timeout"`
+	// IdleTimeout closes idle keep-alive connections (default 2m).
+	IdleTimeout Duration `yaml:"idle_timeout,omitempty" json:"idle_timeout"`
+	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM
+	// (default 30s).
+	ShutdownTimeout Duration `yaml:"shutdown_timeout,omitempty" json:"shutdown_timeout"`
+	// Plugin holds every plugin's limits (the host's defaults otherwise).
+	Plugin PluginLimits `yaml:"plugin,omitempty" json:"plugin"`
+	// Plugins override Plugin field by field, by policy name.
+	Plugins map[string]PluginLimits `yaml:"plugins,omitempty" json:"plugins,omitempty"`
+}
+
+// PluginLimits are one plugin's host limits; zero fields take the host's
+// defaults (256 MiB, 10s, 32 MiB, GOMAXPROCS instances).
+type PluginLimits struct {
+	MaxMemoryMB    int      `yaml:"max_memory_mb,omitempty" json:"max_memory_mb,omitempty"`
+	CallTimeout    Duration `yaml:"call_timeout,omitempty" json:"call_timeout,omitempty"`
+	MaxOutputBytes int      `yaml:"max_output_bytes,omitempty" json:"max_output_bytes,omitempty"`
+	MaxInstances   int      `yaml:"max_instances,omitempty" json:"max_instances,omitempty"`
+}
+
+// Host returns the limits as the host takes them.
+func (l PluginLimits) Host() host.Limits {
+	return host.Limits{
+		MaxMemoryPages: uint32(l.MaxMemoryMB) * 16, // 64 KiB pages
+		CallTimeout:    l.CallTimeout.D(),
+		MaxOutputBytes: l.MaxOutputBytes,
+		MaxInstances:   l.MaxInstances,
+	}
+}
+
+// PluginLimits returns the host limits of every plugin (Plugin) and the
+// per-policy overrides (Plugins over Plugin).
+func (l Limits) PluginLimits() (host.Limits, map[string]host.Limits) {
+	per := make(map[string]host.Limits, len(l.Plugins))
+	for name, pl := range l.Plugins {
+		per[name] = pl.Host()
+	}
+	return l.Plugin.Host(), per
+}
+
+// State bounds the store.
+type State struct {
+	// TTL expires a conversation (its status and plugin state) this long
+	// after its last request (default 168h).
+	TTL Duration `yaml:"ttl,omitempty" json:"ttl"`
+	// MaxConversations caps tracked conversations; the least recently
+	// seen go first (default 10000).
+	MaxConversations int `yaml:"max_conversations,omitempty" json:"max_conversations"`
+	// MaxStateBytes caps the plugin state kept over all conversations
+	// (default 256 MiB); the oldest writes go first.
+	MaxStateBytes int64 `yaml:"max_state_bytes,omitempty" json:"max_state_bytes"`
+}
+
+// TCP configures the optional loopback listener. It is off unless Listen
+// is set, and it always requires a bearer token.
+type TCP struct {
+	// Listen is a loopback address such as "127.0.0.1:7077".
+	Listen string `yaml:"listen,omitempty" json:"listen,omitempty"`
+	// TokenFile holds the bearer token; without it, $COMPACTD_TOKEN does.
+	TokenFile string `yaml:"token_file,omitempty" json:"token_file,omitempty"`
+}
+
+// Defaults for the fields whose zero value is not "off".
+const (
+	DefaultLogLevel         = "info"
+	DefaultMaxBodyBytes     = 32 << 20
+	DefaultMaxMessages      = 10000
+	DefaultRequestTimeout   = 2 * time.Minute
+	DefaultReadTimeout      = time.Minute
+	DefaultIdleTimeout      = 2 * time.Minute
+	DefaultShutdownTimeout  = 30 * time.Second
+	DefaultStateTTL         = 7 * 24 * time.Hour
+	DefaultMaxConversations = 10000
+	DefaultMaxStateBytes    = 256 << 20
+)
+
+// WithDefaults returns a copy of c with every unset field set: first from
+// base (paths the caller computes), then from the constants above.
+func (c *Config) WithDefaults(base Config) *Config {
+	out := *c
+	setS := func(dst *string, v string) {
+		if *dst == "" {
+			*dst = v
+		}
+	}
+	setS(&out.Socket, base.Socket)
+	setS(&out.PluginsDir, base.PluginsDir)
+	setS(&out.StateDir, base.StateDir)
+	setS(&out.CacheDir, base.CacheDir)
+	setS(&out.LogLevel, base.LogLevel)
+	setS(&out.LogLevel, DefaultLogLevel)
+	l := &out.Limits
+	if l.MaxBodyBytes == 0 {
+		l.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if l.MaxMessages == 0 {
+		l.MaxMessages = DefaultMaxMessages
+	}
+	setD := func(dst *Duration, v time.Duration) {
+		if *dst == 0 {
+			*dst = Duration(v)
+		}
+	}
+	setD(&l.RequestTimeout, DefaultRequestTimeout)
+	setD(&l.ReadTimeout, DefaultReadTimeout)
+	setD(&l.WriteTimeout, l.RequestTimeout.D()+30*time.Second)
+	setD(&l.IdleTimeout, DefaultIdleTimeout)
+	setD(&l.ShutdownTimeout, DefaultShutdownTimeout)
+	setD(&out.State.TTL, DefaultStateTTL)
+	if out.State.MaxConversations == 0 {
+		out.State.MaxConversations = DefaultMaxConversations
+	}
+	if out.State.MaxStateBytes == 0 {
+		out.State.MaxStateBytes = DefaultMaxStateBytes
+	}
+	return &out
+}
+
+// DefaultPipeline returns the policies a request without policy or
+// pipeline runs (nil when the config names none).
+func (c *Config) DefaultPipeline() []string {
+	if c.Policy != "" {
+		return []string{c.Policy}
+	}
+	return c.Pipeline
+}
+
+// Layers returns the config layers c and the environment give policy,
+// lowest precedence first: environment, the `compact:` block (llm only),
+// then policies.<name>.
+func (c *Config) Layers(policy string, getenv func(string) string) []policyconfig.Layer {
+	var out []policyconfig.Layer
+	if getenv != nil {
+		if l := EnvLayer(policy, getenv); l != nil {
+			out = append(out, *l)
+		}
+	}
+	if policy == LLMPolicy && c.Compact != nil {
+		if v := c.Compact.Values(); len(v) > 0 {
+			out = append(out, policyconfig.Layer{Source: "config file (compact)", Values: v})
+		}
+	}
+	if v := c.Policies[policy]; len(v) > 0 {
+		out = append(out, policyconfig.Layer{Source: "config file (policies." + policy + ")", Values: v})
+	}
+	return out
+}
+
+// ConfiguredPolicies lists the policies c names anywhere, sorted.
+func (c *Config) ConfiguredPolicies() []string {
+	set := map[string]bool{}
+	for name := range c.Policies {
+		set[name] = true
+	}
+	for _, n := range c.DefaultPipeline() {
+		set[n] = true
+	}
+	if c.Compact != nil {
+		set[LLMPolicy] = true
+	}
+	out := make([]string, 0, len(set))
+	for n := range set {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Parse reads a config file's bytes. source names the file in errors. An
+// empty document is the zero Config. Unknown keys are errors that name the
+// key (with its dotted path and line) and list the keys allowed there.
+func Parse(data []byte, source string) (*Config, error) {
+	cfg, _, err := parse(data, source)
+	return cfg, err
+}
+
+// parse also returns the document, for partial updates.
+func parse(data []byte, source string) (*Config, *yaml.Node, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, nil, fmt.Errorf("%w: %s: %v", ErrInvalid, source, err)
+	}
+	cfg := &Config{}
+	root := docRoot(&doc)
+	if root == nil {
+		return cfg, &doc, nil
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, nil, fmt.Errorf("%w: %s: line %d: want a mapping of settings at the top level", ErrInvalid, source, root.Line)
+	}
+	if err := checkKeys(root, reflect.TypeOf(Config{}), ""); err != nil {
+		return nil, nil, fmt.Errorf("%w: %s: %v", ErrInvalid, source, err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil {
+		return nil, nil, fmt.Errorf("%w: %s: %v", ErrInvalid, source, strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n  "))
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, fmt.Errorf("%w: %s: %v", ErrInvalid, source, err)
+	}
+	return cfg, &doc, nil
+}
+
+func docRoot(doc *yaml.Node) *yaml.Node {
+	if doc.Kind == yaml.DocumentNode {
+		if len(doc.Content) == 0 {
+			return nil
+		}
+		return doc.Content[0]
+	}
+	if doc.Kind == 0 {
+		return nil
+	}
+	return doc
+}
+
+var (
+	unmarshalerType = reflect.TypeOf((*yaml.Unmarshaler)(nil)).Elem()
+	nodeType        = reflect.TypeOf(yaml.Node{})
+)
+
+// checkKeys walks n against the Go type t and reports the first mapping
+// key t does not know, with its dotted path.
+func checkKeys(n *yaml.Node, t reflect.Type, path string) error {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nodeType || reflect.PointerTo(t).Implements(unmarshalerType) {
+		return nil
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		if n.Kind != yaml.MappingNode {
+			return nil // the decoder reports the type mismatch
+		}
+		fields := yamlFields(t)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if k.Value == "<<" {
+				if err := checkKeys(v, t, path); err != nil {
+					return err
+				}
+				continue
+			}
+			f, ok := fields[k.Value]
+			if !ok {
+				known := make([]string, 0, len(fields))
+				for name := range fields {
+					known = append(known, name)
+				}
+				sort.Strings(known)
+				where := "at the top level"
+				if path != "" {
+					where = "under " + path
+				}
+				return fmt.Errorf("line %d: unknown key %q (known keys %s: %s)", k.Line, join(path, k.Value), where, strings.Join(known, ", "))
+			}
+			if err := checkKeys(v, f.Type, join(path, k.Value)); err != nil {
+				return err
+			}
+		}
+	case reflect.Map:
+		if n.Kind != yaml.MappingNode {
+			return nil
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if err := checkKeys(n.Content[i+1], t.Elem(), join(path, n.Content[i].Value)); err != nil {
+				return err
+			}
+		}
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			return nil
+		}
+		for i, item := range n.Content {
+			if err := checkKeys(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func yamlFields(t reflect.Type) map[string]reflect.StructField {
+	out := map[string]reflect.StructField{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = strings.ToLower(f.Name)
+		}
+		out[name] = f
+	}
+	return out
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// Validate checks what the types cannot: names, exclusive keys, ranges.
+func (c *Config) Validate() error {
+	if c.Policy != "" && len(c.Pipeline) > 0 {
+		return fmt.Errorf("policy and pipeline are exclusive: set one")
+	}
+	for _, n := range c.DefaultPipeline() {
+		if !abi.ValidName(n) {
+			return fmt.Errorf("policy name %q: want 1-64 characters of a-z, 0-9, _ and -, starting with a letter", n)
+		}
+	}
+	for name, values := range c.Policies {
+		if !abi.ValidName(name) {
+			return fmt.Errorf("policies: %q is not a policy name", name)
+		}
+		if _, err := json.Marshal(values); err != nil {
+			return fmt.Errorf("policies.%s: not expressible as JSON (keys must be strings): %v", name, err)
+		}
+	}
+	for name := range c.Limits.Plugins {
+		if !abi.ValidName(name) {
+			return fmt.Errorf("limits.plugins: %q is not a policy name", name)
+		}
+	}
+	if c.LogLevel != "" {
+		switch strings.ToLower(c.LogLevel) {
+		case "trace", "debug", "info", "warn", "error", "off":
+		default:
+			return fmt.Errorf("log_level %q: want trace, debug, info, warn, error or off", c.LogLevel)
+		}
+	}
+	if c.Limits.MaxBodyBytes < 0 || c.Limits.MaxMessages < 0 || c.State.MaxConversations < 0 || c.State.MaxStateBytes < 0 {
+		return fmt.Errorf("limits and state sizes must not be negative")
+	}
+	if c.Compact != nil {
+		for k, v := range map[string]*int{"max_tokens": c.Compact.MaxTokens, "token_threshold": c.Compact.TokenThreshold,
+			"message_threshold": c.Compact.MessageThreshold, "turn_threshold": c.Compact.TurnThreshold,
+			"retention_window": c.Compact.RetentionWindow} {
+			if v != nil && *v < 0 {
+				return fmt.Errorf("compact.%s must not be negative", k)
+			}
+		}
+	}
+	if c.TCP.Listen != "" {
+		if err := CheckLoopback(c.TCP.Listen); err != nil {
+			return fmt.Errorf("tcp.listen: %v", err)
+		}
+	}
+	return nil
+}
+
+// CheckLoopback reports whether addr (host:port) is a loopback address:
+// the TCP listener never listens beyond this machine.
+func CheckLoopback(addr string) error {
+	hostPart, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q: %v", addr, err)
+	}
+	if hostPart == "localhost" {
+		return nil
+	}
+	ip := net.ParseIP(hostPart)
+	if ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("%q is not a loopback address (use 127.0.0.1 or [::1]); compactd does not listen beyond this machine", addr)
+	}
+	return nil
+}
+
+// RawYAML keeps a block as written, for a section whose type another part
+// of compactd defines (the `llm:` provider block).
+type RawYAML struct {
+	Node *yaml.Node
+}
+
+// UnmarshalYAML keeps the node.
+func (r *RawYAML) UnmarshalYAML(n *yaml.Node) error {
+	c := *n
+	r.Node = &c
+	return nil
+}
+
+// MarshalYAML writes the node back.
+func (r RawYAML) MarshalYAML() (any, error) { return r.Node, nil }
+
+// IsZero reports whether the block is absent.
+func (r RawYAML) IsZero() bool { return r.Node == nil }
+
+// Decode decodes the block into v (a typed struct).
+func (r *RawYAML) Decode(v any) error {
+	if r == nil || r.Node == nil {
+		return nil
+	}
+	return r.Node.Decode(v)
+}
+
+// MarshalJSON writes the block as JSON.
+func (r RawYAML) MarshalJSON() ([]byte, error) {
+	var v any
+	if r.Node != nil {
+		if err := r.Node.Decode(&v); err != nil {
+			return nil, err
+		}
+	}
+	return json.Marshal(v)
+}

@@ -1,0 +1,362 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/compactd/compactd/internal/policyconfig"
+	"gopkg.in/yaml.v3"
+)
+
+// Options configure a Manager.
+type Options struct {
+	// Path is the config file. It may not exist yet: the daemon then runs
+	// on defaults, and Update creates it.
+	Path string
+	// Getenv reads the environment (os.Getenv if nil).
+	Getenv func(string) string
+	// Defaults fill the fields the file leaves unset, before the built-in
+	// defaults (the daemon computes its default paths here).
+	Defaults Config
+	// Override applies what the command line set; it runs on every load,
+	// after the file and before the defaults, so a flag always wins.
+	Override func(*Config)
+	// Check validates a candidate config beyond its syntax (e.g. policy
+	// config against the loaded plugins' schemas). It returns warnings,
+	// or an error that rejects the config. Nil accepts everything.
+	Check func(*Config) (warnings []string, err error)
+	// OnChange runs after a new config replaced old (by Reload or Update),
+	// before they return. Calls are serialized.
+	OnChange func(old, new *Config)
+}
+
+// Manager holds the daemon's running config and changes it: Reload reads
+// the file again (SIGHUP), Update applies a partial update and writes the
+// file back. A failed Reload or Update keeps the running config. It is
+// safe for concurrent use; reads never block.
+type Manager struct {
+	opts Options
+	mu   sync.Mutex // serializes Reload and Update
+	cur  atomic.Pointer[Config]
+}
+
+// Change is the outcome of a successful Reload or Update.
+type Change struct {
+	// Config is the new effective config.
+	Config *Config
+	// RestartRequired names the settings that changed but only take effect
+	// on restart (socket, plugins_dir, state_dir, cache_dir, tcp, server
+	// read/write/idle timeouts).
+	RestartRequired []string
+	// Warnings are non-fatal problems (e.g. config for a policy that is not
+	// loaded).
+	Warnings []string
+}
+
+// Open reads the config file (a missing file means defaults) and returns a
+// Manager serving it. The Check option is not run here: plugins are not
+// loaded yet. Call Check once they are.
+func Open(opts Options) (*Manager, error) {
+	if opts.Getenv == nil {
+		opts.Getenv = os.Getenv
+	}
+	m := &Manager{opts: opts}
+	cfg, _, _, err := m.read()
+	if err != nil {
+		return nil, err
+	}
+	m.cur.Store(m.effective(cfg))
+	return m, nil
+}
+
+// SetCheck sets the Check option (the daemon sets it once its plugins are
+// loaded). It is not safe to call concurrently with Reload or Update.
+func (m *Manager) SetCheck(check func(*Config) ([]string, error)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.opts.Check = check
+}
+
+// Check runs the Check option on the running config.
+func (m *Manager) Check() ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.opts.Check == nil {
+		return nil, nil
+	}
+	return m.opts.Check(m.Current())
+}
+
+// Path returns the config file's path.
+func (m *Manager) Path() string { return m.opts.Path }
+
+// Current returns the running effective config. It must not be modified.
+func (m *Manager) Current() *Config { return m.cur.Load() }
+
+// Layers implements compactor.ConfigSource: the environment, then the
+// config file (see Config.Layers).
+func (m *Manager) Layers(policy string) []policyconfig.Layer {
+	return m.Current().Layers(policy, m.opts.Getenv)
+}
+
+// Getenv returns the environment reader the manager uses.
+func (m *Manager) Getenv() func(string) string { return m.opts.Getenv }
+
+func (m *Manager) effective(file *Config) *Config {
+	c := *file
+	if m.opts.Override != nil {
+		m.opts.Override(&c)
+	}
+	home := m.opts.Getenv("HOME")
+	for _, p := range []*string{&c.Socket, &c.PluginsDir, &c.StateDir, &c.CacheDir, &c.TCP.TokenFile} {
+		*p = expandHome(*p, home)
+	}
+	return c.WithDefaults(m.opts.Defaults)
+}
+
+// expandHome expands a leading "~/" to the home directory.
+func expandHome(path, home string) string {
+	if home != "" && (path == "~" || strings.HasPrefix(path, "~/")) {
+		return filepath.Join(home, path[1:])
+	}
+	return path
+}
+
+// read parses the file. A missing file is the zero Config.
+func (m *Manager) read() (*Config, *yaml.Node, fs.FileMode, error) {
+	data, err := os.ReadFile(m.opts.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return &Config{}, &yaml.Node{}, 0, nil
+	}
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("reading config file: %w", err)
+	}
+	mode := fs.FileMode(0o600)
+	if st, err := os.Stat(m.opts.Path); err == nil {
+		mode = st.Mode().Perm()
+	}
+	cfg, doc, err := parse(data, m.opts.Path)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	return cfg, doc, mode, nil
+}
+
+// Reload reads the file again. On any error the running config stays.
+func (m *Manager) Reload() (*Change, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	file, _, _, err := m.read()
+	if err != nil {
+		return nil, err
+	}
+	return m.install(file)
+}
+
+// install checks a parsed file and makes it the running config.
+func (m *Manager) install(file *Config) (*Change, error) {
+	next := m.effective(file)
+	ch := &Change{Config: next}
+	if m.opts.Check != nil {
+		w, err := m.opts.Check(next)
+		if err != nil {
+			return nil, err
+		}
+		ch.Warnings = w
+	}
+	old := m.cur.Swap(next)
+	ch.RestartRequired = restartRequired(old, next)
+	if m.opts.OnChange != nil {
+		m.opts.OnChange(old, next)
+	}
+	return ch, nil
+}
+
+// restartRequired lists the settings that differ and only apply on start.
+func restartRequired(old, next *Config) []string {
+	var out []string
+	add := func(name string, a, b any) {
+		if !reflect.DeepEqual(a, b) {
+			out = append(out, name)
+		}
+	}
+	add("socket", old.Socket, next.Socket)
+	add("plugins_dir", old.PluginsDir, next.PluginsDir)
+	add("state_dir", old.StateDir, next.StateDir)
+	add("cache_dir", old.CacheDir, next.CacheDir)
+	add("tcp", old.TCP, next.TCP)
+	add("limits.read_timeout", old.Limits.ReadTimeout, next.Limits.ReadTimeout)
+	add("limits.write_timeout", old.Limits.WriteTimeout, next.Limits.WriteTimeout)
+	add("limits.idle_timeout", old.Limits.IdleTimeout, next.Limits.IdleTimeout)
+	return out
+}
+
+// Update applies a partial update to the config file and, if the result
+// is valid, writes the file back atomically (a temporary file renamed over
+// it) and makes it the running config. patch is a JSON (or YAML) object
+// applied as a JSON merge patch (RFC 7396): objects merge key by key, null
+// deletes a key, anything else replaces. The file is read again first, so
+// edits made by hand since the last load are kept; comments survive where
+// YAML can keep them. On any error nothing changes.
+func (m *Manager) Update(patch []byte) (*Change, error) {
+	var p yaml.Node
+	if err := yaml.Unmarshal(patch, &p); err != nil {
+		return nil, fmt.Errorf("%w: update: %v", ErrInvalid, err)
+	}
+	pr := docRoot(&p)
+	if pr == nil || pr.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("%w: update: want an object of settings", ErrInvalid)
+	}
+	plain(pr)
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, doc, mode, err := m.read()
+	if err != nil {
+		return nil, fmt.Errorf("%w (fix the file, or send SIGHUP after fixing it, before updating it)", err)
+	}
+	root := docRoot(doc)
+	if root == nil || root.Kind != yaml.MappingNode {
+		root = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+	}
+	root = mergePatch(root, pr)
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if len(root.Content) > 0 {
+		out := &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{root}}
+		if doc.Kind == yaml.DocumentNode {
+			out.HeadComment, out.FootComment = doc.HeadComment, doc.FootComment
+		}
+		if err := enc.Encode(out); err != nil {
+			return nil, fmt.Errorf("%w: update: %v", ErrInvalid, err)
+		}
+	}
+	enc.Close()
+	file, err := Parse(buf.Bytes(), "update")
+	if err != nil {
+		return nil, err
+	}
+	// Check before writing: an update the daemon would reject is not
+	// written either.
+	next := m.effective(file)
+	var warnings []string
+	if m.opts.Check != nil {
+		if warnings, err = m.opts.Check(next); err != nil {
+			return nil, err
+		}
+	}
+	if mode == 0 {
+		mode = 0o600
+	}
+	if err := writeAtomic(m.opts.Path, buf.Bytes(), mode); err != nil {
+		return nil, err
+	}
+	old := m.cur.Swap(next)
+	ch := &Change{Config: next, RestartRequired: restartRequired(old, next), Warnings: warnings}
+	if m.opts.OnChange != nil {
+		m.opts.OnChange(old, next)
+	}
+	return ch, nil
+}
+
+// mergePatch applies patch to dst (RFC 7396 on YAML nodes) and returns the
+// result; dst is modified in place when it is a mapping.
+func mergePatch(dst, patch *yaml.Node) *yaml.Node {
+	if patch.Kind != yaml.MappingNode {
+		if dst != nil { // a replaced value keeps its comments
+			patch.HeadComment, patch.LineComment, patch.FootComment = dst.HeadComment, dst.LineComment, dst.FootComment
+		}
+		return patch
+	}
+	for dst != nil && dst.Kind == yaml.AliasNode {
+		dst = dst.Alias
+	}
+	if dst == nil || dst.Kind != yaml.MappingNode {
+		dst = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+	}
+	for i := 0; i+1 < len(patch.Content); i += 2 {
+		k, v := patch.Content[i], patch.Content[i+1]
+		at := -1
+		for j := 0; j+1 < len(dst.Content); j += 2 {
+			if dst.Content[j].Value == k.Value {
+				at = j
+				break
+			}
+		}
+		if isNull(v) {
+			if at >= 0 {
+				dst.Content = append(dst.Content[:at], dst.Content[at+2:]...)
+			}
+			continue
+		}
+		if at >= 0 {
+			dst.Content[at+1] = mergePatch(dst.Content[at+1], v)
+		} else {
+			dst.Content = append(dst.Content, k, mergePatch(nil, v))
+		}
+	}
+	return dst
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
+// plain resets the style of a patch's nodes, so that an update sent as
+// JSON is written in the file's block style.
+func plain(n *yaml.Node) {
+	n.Style = 0
+	n.Line, n.Column = 0, 0
+	for _, c := range n.Content {
+		plain(c)
+	}
+}
+
+// writeAtomic replaces path with data: a temporary file in the same
+// directory, synced, then renamed over path, then the directory synced.
+func writeAtomic(path string, data []byte, mode fs.FileMode) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("writing config file: %w", err)
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("writing config file: %w", err)
+	}
+	tmp := f.Name()
+	fail := func(err error) error {
+		f.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("writing config file: %w", err)
+	}
+	if _, err := f.Write(data); err != nil {
+		return fail(err)
+	}
+	if err := f.Chmod(mode); err != nil {
+		return fail(err)
+	}
+	if err := f.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := f.Close(); err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("writing config file: %w", err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}

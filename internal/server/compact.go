@@ -1,0 +1,226 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/client"
+	"github.com/compactd/compactd/internal/chat"
+	"github.com/compactd/compactd/internal/compactor"
+	"github.com/compactd/compactd/internal/models"
+	"github.com/compactd/compactd/internal/store"
+)
+
+// maxConversationID caps a caller's conversation_id.
+const maxConversationID = 256
+
+// compactTail is the response after its messages, which are written as
+// the caller's bytes rather than re-encoded.
+type compactTail struct {
+	Compacted      bool            `json:"compacted"`
+	Summary        string          `json:"summary"`
+	ConversationID string          `json:"conversation_id"`
+	Warnings       []string        `json:"warnings"`
+	Stats          compactor.Stats `json:"stats"`
+}
+
+// handleCompact serves POST /v1/compact.
+func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
+	cfg := s.opts.Config.Current()
+	ctx, cancel := context.WithTimeout(r.Context(), cfg.Limits.RequestTimeout.D())
+	defer cancel()
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, cfg.Limits.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return toAPIError(err)
+		}
+		return apiErrorf(http.StatusBadRequest, CodeBadRequest, "reading the body: %v", err)
+	}
+	req, err := decodeCompactRequest(data)
+	if err != nil {
+		return err
+	}
+	if n := len(req.Messages); n > cfg.Limits.MaxMessages {
+		return apiErrorf(http.StatusRequestEntityTooLarge, CodeTooManyMessages, "%d messages; the limit is %d (limits.max_messages)", n, cfg.Limits.MaxMessages)
+	}
+	pipeline, err := choosePipeline(req, cfg.DefaultPipeline())
+	if err != nil {
+		return err
+	}
+	// With "policy" (or a default policy) config holds its keys; with
+	// "pipeline" (or a default pipeline) one object per policy name.
+	keyed := len(req.Pipeline) > 0 || req.Policy == "" && cfg.Policy == ""
+	overrides, err := splitOverrides(req.Config, pipeline, keyed)
+	if err != nil {
+		return err
+	}
+	conv, err := chat.FromRaw(req.Messages)
+	if err != nil {
+		return err
+	}
+	resp, err := s.opts.Compactor.Compact(ctx, compactor.Request{
+		Conversation: conv, Pipeline: pipeline, Overrides: overrides, Model: req.Model,
+		ConversationID: req.ConversationID, ContextWindow: req.ContextWindow, TargetTokens: req.TargetTokens,
+	})
+	if err != nil {
+		return err
+	}
+	s.record(req, pipeline, resp)
+
+	tail := compactTail{Compacted: resp.Compacted, Summary: resp.Summary, ConversationID: resp.ConversationID,
+		Warnings: resp.Warnings, Stats: resp.Stats}
+	if tail.Warnings == nil {
+		tail.Warnings = []string{}
+	}
+	tb, err := json.Marshal(tail)
+	if err != nil {
+		return err
+	}
+	msgs := resp.Conversation.MessagesJSON()
+	var buf bytes.Buffer
+	buf.Grow(len(msgs) + len(tb) + 16)
+	buf.WriteString(`{"messages":`)
+	buf.Write(msgs)
+	buf.WriteByte(',')
+	buf.Write(tb[1:])
+	buf.WriteByte('\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", fmt.Sprint(buf.Len()))
+	w.WriteHeader(http.StatusOK)
+	w.Write(buf.Bytes())
+	return nil
+}
+
+// decodeCompactRequest decodes and checks the body's shape.
+func decodeCompactRequest(data []byte) (*client.CompactRequest, error) {
+	var req client.CompactRequest
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	if err := dec.Decode(&req); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "empty body: want a JSON object with \"messages\"")
+		}
+		return nil, apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "%s", jsonProblem(data, err))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "data after the JSON object")
+	}
+	switch {
+	case req.Messages == nil:
+		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "\"messages\" is required (an array of chat messages)")
+	case req.Policy != "" && len(req.Pipeline) > 0:
+		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "give \"policy\" or \"pipeline\", not both")
+	case len(req.ConversationID) > maxConversationID:
+		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "conversation_id is %d bytes; the limit is %d", len(req.ConversationID), maxConversationID)
+	case !utf8.ValidString(req.ConversationID) || strings.ContainsRune(req.ConversationID, 0):
+		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "conversation_id must be UTF-8 text without NUL")
+	case req.ContextWindow < 0 || req.TargetTokens < 0:
+		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "context_window and target_tokens must not be negative")
+	}
+	return &req, nil
+}
+
+// jsonProblem describes a decoding error with its position.
+func jsonProblem(data []byte, err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("not valid JSON at byte %d: %v", se.Offset, se)
+	case errors.As(err, &te):
+		return fmt.Sprintf("field %q: want %s, got JSON %s", te.Field, te.Type, te.Value)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "the JSON ends early"
+	}
+	msg := strings.TrimPrefix(err.Error(), "json: ")
+	if strings.HasPrefix(msg, "unknown field") {
+		msg += " (fields: policy, pipeline, config, model, conversation_id, context_window, target_tokens, messages)"
+	}
+	return msg
+}
+
+// choosePipeline returns the policies to run.
+func choosePipeline(req *client.CompactRequest, def []string) ([]string, error) {
+	var names []string
+	switch {
+	case req.Policy != "":
+		names = []string{req.Policy}
+	case len(req.Pipeline) > 0:
+		names = req.Pipeline
+	default:
+		if len(def) == 0 {
+			return nil, apiErrorf(http.StatusBadRequest, CodeNoPolicy, "name a \"policy\" or a \"pipeline\" (the config file sets no default)")
+		}
+		names = def
+	}
+	for _, n := range names {
+		if !abi.ValidName(n) {
+			return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "%q is not a policy name", n)
+		}
+	}
+	return names, nil
+}
+
+// splitOverrides turns the request's config into per-policy overrides:
+// the object holds one policy's keys, or (keyed) one object per policy.
+func splitOverrides(cfg map[string]any, pipeline []string, keyed bool) (map[string]map[string]any, error) {
+	if len(cfg) == 0 {
+		return nil, nil
+	}
+	if !keyed {
+		return map[string]map[string]any{pipeline[0]: cfg}, nil
+	}
+	out := make(map[string]map[string]any, len(cfg))
+	for name, v := range cfg {
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "config.%s: with a pipeline, config holds one object per policy name", name)
+		}
+		out[name] = obj
+	}
+	return out, nil
+}
+
+// record updates the conversation's status and the metrics.
+func (s *Server) record(req *client.CompactRequest, pipeline []string, resp *compactor.Response) {
+	failed := false
+	for _, st := range resp.Stats.Stages {
+		outcome := "unchanged"
+		switch {
+		case st.Error != "":
+			outcome, failed = "failed", true
+		case st.Skipped != "":
+			outcome = "skipped"
+		case st.Compacted:
+			outcome = "compacted"
+		}
+		s.metrics.compactions.add(1, st.Policy, outcome)
+		s.metrics.stageLatency.observe(st.Duration.Seconds(), st.Policy)
+		if saved := st.TokensBefore - st.TokensAfter; saved > 0 {
+			s.metrics.tokensSaved.add(uint64(saved), st.Policy)
+		}
+	}
+	st := resp.Stats
+	s.metrics.tokensIn.Add(uint64(st.TokensBefore))
+	s.metrics.tokensOut.Add(uint64(st.TokensAfter))
+	window := req.ContextWindow
+	if window <= 0 {
+		window = models.ContextWindow(req.Model)
+	}
+	s.opts.Store.Observe(store.Observation{
+		ConversationID: resp.ConversationID, Model: req.Model, Pipeline: pipeline,
+		MessagesBefore: st.MessagesBefore, TokensBefore: st.TokensBefore,
+		MessagesAfter: st.MessagesAfter, TokensAfter: st.TokensAfter,
+		ContextWindow: window, Compacted: resp.Compacted, Failed: failed,
+	})
+}

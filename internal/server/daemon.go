@@ -1,0 +1,341 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/compactd/compactd/host"
+	"github.com/compactd/compactd/internal/compactor"
+	"github.com/compactd/compactd/internal/config"
+	"github.com/compactd/compactd/internal/store"
+	"github.com/compactd/compactd/internal/tokens"
+	"github.com/compactd/compactd/registry"
+	"github.com/hashicorp/go-hclog"
+)
+
+// DaemonOptions configure a Daemon. Only ConfigPath is required.
+type DaemonOptions struct {
+	// ConfigPath is the config file (it may not exist yet).
+	ConfigPath string
+	// Getenv reads the environment (os.Getenv if nil).
+	Getenv func(string) string
+	// Defaults are the default paths (socket, plugins_dir, state_dir,
+	// cache_dir) for settings neither the file nor Override sets.
+	Defaults config.Config
+	// Override applies the command line's flags over the file.
+	Override func(*config.Config)
+	// Logger is the root logger; its level follows the config's log_level.
+	// Plugins log through "<logger>.plugin.<name>". Discarded if nil.
+	Logger hclog.Logger
+	// Version is compactd's version (GET /v1/status).
+	Version string
+	// LLM, if set, builds the provider behind plugins' llm_complete calls
+	// from the running config (its `llm:` block, cfg.LLM) and the store
+	// (whose Bucket can hold a persistent summary cache). It runs once, at
+	// start, and returns what the compactor calls once per request to get
+	// that request's Completer (compactor.Options.NewLLM; e.g. one budget
+	// per request). Nil: no provider, plugins get no_provider answers.
+	LLM func(cfg *config.Config, st *store.Store) (func() host.Completer, error)
+	// Debounce and StoreFlush tune the registry's debounce and the
+	// store's write-behind interval (0: their defaults). Tests shorten
+	// them.
+	Debounce   time.Duration
+	StoreFlush time.Duration
+}
+
+// Daemon is a running compactd: the API on its socket, over the registry
+// (watching the plugins directory), the store and the config.
+type Daemon struct {
+	opts   DaemonOptions
+	logger hclog.Logger
+	cfg    *config.Manager
+	engine *host.Engine
+	reg    *registry.Registry
+	store  *store.Store
+	server *Server
+
+	unix      *unixSocket
+	tcp       net.Listener
+	httpUnix  *http.Server
+	httpTCP   *http.Server
+	errc      chan error
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start starts a daemon: it reads the config, takes the socket (failing
+// with ErrRunning if another daemon has it), opens the store, loads and
+// smoke-tests every plugin, checks the config against them, and serves.
+// It returns once the API answers. Shutdown stops it.
+func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
+	if opts.Getenv == nil {
+		opts.Getenv = os.Getenv
+	}
+	if err := config.CheckEnv(opts.Getenv); err != nil {
+		return nil, err
+	}
+	d := &Daemon{opts: opts, logger: opts.Logger, errc: make(chan error, 2)}
+	if d.logger == nil {
+		d.logger = hclog.NewNullLogger()
+	}
+	d.cfg, err = config.Open(config.Options{
+		Path: opts.ConfigPath, Getenv: opts.Getenv, Defaults: opts.Defaults, Override: opts.Override,
+		OnChange: d.apply,
+	})
+	if err != nil {
+		return nil, err
+	}
+	cfg := d.cfg.Current()
+	d.logger.SetLevel(hclog.LevelFromString(cfg.LogLevel))
+	defer func() {
+		if err != nil {
+			d.closeAll(context.WithoutCancel(ctx))
+		}
+	}()
+
+	if d.unix, err = listenUnix(cfg.Socket); err != nil {
+		return nil, err
+	}
+	d.store, err = store.Open(store.Options{
+		Dir: cfg.StateDir, TTL: cfg.State.TTL.D(), MaxConversations: cfg.State.MaxConversations,
+		MaxStateBytes: cfg.State.MaxStateBytes, FlushInterval: opts.StoreFlush, Logger: d.logger.Named("store"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if d.engine, err = host.NewEngine(host.Config{CacheDir: cfg.CacheDir, Logger: d.logger.Named("plugin")}); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.PluginsDir, 0o755); err != nil {
+		return nil, fmt.Errorf("plugins directory: %w", err)
+	}
+	counter := tokens.New(tokens.Options{})
+	def, per := cfg.Limits.PluginLimits()
+	d.reg = registry.New(registry.Options{
+		Dir: cfg.PluginsDir, Engine: d.engine, DefaultLimits: def, Limits: per, Tokens: counter,
+		Debounce: opts.Debounce, Logger: d.logger.Named("registry"),
+	})
+	if err := d.reg.Start(ctx); err != nil {
+		return nil, err
+	}
+	d.cfg.SetCheck(d.checkConfig)
+	warnings, err := d.cfg.Check()
+	if err != nil {
+		return nil, fmt.Errorf("config file %s: %w", d.cfg.Path(), err)
+	}
+	for _, w := range warnings {
+		d.logger.Warn(w)
+	}
+
+	copts := compactor.Options{Policies: d.reg, Tokens: counter, Config: d.cfg, State: d.store, Logger: d.logger.Named("compactor")}
+	if opts.LLM != nil {
+		if copts.NewLLM, err = opts.LLM(cfg, d.store); err != nil {
+			return nil, fmt.Errorf("llm provider: %w", err)
+		}
+	}
+	comp := compactor.New(copts)
+	d.server = New(Options{Compactor: comp, Registry: d.reg, Store: d.store, Config: d.cfg, Version: opts.Version, Logger: d.logger.Named("api")})
+	d.httpUnix = d.httpServer(cfg, d.server.Handler())
+	go d.serve(d.httpUnix, d.unix.Listener)
+
+	if cfg.TCP.Listen != "" {
+		token, err := d.token(cfg)
+		if err != nil {
+			return nil, err
+		}
+		if d.tcp, err = listenTCP(cfg.TCP.Listen); err != nil {
+			return nil, err
+		}
+		d.httpTCP = d.httpServer(cfg, d.server.TokenHandler(token))
+		go d.serve(d.httpTCP, d.tcp)
+	}
+	c := d.reg.Counters()
+	d.logger.Info("compactd serving", "socket", cfg.Socket, "tcp", cfg.TCP.Listen, "policies", c.Serving,
+		"failed_loads", c.LoadFailures, "plugins", cfg.PluginsDir, "state", d.store.Path(), "config", d.cfg.Path())
+	return d, nil
+}
+
+func (d *Daemon) httpServer(cfg *config.Config, h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       cfg.Limits.ReadTimeout.D(),
+		WriteTimeout:      cfg.Limits.WriteTimeout.D(),
+		IdleTimeout:       cfg.Limits.IdleTimeout.D(),
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          d.logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	}
+}
+
+func (d *Daemon) serve(srv *http.Server, ln net.Listener) {
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		d.errc <- err
+	}
+}
+
+// token reads the TCP listener's bearer token.
+func (d *Daemon) token(cfg *config.Config) (string, error) {
+	var t string
+	if cfg.TCP.TokenFile != "" {
+		b, err := os.ReadFile(cfg.TCP.TokenFile)
+		if err != nil {
+			return "", fmt.Errorf("tcp.token_file: %w", err)
+		}
+		t = strings.TrimSpace(string(b))
+	} else {
+		t = strings.TrimSpace(d.opts.Getenv("COMPACTD_TOKEN"))
+	}
+	if t == "" {
+		return "", errors.New("tcp.listen is set but there is no bearer token: set tcp.token_file or $COMPACTD_TOKEN")
+	}
+	return t, nil
+}
+
+// checkConfig validates policy config (the environment's and the file's)
+// against the loaded plugins' schemas. Configured policies that are not
+// loaded are warnings.
+func (d *Daemon) checkConfig(c *config.Config) ([]string, error) {
+	var warnings []string
+	names := c.ConfiguredPolicies()
+	configured := map[string]bool{}
+	for _, n := range names {
+		configured[n] = true
+	}
+	for _, in := range d.reg.Policies() {
+		if in.Plugin != nil && !configured[in.Name] {
+			names = append(names, in.Name) // the environment may configure it
+		}
+	}
+	for _, name := range names {
+		p, release, err := d.reg.Acquire(name)
+		if err != nil {
+			warnings = append(warnings, fmt.Sprintf("policy %q is configured but not loaded; its config is checked on each request once it loads", name))
+			continue
+		}
+		_, err = p.Schema().Resolve(c.Layers(name, d.opts.Getenv)...)
+		release()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return warnings, nil
+}
+
+// apply puts a new config into effect (it runs after Reload and Update).
+func (d *Daemon) apply(old, next *config.Config) {
+	d.logger.SetLevel(hclog.LevelFromString(next.LogLevel))
+	if !reflect.DeepEqual(old.Limits.Plugin, next.Limits.Plugin) || !reflect.DeepEqual(old.Limits.Plugins, next.Limits.Plugins) {
+		def, per := next.Limits.PluginLimits()
+		d.reg.SetLimits(context.Background(), def, per)
+	}
+	d.store.SetLimits(next.State.TTL.D(), next.State.MaxConversations, next.State.MaxStateBytes)
+}
+
+// Reload reads the config file again (SIGHUP). An invalid file keeps the
+// running config; the error says why.
+func (d *Daemon) Reload() (*config.Change, error) {
+	ch, err := d.cfg.Reload()
+	d.server.ConfigReloaded(err)
+	if err != nil {
+		d.logger.Error("config reload failed; keeping the running config", "file", d.cfg.Path(), "error", err)
+		return nil, err
+	}
+	d.logger.Info("config reloaded", "file", d.cfg.Path())
+	for _, w := range ch.Warnings {
+		d.logger.Warn(w)
+	}
+	if len(ch.RestartRequired) > 0 {
+		d.logger.Warn("changed settings take effect on restart", "settings", strings.Join(ch.RestartRequired, ", "))
+	}
+	return ch, nil
+}
+
+// Socket returns the Unix socket's path.
+func (d *Daemon) Socket() string { return d.unix.path }
+
+// TCPAddr returns the TCP listener's address ("" when off).
+func (d *Daemon) TCPAddr() string {
+	if d.tcp == nil {
+		return ""
+	}
+	return d.tcp.Addr().String()
+}
+
+// Config returns the config manager.
+func (d *Daemon) Config() *config.Manager { return d.cfg }
+
+// Registry returns the plugin registry.
+func (d *Daemon) Registry() *registry.Registry { return d.reg }
+
+// Errors delivers a listener's fatal error; the daemon should then be
+// shut down.
+func (d *Daemon) Errors() <-chan error { return d.errc }
+
+// Shutdown stops accepting requests, lets those in flight finish (until
+// limits.shutdown_timeout or ctx, whichever ends first; then they are cut
+// off), closes the plugins, the store and the engine, and removes the
+// socket. A second call returns the first one's result.
+func (d *Daemon) Shutdown(ctx context.Context) error {
+	d.closeOnce.Do(func() {
+		timeout := d.cfg.Current().Limits.ShutdownTimeout.D()
+		dctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		d.logger.Info("shutting down: draining requests in flight", "deadline", timeout)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var errs []error
+		for _, srv := range []*http.Server{d.httpUnix, d.httpTCP} {
+			if srv == nil {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := srv.Shutdown(dctx); err != nil {
+					srv.Close()
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("draining requests: %w", err))
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		if err := d.closeAll(context.WithoutCancel(ctx)); err != nil {
+			errs = append(errs, err)
+		}
+		d.closeErr = errors.Join(errs...)
+		d.logger.Info("stopped")
+	})
+	return d.closeErr
+}
+
+// closeAll releases what Start opened, in reverse order.
+func (d *Daemon) closeAll(ctx context.Context) error {
+	var errs []error
+	if d.reg != nil {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		errs = append(errs, d.reg.Close(cctx))
+		cancel()
+	}
+	if d.store != nil {
+		errs = append(errs, d.store.Close())
+	}
+	if d.engine != nil {
+		errs = append(errs, d.engine.Close(ctx))
+	}
+	if d.unix != nil {
+		errs = append(errs, d.unix.Close())
+	}
+	if d.tcp != nil && d.httpTCP == nil {
+		d.tcp.Close()
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,201 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/client"
+	"github.com/compactd/compactd/internal/store"
+	"github.com/compactd/compactd/registry"
+)
+
+func (s *Server) handlePolicies(w http.ResponseWriter, r *http.Request) error {
+	infos := s.opts.Registry.Policies()
+	out := client.PolicyList{Policies: make([]client.Policy, 0, len(infos))}
+	for _, in := range infos {
+		out.Policies = append(out.Policies, policyOf(in))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) handlePolicy(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("name")
+	in, ok := s.opts.Registry.Policy(name)
+	if !ok {
+		return apiErrorf(http.StatusNotFound, CodeUnknownPolicy, "no policy or plugin file named %q (GET /v1/policies lists them)", name)
+	}
+	writeJSON(w, http.StatusOK, policyOf(in))
+	return nil
+}
+
+func policyOf(in registry.Info) client.Policy {
+	p := client.Policy{Name: in.Name, File: in.File, SHA256: in.SHA256, LoadedAt: in.LoadedAt}
+	if p.Name == "" {
+		p.Name = strings.TrimSuffix(filepath.Base(in.File), ".wasm")
+	}
+	if pl := in.Plugin; pl != nil {
+		d := pl.Description()
+		p.Serving, p.Version, p.ABI, p.Description = true, d.Version, d.ABI.String(), d.Description
+		p.ConfigSchema, p.Defaults, p.Exports, p.Path = d.ConfigSchema, d.Defaults, d.Exports, pl.Path()
+		l := pl.Limits()
+		p.Limits = &client.Limits{MaxMemoryBytes: int64(l.MaxMemoryPages) << 16, CallTimeout: l.CallTimeout.String(),
+			MaxOutputBytes: l.MaxOutputBytes, MaxInstances: l.MaxInstances}
+		st := pl.Stats()
+		p.Calls, p.Failures = st.Calls, st.Failures
+	}
+	if in.Error != nil {
+		p.Error = &client.LoadError{Message: in.Error.Error(), SHA256: in.ErrorSHA256, At: in.ErrorAt}
+	}
+	return p
+}
+
+// defaultStatusLimit is how many conversations GET /v1/status lists
+// without ?limit.
+const defaultStatusLimit = 100
+
+func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	if id := q.Get("conversation_id"); id != "" {
+		c, ok := s.opts.Store.Conversation(id)
+		if !ok {
+			return apiErrorf(http.StatusNotFound, CodeNotFound, "no tracked conversation %q", id)
+		}
+		writeJSON(w, http.StatusOK, conversationOf(c))
+		return nil
+	}
+	limit := defaultStatusLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return apiErrorf(http.StatusBadRequest, CodeBadRequest, "limit=%q: want a positive integer", v)
+		}
+		limit = n
+	}
+	cfg := s.opts.Config.Current()
+	st := client.Status{
+		Version: s.opts.Version, ABI: abi.Version.String(), StartedAt: s.started.UTC(),
+		UptimeSeconds: time.Since(s.started).Seconds(),
+		Store:         client.StoreDescriptor{Path: s.opts.Store.Path(), TTL: cfg.State.TTL.String(), MaxConversations: cfg.State.MaxConversations},
+	}
+	for _, in := range s.opts.Registry.Policies() {
+		if in.Plugin != nil {
+			st.Policies.Serving++
+		}
+		if in.Error != nil {
+			st.Policies.Failed++
+		}
+	}
+	t := s.opts.Store.Totals()
+	st.Totals = client.Totals{Conversations: t.Conversations, Requests: t.Requests, Compactions: t.Compactions, Failures: t.Failures, TokensSaved: t.TokensSaved}
+	convs := s.opts.Store.Conversations(limit)
+	st.Conversations = make([]client.Conversation, 0, len(convs))
+	for _, c := range convs {
+		st.Conversations = append(st.Conversations, conversationOf(c))
+	}
+	writeJSON(w, http.StatusOK, st)
+	return nil
+}
+
+func conversationOf(c store.Conversation) client.Conversation {
+	return client.Conversation{
+		ID: c.ID, Model: c.Model, Pipeline: c.Pipeline, Messages: c.Messages, Tokens: c.Tokens,
+		MessagesAfter: c.MessagesAfter, TokensAfter: c.TokensAfter, ContextWindow: c.ContextWindow, UsageRatio: c.UsageRatio,
+		Requests: c.Requests, Compactions: c.Compactions, Failures: c.Failures, TokensSaved: c.TokensSaved,
+		FirstSeen: c.FirstSeen, LastSeen: c.LastSeen, LastCompacted: c.LastCompacted,
+	}
+}
+
+func (s *Server) configDocument(cfgJSON []byte) client.ConfigDocument {
+	return client.ConfigDocument{File: s.opts.Config.Path(), Config: cfgJSON}
+}
+
+func (s *Server) handleGetConfig(w http.ResponseWriter, r *http.Request) error {
+	b, err := json.Marshal(s.opts.Config.Current())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, s.configDocument(b))
+	return nil
+}
+
+func (s *Server) handlePutConfig(w http.ResponseWriter, r *http.Request) error {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxConfigBody))
+	if err != nil {
+		return toAPIError(err)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return apiErrorf(http.StatusBadRequest, CodeBadRequest, "empty body: want a JSON object of settings to change")
+	}
+	ch, err := s.opts.Config.Update(data)
+	if err != nil {
+		s.metrics.configReloads.add(1, "error")
+		var ae *APIError
+		if !errors.As(err, &ae) {
+			ae = toAPIError(err)
+			if ae.Status == http.StatusInternalServerError {
+				return err
+			}
+		}
+		return ae
+	}
+	s.metrics.configReloads.add(1, "ok")
+	b, err := json.Marshal(ch.Config)
+	if err != nil {
+		return err
+	}
+	doc := s.configDocument(b)
+	doc.RestartRequired, doc.Warnings = ch.RestartRequired, ch.Warnings
+	writeJSON(w, http.StatusOK, doc)
+	return nil
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, http.StatusOK, client.Health{Status: "ok", Policies: s.opts.Registry.Counters().Serving})
+	return nil
+}
+
+// ConfigReloaded counts a config reload (SIGHUP) in the metrics.
+func (s *Server) ConfigReloaded(err error) {
+	if err != nil {
+		s.metrics.configReloads.add(1, "error")
+		return
+	}
+	s.metrics.configReloads.add(1, "ok")
+}
+
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) error {
+	var b bytes.Buffer
+	m := s.metrics
+	m.requests.write(&b)
+	m.latency.write(&b)
+	m.compactions.write(&b)
+	m.stageLatency.write(&b)
+	m.tokensSaved.write(&b)
+	writeCounter(&b, "compactd_tokens_in_total", "Tokens in the conversations compactd received.", m.tokensIn.Load())
+	writeCounter(&b, "compactd_tokens_out_total", "Tokens in the conversations compactd returned.", m.tokensOut.Load())
+	writeGauge(&b, "compactd_http_requests_in_flight", "API requests being served.", float64(m.inflight.Load()))
+	rc := s.opts.Registry.Counters()
+	writeCounter(&b, "compactd_plugin_loads_total", "Plugin load attempts (compile, describe, smoke test).", rc.Loads)
+	writeCounter(&b, "compactd_plugin_load_failures_total", "Plugin load attempts that failed; the previous version kept serving.", rc.LoadFailures)
+	writeCounter(&b, "compactd_plugin_reloads_total", "New plugin versions swapped in for a serving policy.", rc.Reloads)
+	writeCounter(&b, "compactd_plugin_unloads_total", "Policies unloaded because their file was removed.", rc.Unloads)
+	writeCounter(&b, "compactd_plugin_conflicts_total", "Plugin loads refused because another file serves the name.", rc.Conflicts)
+	writeGauge(&b, "compactd_plugins_serving", "Policies serving.", float64(rc.Serving))
+	writeGauge(&b, "compactd_plugins_draining", "Replaced plugin versions still finishing calls.", float64(rc.Draining))
+	m.configReloads.write(&b)
+	writeGauge(&b, "compactd_conversations_tracked", "Conversations in the store.", float64(s.opts.Store.Totals().Conversations))
+	writeGauge(&b, "compactd_start_time_seconds", "When the daemon started (Unix time).", float64(s.started.UnixNano())/1e9)
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	w.Write(b.Bytes())
+	return nil
+}

@@ -1,0 +1,231 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/compactd/compactd/client"
+	"github.com/compactd/compactd/internal/config"
+	"github.com/compactd/compactd/internal/dataset"
+	"github.com/compactd/compactd/internal/wasmbuild"
+)
+
+var bg = context.Background()
+
+// Plugins the tests use, as wasmbuild.ForTest takes them.
+const (
+	pluginSliding   = "plugins/sliding"
+	pluginLastn     = "plugins/lastn/lastn.c"
+	pluginGohostile = "host/testdata/gohostile"
+	pluginCounter   = "internal/server/testdata/counter"
+)
+
+// testDaemon is a real daemon on a socket in a temporary directory.
+type testDaemon struct {
+	*Daemon
+	c       *client.Client
+	http    *http.Client
+	dir     string // holds plugins/, state/, config.yaml and the socket
+	plugins string
+	config  string
+	opts    DaemonOptions
+}
+
+// setup prepares a daemon's directory: plugins copied in, and a config
+// file if cfg is not empty.
+func setup(t testing.TB, cfg string, plugins ...string) *testDaemon {
+	t.Helper()
+	// Short: a socket path is limited to 108 bytes.
+	dir, err := os.MkdirTemp("", "cdt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	td := &testDaemon{dir: dir, plugins: filepath.Join(dir, "plugins"), config: filepath.Join(dir, "config.yaml")}
+	os.MkdirAll(td.plugins, 0o755)
+	for _, rel := range plugins {
+		td.addPlugin(t, rel, "")
+	}
+	if cfg != "" {
+		if err := os.WriteFile(td.config, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	td.opts = DaemonOptions{
+		ConfigPath: td.config,
+		Getenv:     func(string) string { return "" },
+		Defaults: config.Config{
+			Socket: filepath.Join(dir, "s.sock"), PluginsDir: td.plugins,
+			StateDir: filepath.Join(dir, "state"), CacheDir: wasmbuild.TestCacheDir(t),
+		},
+		Version:    "test",
+		Debounce:   10 * time.Millisecond,
+		StoreFlush: 10 * time.Millisecond,
+	}
+	return td
+}
+
+// addPlugin copies a built plugin into the plugins directory, as name
+// (default: the build's file name).
+func (td *testDaemon) addPlugin(t testing.TB, rel, name string) string {
+	t.Helper()
+	src := wasmbuild.ForTest(t, rel)
+	if name == "" {
+		name = filepath.Base(src)
+	}
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(td.plugins, name)
+	if err := os.WriteFile(dst, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// start starts the daemon and stops it when the test ends.
+func (td *testDaemon) start(t testing.TB) *testDaemon {
+	t.Helper()
+	d, err := Start(bg, td.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	td.Daemon = d
+	td.c = client.New(d.Socket())
+	td.http = unixHTTP(d.Socket())
+	t.Cleanup(func() {
+		td.c.Close()
+		d.Shutdown(bg)
+	})
+	return td
+}
+
+// startDaemon is setup + start.
+func startDaemon(t testing.TB, cfg string, plugins ...string) *testDaemon {
+	t.Helper()
+	return setup(t, cfg, plugins...).start(t)
+}
+
+func unixHTTP(path string) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		},
+		MaxIdleConnsPerHost: 64,
+	}}
+}
+
+// raw sends a request and returns the status, the body and the headers.
+func (td *testDaemon) raw(t testing.TB, method, path, body string) (int, []byte, http.Header) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, "http://compactd"+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := td.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, resp.Header
+}
+
+// errorCode decodes an error body, failing the test if it does not have
+// the stable shape.
+func errorCode(t testing.TB, body []byte) (code, message string) {
+	t.Helper()
+	var eb map[string]map[string]string
+	if err := json.Unmarshal(body, &eb); err != nil || len(eb) != 1 || eb["error"] == nil || len(eb["error"]) != 2 {
+		t.Fatalf("error body %s does not have the shape {\"error\":{\"code\",\"message\"}}", body)
+	}
+	return eb["error"]["code"], eb["error"]["message"]
+}
+
+// tauConversation returns the messages of the tau-bench conversation whose
+// JSON is closest to chars bytes.
+func tauConversation(t testing.TB, chars int) []json.RawMessage {
+	t.Helper()
+	path, err := dataset.File("tau_bench_gpt4o_airline.jsonl")
+	if err != nil {
+		t.Skip(err)
+	}
+	convs, err := dataset.ReadFile(path)
+	if err != nil {
+		t.Skip(err)
+	}
+	best, bestDiff := convs[0].Chat, -1
+	for _, c := range convs {
+		d := len(c.Chat.Encode()) - chars
+		if d < 0 {
+			d = -d
+		}
+		if bestDiff < 0 || d < bestDiff {
+			best, bestDiff = c.Chat, d
+		}
+	}
+	return best.Raw
+}
+
+// chatMessages are a small valid conversation: system, then user and
+// assistant turns.
+func chatMessages(turns int) []json.RawMessage {
+	msgs := []json.RawMessage{json.RawMessage(`{"role":"system","content":"You are terse."}`)}
+	for i := 0; i < turns; i++ {
+		msgs = append(msgs,
+			json.RawMessage(`{"role":"user","content":"question `+itoa(i)+`"}`),
+			json.RawMessage(`{"role":"assistant","content":"answer `+itoa(i)+`"}`))
+	}
+	return append(msgs, json.RawMessage(`{"role":"user","content":"last question"}`))
+}
+
+func itoa(i int) string {
+	b, _ := json.Marshal(i)
+	return string(b)
+}
+
+func mustJSON(t testing.TB, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func waitFor(t testing.TB, what string, limit time.Duration, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > limit {
+			t.Fatalf("timed out after %v waiting for %s", limit, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// contains reports whether any of msgs is byte-identical to m.
+func contains(msgs []json.RawMessage, m json.RawMessage) bool {
+	for _, x := range msgs {
+		if bytes.Equal(x, m) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,291 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/client"
+	"github.com/compactd/compactd/host"
+	"github.com/compactd/compactd/internal/config"
+	"github.com/compactd/compactd/internal/store"
+)
+
+func TestSocket(t *testing.T) {
+	td := startDaemon(t, "", pluginLastn)
+	st, err := os.Stat(td.Socket())
+	if err != nil || st.Mode()&os.ModeSocket == 0 || st.Mode().Perm() != 0o600 {
+		t.Fatalf("socket %v: mode %v", err, st.Mode())
+	}
+	if left, _ := filepath.Glob(filepath.Join(td.dir, ".compactd-*")); len(left) > 0 {
+		t.Errorf("temporary socket left: %v", left)
+	}
+
+	// A second daemon on the same socket is refused, and the first keeps
+	// serving.
+	other := setup(t, "")
+	other.opts.Defaults.Socket = td.Socket()
+	_, err = Start(bg, other.opts)
+	if !errors.Is(err, ErrRunning) || !strings.Contains(err.Error(), "pid") {
+		t.Errorf("second daemon on the socket: %v", err)
+	}
+	if _, err := td.c.Health(bg); err != nil {
+		t.Errorf("the first daemon stopped answering: %v", err)
+	}
+	// A second daemon on the same state directory is refused too.
+	other.opts.Defaults.Socket = filepath.Join(other.dir, "other.sock")
+	other.opts.Defaults.StateDir = td.opts.Defaults.StateDir
+	if _, err := Start(bg, other.opts); err == nil || !strings.Contains(err.Error(), "in use by another process") {
+		t.Errorf("second daemon on the state directory: %v", err)
+	}
+	if _, err := os.Stat(other.opts.Defaults.Socket); !os.IsNotExist(err) {
+		t.Errorf("a failed start left its socket: %v", err)
+	}
+
+	// Shutdown removes the socket.
+	if err := td.Shutdown(bg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(td.Socket()); !os.IsNotExist(err) {
+		t.Errorf("socket after shutdown: %v", err)
+	}
+	if err := td.Shutdown(bg); err != nil {
+		t.Errorf("second Shutdown: %v", err)
+	}
+}
+
+func TestStaleSocket(t *testing.T) {
+	td := setup(t, "", pluginLastn)
+	sock := td.opts.Defaults.Socket
+	// A crashed daemon leaves its socket file behind.
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetUnlinkOnClose(false)
+	ln.Close()
+	td.start(t)
+	if _, err := td.c.Health(bg); err != nil {
+		t.Errorf("daemon over a stale socket: %v", err)
+	}
+}
+
+func TestSocketInUse(t *testing.T) {
+	tests := []struct {
+		name    string
+		prepare func(t *testing.T, path string)
+		want    string
+	}{
+		{"another process listens", func(t *testing.T, path string) {
+			ln, err := net.Listen("unix", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ln.Close() })
+		}, "a process is listening"},
+		{"a regular file", func(t *testing.T, path string) { os.WriteFile(path, []byte("mine"), 0o600) }, "is not a socket"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			td := setup(t, "")
+			tt.prepare(t, td.opts.Defaults.Socket)
+			_, err := Start(bg, td.opts)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Start = %v, want %q", err, tt.want)
+			}
+			if _, err := os.Stat(td.opts.Defaults.Socket); err != nil {
+				t.Errorf("the path was touched: %v", err)
+			}
+		})
+	}
+}
+
+func TestStartErrors(t *testing.T) {
+	tests := []struct {
+		name, config string
+		env          map[string]string
+		want         string
+	}{
+		{"invalid config file", "limits: {max_mesages: 1}\n", nil, `unknown key "limits.max_mesages"`},
+		{"config a plugin rejects", "policies: {lastn: {n: 0}}\n", nil, "lastn"},
+		{"tcp without a token", "tcp: {listen: '127.0.0.1:0'}\n", nil, "no bearer token"},
+		{"tcp token file missing", "tcp: {listen: '127.0.0.1:0', token_file: /nonexistent/token}\n", nil, "token_file"},
+		{"invalid environment variable", "", map[string]string{"LLM_COMPACTION_BATCH_SIZE": "four"}, "LLM_COMPACTION_BATCH_SIZE"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			td := setup(t, tt.config, pluginLastn)
+			td.opts.Getenv = func(k string) string { return tt.env[k] }
+			_, err := Start(bg, td.opts)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Start = %v, want %q", err, tt.want)
+			}
+			if _, err := os.Stat(td.opts.Defaults.Socket); !os.IsNotExist(err) {
+				t.Errorf("a failed start left its socket: %v", err)
+			}
+		})
+	}
+	if _, err := Start(bg, DaemonOptions{ConfigPath: filepath.Join(t.TempDir(), "c.yaml"), Defaults: config.Config{Socket: "/proc/nope/s.sock"}}); err == nil {
+		t.Error("Start with an unusable socket directory succeeded")
+	}
+}
+
+func TestTCP(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	os.WriteFile(tokenFile, []byte("s3cret-token\n"), 0o600)
+	td := startDaemon(t, "tcp:\n  listen: 127.0.0.1:0\n  token_file: "+tokenFile+"\n", pluginLastn)
+	addr := td.TCPAddr()
+	if addr == "" {
+		t.Fatal("no TCP listener")
+	}
+	if _, err := client.NewTCP(addr, "s3cret-token").Health(bg); err != nil {
+		t.Errorf("with the token: %v", err)
+	}
+	resp, err := client.NewTCP(addr, "s3cret-token").Compact(bg, &client.CompactRequest{Policy: "lastn", Messages: chatMessages(1)})
+	if err != nil || len(resp.Messages) != 4 {
+		t.Errorf("compact over TCP: %v", err)
+	}
+	for _, tok := range []string{"", "wrong", "s3cret-tokenx"} {
+		_, err := client.NewTCP(addr, tok).Health(bg)
+		if !client.IsCode(err, CodeUnauthorized) {
+			t.Errorf("token %q: %v", tok, err)
+		}
+	}
+	r, _ := http.Get("http://" + addr + "/healthz")
+	if r.StatusCode != 401 || r.Header.Get("WWW-Authenticate") == "" {
+		t.Errorf("no token: %d %v", r.StatusCode, r.Header)
+	}
+	r.Body.Close()
+	// The environment can hold the token instead of a file.
+	td2 := setup(t, "tcp: {listen: '127.0.0.1:0'}\n", pluginLastn)
+	td2.opts.Getenv = func(k string) string { return map[string]string{"COMPACTD_TOKEN": "from-env"}[k] }
+	td2.start(t)
+	if _, err := client.NewTCP(td2.TCPAddr(), "from-env").Health(bg); err != nil {
+		t.Errorf("token from the environment: %v", err)
+	}
+}
+
+// TestShutdownDrains: a request in flight when shutdown starts finishes
+// and gets its answer; new connections are refused.
+func TestShutdownDrains(t *testing.T) {
+	// gohostile's "loop" mode runs until the plugin's call limit (500ms)
+	// cuts it off: a slow request that still answers 200.
+	td := startDaemon(t, "limits:\n  plugins:\n    gohostile: {call_timeout: 500ms}\n", pluginGohostile)
+	var wg sync.WaitGroup
+	var resp *client.CompactResponse
+	var err error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		resp, err = td.c.Compact(bg, &client.CompactRequest{Policy: "gohostile", Config: map[string]any{"mode": "loop"}, Messages: chatMessages(2)})
+	}()
+	time.Sleep(150 * time.Millisecond) // the request is in the plugin
+	start := time.Now()
+	if err := td.Shutdown(bg); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	wg.Wait()
+	if err != nil || len(resp.Messages) != 6 || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "time limit") {
+		t.Fatalf("in-flight request: %+v, %v", resp, err)
+	}
+	if took := time.Since(start); took < 200*time.Millisecond {
+		t.Errorf("Shutdown returned after %v, before the request finished", took)
+	}
+	if _, err := client.New(td.Socket()).Health(bg); err == nil {
+		t.Error("the daemon still answers after Shutdown")
+	}
+}
+
+// TestShutdownDeadline: a request that outlives shutdown_timeout is cut
+// off and Shutdown returns anyway.
+func TestShutdownDeadline(t *testing.T) {
+	td := startDaemon(t, "limits:\n  shutdown_timeout: 100ms\n  plugins:\n    gohostile: {call_timeout: 20s}\n", pluginGohostile)
+	done := make(chan error, 1)
+	go func() {
+		_, err := td.c.Compact(bg, &client.CompactRequest{Policy: "gohostile", Config: map[string]any{"mode": "loop"}, Messages: chatMessages(2)})
+		done <- err
+	}()
+	time.Sleep(150 * time.Millisecond)
+	start := time.Now()
+	err := td.Shutdown(bg)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Shutdown took %v with a 100ms deadline", took)
+	}
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Shutdown = %v, want a deadline error", err)
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Error("the cut-off request never returned")
+	}
+}
+
+func TestRequestTimeout(t *testing.T) {
+	td := startDaemon(t, "limits:\n  request_timeout: 200ms\n", pluginGohostile)
+	start := time.Now()
+	resp, err := td.c.Compact(bg, &client.CompactRequest{Policy: "gohostile", Config: map[string]any{"mode": "loop"}, Messages: chatMessages(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 3*time.Second || len(resp.Messages) != 6 || len(resp.Warnings) != 1 {
+		t.Errorf("after %v: %d messages, warnings %v", took, len(resp.Messages), resp.Warnings)
+	}
+}
+
+// fakeLLM answers every completion with fixed text.
+type fakeLLM struct{ calls *atomic.Int64 }
+
+func (f fakeLLM) Complete(_ context.Context, req abi.LLMRequest) (abi.LLMResponse, error) {
+	f.calls.Add(1)
+	return abi.LLMResponse{Text: "summary", Usage: abi.LLMUsage{InputTokens: 1, OutputTokens: 1}}, nil
+}
+
+func TestLLMProviderHook(t *testing.T) {
+	var calls, builds atomic.Int64
+	td := setup(t, "llm:\n  provider: fake\n", pluginGohostile)
+	td.opts.LLM = func(cfg *config.Config, st *store.Store) (func() host.Completer, error) {
+		var raw struct {
+			Provider string `yaml:"provider"`
+		}
+		if err := cfg.LLM.Decode(&raw); err != nil || raw.Provider != "fake" || st == nil {
+			return nil, fmt.Errorf("hook got llm block %+v (%v), store %v", raw, err, st)
+		}
+		return func() host.Completer { builds.Add(1); return fakeLLM{&calls} }, nil
+	}
+	td.start(t)
+	// gohostile's "count" mode calls llm_complete once and reports a
+	// failure as a warning "llm: …".
+	resp, err := td.c.Compact(bg, &client.CompactRequest{Policy: "gohostile", Config: map[string]any{"mode": "count"}, Messages: chatMessages(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range resp.Warnings {
+		if strings.Contains(w, "llm:") {
+			t.Errorf("llm_complete failed through the hook: %s", w)
+		}
+	}
+	if calls.Load() != 1 || builds.Load() != 1 {
+		t.Errorf("%d completions, %d completers built; want 1 and 1", calls.Load(), builds.Load())
+	}
+
+	// A hook that fails stops the start.
+	td2 := setup(t, "", pluginLastn)
+	td2.opts.LLM = func(*config.Config, *store.Store) (func() host.Completer, error) {
+		return nil, errors.New("no API key")
+	}
+	if _, err := Start(bg, td2.opts); err == nil || !strings.Contains(err.Error(), "llm provider: no API key") {
+		t.Errorf("Start with a failing hook = %v", err)
+	}
+}

@@ -1,0 +1,176 @@
+// Package server is compactd's HTTP/JSON API, served on a Unix socket
+// (and optionally on a loopback TCP port with a bearer token), and the
+// daemon that wires the API to the registry, the compactor, the store and
+// the config (Daemon, started by `compactd serve`).
+//
+// Endpoints (README.md, "Run the daemon", has examples):
+//
+//	POST /v1/compact            compact a conversation
+//	GET  /v1/policies           plugin files and the policies they serve
+//	GET  /v1/policies/{name}    one policy
+//	GET  /v1/status             tracked conversations and totals
+//	GET  /v1/config             the running config
+//	PUT  /v1/config             a partial config update, written back
+//	GET  /healthz               liveness
+//	GET  /metrics               Prometheus text format
+//
+// Every error answer is {"error":{"code":…,"message":…}} with a stable
+// code (see the Code constants) and the HTTP status it belongs to. A
+// plugin failure is not an error: POST /v1/compact answers 200 with the
+// input unchanged and a warning.
+package server
+
+import (
+	"crypto/subtle"
+	"fmt"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/compactd/compactd/internal/compactor"
+	"github.com/compactd/compactd/internal/config"
+	"github.com/compactd/compactd/internal/store"
+	"github.com/compactd/compactd/registry"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Options are what a Server serves.
+type Options struct {
+	Compactor *compactor.Compactor
+	Registry  *registry.Registry
+	Store     *store.Store
+	Config    *config.Manager
+	// Version is compactd's version, for GET /v1/status.
+	Version string
+	// Logger receives request errors (discarded if nil).
+	Logger hclog.Logger
+}
+
+// Server is the API's handler. It is safe for concurrent use.
+type Server struct {
+	opts    Options
+	logger  hclog.Logger
+	metrics *metrics
+	started time.Time
+	mux     *http.ServeMux
+}
+
+// maxConfigBody caps a PUT /v1/config body.
+const maxConfigBody = 1 << 20
+
+// New returns a Server.
+func New(opts Options) *Server {
+	s := &Server{opts: opts, logger: opts.Logger, metrics: newMetrics(), started: time.Now(), mux: http.NewServeMux()}
+	if s.logger == nil {
+		s.logger = hclog.NewNullLogger()
+	}
+	s.route("/v1/compact", "compact", map[string]handlerFunc{http.MethodPost: s.handleCompact})
+	s.route("/v1/policies", "policies", map[string]handlerFunc{http.MethodGet: s.handlePolicies})
+	s.route("/v1/policies/{name}", "policy", map[string]handlerFunc{http.MethodGet: s.handlePolicy})
+	s.route("/v1/status", "status", map[string]handlerFunc{http.MethodGet: s.handleStatus})
+	s.route("/v1/config", "config", map[string]handlerFunc{http.MethodGet: s.handleGetConfig, http.MethodPut: s.handlePutConfig})
+	s.route("/healthz", "healthz", map[string]handlerFunc{http.MethodGet: s.handleHealth})
+	s.route("/metrics", "metrics", map[string]handlerFunc{http.MethodGet: s.handleMetrics})
+	s.route("/", "not_found", map[string]handlerFunc{"*": func(w http.ResponseWriter, r *http.Request) error {
+		return apiErrorf(http.StatusNotFound, CodeNotFound, "no endpoint %s %s (see /v1/compact, /v1/policies, /v1/status, /v1/config, /healthz, /metrics)", r.Method, r.URL.Path)
+	}})
+	return s
+}
+
+// handlerFunc serves one method of one endpoint; an error becomes the
+// answer (see toAPIError).
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// route registers an endpoint. Methods not listed get a 405 with Allow.
+func (s *Server) route(pattern, name string, methods map[string]handlerFunc) {
+	var allow []string
+	for m := range methods {
+		allow = append(allow, m)
+	}
+	if methods[http.MethodGet] != nil {
+		allow = append(allow, http.MethodHead)
+		methods[http.MethodHead] = methods[http.MethodGet]
+	}
+	allowed := strings.Join(sortStrings(allow), ", ")
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		s.metrics.inflight.Add(1)
+		defer func() {
+			s.metrics.inflight.Add(-1)
+			if p := recover(); p != nil {
+				s.logger.Error("panic serving a request", "path", r.URL.Path, "panic", p, "stack", string(debug.Stack()))
+				if !sw.wrote {
+					writeError(sw, apiErrorf(http.StatusInternalServerError, CodeInternal, "internal error"))
+				}
+			}
+			s.metrics.requests.add(1, name, fmt.Sprint(sw.code))
+			s.metrics.latency.observe(time.Since(start).Seconds(), name)
+		}()
+		h := methods[r.Method]
+		if h == nil {
+			h = methods["*"]
+		}
+		if h == nil {
+			sw.Header().Set("Allow", allowed)
+			writeError(sw, apiErrorf(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "%s takes %s, not %s", r.URL.Path, allowed, r.Method))
+			return
+		}
+		if err := h(sw, r); err != nil {
+			ae := toAPIError(err)
+			if ae.Status >= 500 {
+				s.logger.Error("request failed", "path", r.URL.Path, "error", err)
+			}
+			writeError(sw, ae)
+		}
+	})
+}
+
+func sortStrings(s []string) []string {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+	return s
+}
+
+// statusWriter records the status a handler wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	code  int
+	wrote bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.code, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+// Handler returns the API for the Unix socket (no authentication: the
+// socket is owner-only).
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// TokenHandler returns the API behind a bearer token, for the TCP
+// listener: every request needs `Authorization: Bearer TOKEN`.
+func (s *Server) TokenHandler(token string) http.Handler {
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		if subtle.ConstantTimeCompare(got, want) != 1 {
+			s.metrics.requests.add(1, "unauthorized", "401")
+			w.Header().Set("WWW-Authenticate", `Bearer realm="compactd"`)
+			writeError(w, apiErrorf(http.StatusUnauthorized, CodeUnauthorized, "this listener needs Authorization: Bearer <token>"))
+			return
+		}
+		s.mux.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,62 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/compactd/compactd/client"
+)
+
+// TestPanicIsA500: a handler that panics answers 500 with the error
+// shape, and the server keeps serving.
+func TestPanicIsA500(t *testing.T) {
+	s := New(Options{})
+	s.route("/boom", "boom", map[string]handlerFunc{http.MethodGet: func(http.ResponseWriter, *http.Request) error { panic("boom") }})
+	s.route("/fail", "fail", map[string]handlerFunc{http.MethodGet: func(http.ResponseWriter, *http.Request) error { return errors.New("disk on fire") }})
+	for _, path := range []string{"/boom", "/fail"} {
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		var body client.ErrorBody
+		if rec.Code != 500 || json.Unmarshal(rec.Body.Bytes(), &body) != nil || body.Error.Code != CodeInternal {
+			t.Errorf("%s: %d %s", path, rec.Code, rec.Body)
+		}
+	}
+}
+
+func TestConfigBodyLimit(t *testing.T) {
+	td := startDaemon(t, "")
+	status, body, _ := td.raw(t, "PUT", "/v1/config", `{"policies":{"x":{"k":"`+strings.Repeat("a", maxConfigBody)+`"}}}`)
+	if code, _ := errorCode(t, body); status != 413 || code != CodeRequestTooLarge {
+		t.Errorf("%d %s", status, code)
+	}
+}
+
+func FuzzDecodeCompactRequest(f *testing.F) {
+	f.Add([]byte(`{"policy":"sliding","config":{"n":1},"messages":[{"role":"user","content":"hi"}]}`))
+	f.Add([]byte(`{"pipeline":["a","b"],"conversation_id":"x","messages":[]}`))
+	f.Add([]byte(`{"messages":null}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		req, err := decodeCompactRequest(data)
+		if err != nil {
+			var ae *APIError
+			if !errors.As(err, &ae) || ae.Status != 400 || ae.Code == "" {
+				t.Fatalf("error %v is not a 400 API error", err)
+			}
+			return
+		}
+		if req.Messages == nil || (req.Policy != "" && len(req.Pipeline) > 0) || len(req.ConversationID) > maxConversationID ||
+			strings.ContainsRune(req.ConversationID, 0) {
+			t.Fatalf("accepted an invalid request: %+v", req)
+		}
+		for _, m := range req.Messages {
+			if !json.Valid(m) {
+				t.Fatalf("accepted an invalid message %q", m)
+			}
+		}
+	})
+}

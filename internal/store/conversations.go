@@ -1,0 +1,200 @@
+package store
+
+import (
+	"encoding/json"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Conversation is what the daemon knows of one conversation: the status
+// GET /v1/status reports.
+type Conversation struct {
+	ID string `json:"id"`
+	// Model and Pipeline are the last request's.
+	Model    string   `json:"model,omitempty"`
+	Pipeline []string `json:"pipeline"`
+	// Messages and Tokens are the last request's input; MessagesAfter and
+	// TokensAfter what it returned.
+	Messages      int `json:"messages"`
+	Tokens        int `json:"tokens"`
+	MessagesAfter int `json:"messages_after"`
+	TokensAfter   int `json:"tokens_after"`
+	// ContextWindow is the model's window (0 when unknown); UsageRatio is
+	// Tokens / ContextWindow (0 when unknown).
+	ContextWindow int     `json:"context_window,omitempty"`
+	UsageRatio    float64 `json:"usage_ratio"`
+	// Requests counts compaction requests, Compactions those that changed
+	// the conversation, Failures those where a stage failed (the input was
+	// kept), TokensSaved the tokens removed over all requests.
+	Requests      int64     `json:"requests"`
+	Compactions   int64     `json:"compactions"`
+	Failures      int64     `json:"failures"`
+	TokensSaved   int64     `json:"tokens_saved"`
+	FirstSeen     time.Time `json:"first_seen"`
+	LastSeen      time.Time `json:"last_seen"`
+	LastCompacted time.Time `json:"last_compacted,omitzero"`
+}
+
+// Observation is one compaction request, as Observe records it.
+type Observation struct {
+	ConversationID               string
+	Model                        string
+	Pipeline                     []string
+	MessagesBefore, TokensBefore int
+	MessagesAfter, TokensAfter   int
+	ContextWindow                int
+	Compacted, Failed            bool
+}
+
+// Observe records a compaction request in the conversation's status. It
+// does not block on disk (see the package comment).
+func (s *Store) Observe(o Observation) {
+	now := s.now().UTC()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	c, ok := s.convs[o.ConversationID]
+	if !ok {
+		c = &Conversation{ID: o.ConversationID, FirstSeen: now}
+		s.convs[o.ConversationID] = c
+		delete(s.removed, o.ConversationID)
+	}
+	c.Model, c.Pipeline = o.Model, append([]string(nil), o.Pipeline...)
+	c.Messages, c.Tokens, c.MessagesAfter, c.TokensAfter = o.MessagesBefore, o.TokensBefore, o.MessagesAfter, o.TokensAfter
+	c.ContextWindow, c.UsageRatio = o.ContextWindow, 0
+	if o.ContextWindow > 0 {
+		c.UsageRatio = float64(o.TokensBefore) / float64(o.ContextWindow)
+	}
+	c.Requests++
+	if o.Compacted {
+		c.Compactions++
+		c.LastCompacted = now
+	}
+	if o.Failed {
+		c.Failures++
+	}
+	if saved := o.TokensBefore - o.TokensAfter; saved > 0 {
+		c.TokensSaved += int64(saved)
+	}
+	c.LastSeen = now
+	s.dirty[c.ID] = true
+	if !ok && len(s.convs) > s.opts.MaxConversations {
+		s.evictLocked()
+	}
+}
+
+// evictLocked drops the least recently seen conversations until a tenth of
+// the cap is free, so eviction runs once per many new conversations.
+func (s *Store) evictLocked() {
+	target := s.opts.MaxConversations - s.opts.MaxConversations/10
+	if target < 1 {
+		target = 1
+	}
+	all := make([]Conversation, 0, len(s.convs))
+	for _, c := range s.convs {
+		all = append(all, Conversation{ID: c.ID, LastSeen: c.LastSeen})
+	}
+	sortByLastSeen(all)
+	for _, c := range all[target:] {
+		s.removeLocked(c.ID)
+	}
+}
+
+func (s *Store) removeLocked(id string) {
+	delete(s.convs, id)
+	delete(s.dirty, id)
+	s.removed[id] = true
+}
+
+// expireConversations drops conversations past their TTL or over the cap.
+func (s *Store) expireConversations() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cutoff := s.now().Add(-s.opts.TTL)
+	n := 0
+	for id, c := range s.convs {
+		if c.LastSeen.Before(cutoff) {
+			s.removeLocked(id)
+			n++
+		}
+	}
+	if len(s.convs) > s.opts.MaxConversations {
+		before := len(s.convs)
+		s.evictLocked()
+		n += before - len(s.convs)
+	}
+	return n
+}
+
+// Conversations returns the tracked conversations, most recently seen
+// first; limit > 0 keeps the first limit.
+func (s *Store) Conversations(limit int) []Conversation {
+	s.mu.Lock()
+	out := make([]Conversation, 0, len(s.convs))
+	for _, c := range s.convs {
+		out = append(out, *c)
+	}
+	s.mu.Unlock()
+	sortByLastSeen(out)
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out
+}
+
+// Conversation returns one conversation's status.
+func (s *Store) Conversation(id string) (Conversation, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.convs[id]
+	if !ok {
+		return Conversation{}, false
+	}
+	return *c, true
+}
+
+// Totals sums the tracked conversations.
+type Totals struct {
+	Conversations int   `json:"conversations"`
+	Requests      int64 `json:"requests"`
+	Compactions   int64 `json:"compactions"`
+	Failures      int64 `json:"failures"`
+	TokensSaved   int64 `json:"tokens_saved"`
+}
+
+// Totals returns the sums over the tracked conversations.
+func (s *Store) Totals() Totals {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := Totals{Conversations: len(s.convs)}
+	for _, c := range s.convs {
+		t.Requests += c.Requests
+		t.Compactions += c.Compactions
+		t.Failures += c.Failures
+		t.TokensSaved += c.TokensSaved
+	}
+	return t
+}
+
+func (s *Store) loadConversations() error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(conversationsBucket)
+		if err != nil {
+			return err
+		}
+		return b.ForEach(func(k, v []byte) error {
+			var c Conversation
+			if err := json.Unmarshal(v, &c); err != nil || c.ID != string(k) {
+				s.logger.Warn("dropping an unreadable conversation record", "id", strings.ToValidUTF8(string(k), "?"))
+				s.removed[string(k)] = true
+				return nil
+			}
+			s.convs[c.ID] = &c
+			return nil
+		})
+	})
+}

@@ -1,0 +1,12 @@
+// Command llm is the LLM summarization policy, built to llm.wasm:
+//
+//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o llm.wasm .
+//
+// See README.md for what it does and its config.
+package main
+
+import "github.com/compactd/compactd/pdk"
+
+func init() { pdk.Register(policy()) }
+
+func main() {}

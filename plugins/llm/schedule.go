@@ -1,0 +1,123 @@
+package main
+
+import (
+	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/convo"
+)
+
+// summaryAllowance is the token count the schedule assumes for the summary
+// message beyond max_tokens (its header and the message overhead).
+const summaryAllowance = 24
+
+// step is one extension of the rolling summary: when the conversation
+// had grown to at messages, the span up to end was folded into it.
+type step struct {
+	at, end int
+}
+
+// schedule returns the summary steps of msgs: the points where a stateful
+// compactor, called on every message as the conversation grew, would have
+// folded a span into the summary. It replays the growth message by
+// message over the *effective* conversation (the system messages, the
+// messages of the summarized region kept verbatim, the summary, and
+// everything after it), so the result is a pure function of the messages
+// and their token counts, and the summary moves in batches: after a step
+// the effective conversation is small again, and the next step comes only
+// when a trigger fires again and min_batch messages are due.
+//
+// The schedule does not depend on what the LLM answers: the summary is
+// counted as max_tokens (its cap), so the same history always gives the
+// same steps, with or without a working LLM.
+//
+// Triggers (any one fires; each compares with >=, so a threshold is
+// reached when the conversation is exactly at it):
+//   - effective tokens >= token_threshold;
+//   - effective tokens >= usage_ratio_threshold * context window (when
+//     the window is known);
+//   - compactible messages (system messages, the summary, and every
+//     message after the summarized region) >= message_threshold;
+//   - user messages after the summarized region >= turn_threshold.
+//
+// Messages kept verbatim before the summary count towards tokens but not
+// towards the message and turn triggers: they can never be compacted, so
+// counting them would fire a trigger on every message forever.
+func schedule(msgs []abi.Message, cfg config, window int) []step {
+	lead := convo.LeadingSystem(msgs)
+	sumTokens := cfg.MaxTokens + summaryAllowance
+	fixed := 0 // tokens of the system messages and the kept region
+	for i := 0; i < lead; i++ {
+		fixed += msgs[i].Tokens
+	}
+	var steps []step
+	cut := lead     // the region [lead, cut) is summarized
+	live := 0       // tokens of msgs[cut:n]
+	liveUsers := 0  // user messages in msgs[cut:n]
+	lastUser := -1  // index of the latest user message in msgs[:n]
+	hasSum := false // a summary exists
+	for n := lead + 1; n <= len(msgs); n++ {
+		m := &msgs[n-1]
+		live += m.Tokens
+		if m.Role == abi.RoleUser && !isSummary(m) {
+			liveUsers++
+			lastUser = n - 1
+		}
+		total := fixed + live
+		count := lead + n - cut
+		if hasSum {
+			total += sumTokens
+			count++
+		}
+		if !fires(cfg, window, total, count, liveUsers) {
+			continue
+		}
+		// The span ends at a unit start that leaves retention_window
+		// messages (and always the newest unit) out of it.
+		end := min(convo.UnitStartAtOrBefore(msgs, max(n-cfg.RetentionWindow, 0)), convo.UnitStartAtOrBefore(msgs, n-1))
+		if !cfg.SummarizeToolLoop && lastUser >= 0 {
+			end = min(end, lastUser)
+		}
+		if end-cut < cfg.MinBatch || !compactible(msgs[cut:end]) {
+			continue
+		}
+		for i := cut; i < end; i++ {
+			live -= msgs[i].Tokens
+			if preserved(&msgs[i]) {
+				fixed += msgs[i].Tokens
+				if msgs[i].Role == abi.RoleUser {
+					liveUsers--
+				}
+			}
+		}
+		cut, hasSum = end, true
+		steps = append(steps, step{at: n, end: end})
+	}
+	return steps
+}
+
+// fires reports whether any trigger fires on an effective conversation of
+// total tokens, count compactible messages and users turns since the
+// summary.
+func fires(cfg config, window, total, count, users int) bool {
+	switch {
+	case cfg.TokenThreshold > 0 && total >= cfg.TokenThreshold:
+		return true
+	case cfg.UsageRatioThreshold > 0 && window > 0 && float64(total) >= cfg.UsageRatioThreshold*float64(window):
+		return true
+	case cfg.MessageThreshold > 0 && count >= cfg.MessageThreshold:
+		return true
+	case cfg.TurnThreshold > 0 && users >= cfg.TurnThreshold:
+		return true
+	}
+	return false
+}
+
+// compactible reports whether span holds a message the summary replaces
+// (not only messages kept verbatim).
+func compactible(span []abi.Message) bool {
+	for i := range span {
+		if !preserved(&span[i]) {
+			return true
+		}
+	}
+	return false
+}

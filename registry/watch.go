@@ -1,0 +1,116 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// Start loads every plugin of the directory and keeps watching it: a .wasm
+// file created, written, renamed into place or removed is reloaded (or
+// unloaded) without a restart. It returns once the initial load is done;
+// Close stops the watcher. Start may be called once.
+func (r *Registry) Start(ctx context.Context) error {
+	if r.cancel != nil {
+		return errors.New("registry: Start called twice")
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watching %s: %w", r.opts.Dir, err)
+	}
+	// Watch before the first scan, so no change between the two is missed
+	// (an event for bytes already loaded costs only a hash).
+	if err := w.Add(r.opts.Dir); err != nil {
+		w.Close()
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%w: %s", ErrNoDir, r.opts.Dir)
+		}
+		return fmt.Errorf("watching %s: %w", r.opts.Dir, err)
+	}
+	if err := r.LoadAll(ctx); err != nil {
+		w.Close()
+		return err
+	}
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r.watcher, r.cancel, r.done = w, cancel, make(chan struct{})
+	go r.watch(wctx)
+	return nil
+}
+
+// watch collects events and acts on them once the directory has been
+// quiet for Debounce (or MaxDelay after the first of a steady stream).
+func (r *Registry) watch(ctx context.Context) {
+	defer close(r.done)
+	w := r.watcher
+	pending := map[string]bool{}
+	rescan := false
+	var first time.Time
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	schedule := func() {
+		now := time.Now()
+		if first.IsZero() {
+			first = now
+		}
+		delay := r.opts.Debounce
+		if left := r.opts.MaxDelay - now.Sub(first); left < delay {
+			delay = max(left, 0)
+		}
+		timer.Reset(delay)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case ev, ok := <-w.Events:
+			if !ok {
+				return
+			}
+			if filepath.Dir(ev.Name) != r.opts.Dir || !isPluginFile(filepath.Base(ev.Name)) {
+				continue
+			}
+			if ev.Op == fsnotify.Chmod {
+				continue // metadata only
+			}
+			r.logger.Debug("plugins directory event", "event", ev.String())
+			pending[ev.Name] = true
+			schedule()
+		case err, ok := <-w.Errors:
+			if !ok {
+				return
+			}
+			// An overflow loses events: rescan the whole directory.
+			r.logger.Warn("watching the plugins directory", "error", err)
+			rescan = true
+			schedule()
+		case <-timer.C:
+			paths := pending
+			pending, first = map[string]bool{}, time.Time{}
+			if rescan {
+				rescan = false
+				if err := r.LoadAll(ctx); err != nil {
+					r.logger.Error("rescanning the plugins directory", "error", err)
+				}
+				continue
+			}
+			sorted := make([]string, 0, len(paths))
+			for path := range paths {
+				sorted = append(sorted, path)
+			}
+			sort.Strings(sorted)
+			for _, path := range sorted {
+				if ctx.Err() != nil {
+					return
+				}
+				r.loadFile(ctx, path, false)
+			}
+		}
+	}
+}

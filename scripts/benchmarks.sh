@@ -1,0 +1,282 @@
+#!/usr/bin/env bash
+# Regenerates docs/benchmarks.md: runs every Go benchmark of the module and
+# `compactd eval` on every data file for every built-in policy, and writes
+# the results with the machine and the exact commands. Plain bash, the go
+# command and POSIX tools; nothing to install.
+#
+#   scripts/benchmarks.sh                     # everything (several minutes)
+#   POLICIES="sliding lastn" scripts/benchmarks.sh
+#   BENCHTIME=20x BENCH_PKGS="./host" scripts/benchmarks.sh
+#
+# Environment:
+#   BENCHTIME   go test -benchtime (default 1s)
+#   BENCH_PKGS  packages to benchmark (default: every package with a Benchmark)
+#   POLICIES    policies to evaluate (default: every plugin built from plugins/)
+#   COMPACTD_DATA  the data directory (default: ../shared/data)
+#   OUT         the file to write (default: docs/benchmarks.md)
+#   SKIP_BENCH=1 / SKIP_EVAL=1  leave a part out (its section says so)
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+OUT=${OUT:-docs/benchmarks.md}
+BENCHTIME=${BENCHTIME:-1s}
+DATA=${COMPACTD_DATA:-../shared/data}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/compactd-bench.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+CHARTS=docs/benchmarks
+log() { printf '%s\n' "$*" >&2; }
+
+# --- the machine -------------------------------------------------------------
+cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//' || true)
+cores=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)
+mem=$(grep -m1 MemTotal /proc/meminfo 2>/dev/null | tr -s ' ' | cut -d' ' -f2 || echo 0)
+gover=$(go version)
+kernel=$(uname -sr)
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [ -n "$(git status --porcelain 2>/dev/null | head -1)" ]; then commit="$commit + uncommitted changes"; fi
+load_start=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')
+started=$(date -u '+%Y-%m-%d %H:%M UTC')
+
+# elapsed_ms START_NS → milliseconds since START_NS
+elapsed_ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
+# seconds MS → "12.3 s"
+seconds() { printf '%d.%d s' $(($1 / 1000)) $((($1 % 1000) / 100)); }
+
+# --- build -------------------------------------------------------------------
+log "building compactd and the plugins into $WORK"
+go build -o "$WORK/compactd" ./cmd/compactd
+go run ./internal/wasmbuild/buildplugins -out "$WORK/plugins" >/dev/null
+if [ -z "${POLICIES:-}" ]; then
+	POLICIES=$(cd "$WORK/plugins" && ls *.wasm | sed 's/\.wasm$//' | tr '\n' ' ')
+fi
+POLICIES=$(echo $POLICIES)
+
+# --- Go benchmarks -----------------------------------------------------------
+bench_md="$WORK/bench.md"
+: >"$bench_md"
+if [ -z "${SKIP_BENCH:-}" ]; then
+	if [ -z "${BENCH_PKGS:-}" ]; then
+		BENCH_PKGS=$(grep -rl --include='*_test.go' '^func Benchmark' . | grep -v '^./bin/' |
+			xargs -n1 dirname | sort -u | tr '\n' ' ')
+	fi
+	for pkg in $BENCH_PKGS; do
+		cmd="go test -run '^\$' -bench . -benchmem -benchtime $BENCHTIME -count 1 $pkg"
+		log "$cmd"
+		if ! go test -run '^$' -bench . -benchmem -benchtime "$BENCHTIME" -count 1 "$pkg" >"$WORK/bench.txt" 2>&1; then
+			log "benchmarks of $pkg failed; their output is in the report"
+		fi
+		{
+			printf '### `%s`\n\n```sh\n%s\n```\n\n```\n' "${pkg#./}" "$cmd"
+			grep -E '^(Benchmark|PASS|FAIL|ok|---|panic)' "$WORK/bench.txt" || true
+			printf '```\n\n'
+			# Native vs Wasm: a benchmark with a "native" path element
+			# (Compact/long/native, Compact/native/state) against its
+			# siblings that differ from it in that element only.
+			awk '
+				function key(p, n, j,   k, s) {
+					s = ""
+					for (k = 1; k <= n; k++) s = s (k > 1 ? "/" : "") (k == j ? "*" : p[k])
+					return s
+				}
+				$1 ~ /^Benchmark/ && $4 == "ns/op" {
+					name = $1; sub(/-[0-9]+$/, "", name)
+					names[++count] = name; ns[name] = $3
+				}
+				END {
+					for (i = 1; i <= count; i++) {
+						n = split(names[i], p, "/")
+						for (j = 1; j <= n; j++) if (p[j] == "native") { native[key(p, n, j)] = names[i]; order[++keys] = key(p, n, j) }
+					}
+					if (keys == 0) exit
+					print "| benchmark | variant | ns/op | × native |"
+					print "|---|---|---:|---:|"
+					for (k = 1; k <= keys; k++) {
+						K = order[k]; base = ns[native[K]]
+						printf "| %s | native | %d | 1.00 |\n", K, base
+						for (i = 1; i <= count; i++) {
+							n = split(names[i], p, "/")
+							for (j = 1; j <= n; j++)
+								if (p[j] != "native" && key(p, n, j) == K)
+									printf "| %s | %s | %d | %.2f |\n", K, p[j], ns[names[i]], ns[names[i]] / base
+						}
+					}
+					print ""
+				}' "$WORK/bench.txt"
+		} >>"$bench_md"
+	done
+else
+	echo "_Skipped in this run (SKIP_BENCH=1)._" >>"$bench_md"
+fi
+
+# --- compactd eval -----------------------------------------------------------
+eval_md="$WORK/eval.md"
+: >"$eval_md"
+if [ -z "${SKIP_EVAL:-}" ]; then
+	# GNU time gives the peak resident memory; without it the column is "-".
+	gnutime=""
+	if /usr/bin/time -f '%M' true >/dev/null 2>&1; then gnutime=1; fi
+	printf '| policy | wall time | compactions | per compaction | peak RSS |\n|---|---:|---:|---:|---:|\n' >>"$eval_md"
+	for p in $POLICIES; do
+		log "compactd eval --policy $p (every file)"
+		start=$(date +%s%N)
+		if [ -n "$gnutime" ]; then
+			timed=(/usr/bin/time -f '%M' -o "$WORK/rss-$p")
+		else
+			timed=()
+		fi
+		rc=0
+		"${timed[@]}" "$WORK/compactd" eval --plugins "$WORK/plugins" \
+			--data "$DATA" --policy "$p" --out "$WORK/eval-$p" >"$WORK/eval-$p.txt" 2>"$WORK/eval-$p.err" || rc=$?
+		ms=$(elapsed_ms "$start")
+		# Exit 4: the policy sent invalid requests; the report says which.
+		if [ "$rc" -ne 0 ] && [ "$rc" -ne 4 ]; then
+			log "eval --policy $p failed:"
+			cat "$WORK/eval-$p.err" >&2
+			exit 1
+		fi
+		n=0
+		for x in $({ grep -o '[0-9,]* requests' "$WORK/eval-$p.txt" || true; } | tr -d , | cut -d' ' -f1); do
+			n=$((n + x))
+		done
+		rss="-"
+		if [ -n "$gnutime" ]; then rss="$(($(tail -1 "$WORK/rss-$p") / 1024)) MB"; fi
+		per="-"
+		if [ "$n" -gt 0 ]; then per="$((ms * 1000 / n)) µs"; fi
+		printf '| %s | %s | %s | %s | %s |\n' "$p" "$(seconds "$ms")" "$n" "$per" "$rss" >>"$eval_md"
+	done
+	all=$(echo "$POLICIES" | tr ' ' ',')
+	log "compactd eval --policy $all (every file, for the comparison tables)"
+	rc=0
+	"$WORK/compactd" eval --plugins "$WORK/plugins" --data "$DATA" --policy "$all" --out "$WORK/eval-all" \
+		>"$WORK/eval-all.txt" 2>"$WORK/eval-all.err" || rc=$?
+	if [ "$rc" -ne 0 ] && [ "$rc" -ne 4 ]; then
+		cat "$WORK/eval-all.err" >&2
+		exit 1
+	fi
+	mkdir -p "$CHARTS"
+	rm -f "$CHARTS"/*.svg
+	cp "$WORK"/eval-all/*.svg "$CHARTS"/
+else
+	echo "_Skipped in this run (SKIP_EVAL=1)._" >>"$eval_md"
+fi
+load_end=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')
+
+# coverage prints, for each part of the benchmark suite issue 6 asks for,
+# the benchmarks of this run that measure it, or that none does yet.
+coverage() {
+	local names native="" missing="" d name
+	names=$({ grep -ohE '^Benchmark[^ 	]*' "$bench_md" || true; } | sed 's/-[0-9]*$//' | sort -u)
+	for d in plugins/*/; do
+		name=$(basename "$d")
+		if [ ! -e "$d/main.go" ] && ! ls "$d"/*.c >/dev/null 2>&1; then continue; fi
+		if grep -qs 'native' "$d"/*_test.go; then native="$native $name"; else missing="$missing $name"; fi
+	done
+	cat <<'END'
+## Coverage of the suite
+
+What issue 6 asks the benchmark suite to measure, and the benchmarks of
+this run that measure it. The script runs every `Benchmark` of the module,
+so a part fills in as soon as its benchmark exists.
+
+| part | measured by |
+|---|---|
+END
+	printf '| Wasm vs native per policy, short and long conversations | policies with a `native` variant:%s; without:%s |\n' \
+		"${native:- none}" "${missing:- none}"
+	coverage_row "ABI cost split (encode, copy in, guest decode, policy, guest encode, copy out, assemble)" 'Split|Phase' "$names" \
+		"host/ measures the fixed call cost (BenchmarkPing) and the transfer in (BenchmarkTransferIn)"
+	coverage_row "Daemon over the socket: throughput, p50/p99 at 1, 8 and 32 clients" '^BenchmarkServer' "$names"
+	coverage_row "Hot reload: write → new version serving; failed requests during 100 reloads under load" 'Reload' "$names"
+	coverage_row "Cold start with all built-in plugins; memory per loaded plugin and per instance" 'Load|Start|Memory|RSS' "$names"
+	coverage_row "Token counting: cold and cached on a turn-by-turn replay" '^BenchmarkCount' "$names"
+	printf '| compactd eval on every file, per policy | [above](#compactd-eval)%s |\n' "${SKIP_EVAL:+ (skipped in this run)}"
+}
+
+# coverage_row PART PATTERN NAMES [NOTE] prints one row of the coverage table.
+coverage_row() {
+	local found
+	found=$({ echo "$3" | grep -E "$2" || true; } | sed 's/^/`/; s/$/`/' | paste -sd, - | sed 's/,/, /g')
+	if [ -n "$found" ]; then
+		printf '| %s | %s |\n' "$1" "$found"
+	else
+		printf '| %s | **not measured yet**%s |\n' "$1" "${4:+; $4}"
+	fi
+}
+
+# --- the document ------------------------------------------------------------
+{
+	cat <<EOF
+# Benchmarks
+
+Generated by \`scripts/benchmarks.sh\` on $started. **Do not edit by hand**:
+change the script or the benchmarks and run it again (\`make bench\` does).
+Numbers move with the machine and its load; compare numbers from one run.
+
+| | |
+|---|---|
+| CPU | ${cpu:-unknown} |
+| cores | $cores |
+| memory | $((mem / 1024 / 1024)) GiB |
+| Go | $gover |
+| kernel | $kernel |
+| commit | $commit |
+| load average (1, 5, 15 min) at start / end | $load_start / $load_end |
+| \`-benchtime\` | $BENCHTIME |
+| policies evaluated | $POLICIES |
+
+The machine is shared with other work when the load average is above the
+number of cores; latencies and wall times are then upper bounds.
+
+Contents: [compactd eval](#compactd-eval) · [Go benchmarks](#go-benchmarks) ·
+[Coverage of the suite](#coverage-of-the-suite)
+
+## compactd eval
+
+Every conversation of every file of \`../shared/data\` replayed turn by turn
+through each policy (\`docs/eval.md\` explains the replay and every figure).
+Run time of one \`compactd eval --policy P\` over every file, on
+\`--jobs\` = GOMAXPROCS = $cores workers, including reading the data, counting
+every message's tokens once, and writing the report:
+
+\`\`\`sh
+go build -o compactd ./cmd/compactd
+go run ./internal/wasmbuild/buildplugins -out plugins
+compactd eval --plugins plugins --data ../shared/data --policy P --out eval-P
+\`\`\`
+
+EOF
+	cat "$eval_md"
+	if [ -z "${SKIP_EVAL:-}" ]; then
+		cat <<EOF
+
+All policies in one run (the tables of \`summary.md\`):
+
+EOF
+		# The command eval recorded, without this run's temporary directory.
+		sed -e 's/^#### /### /' -e "s#$WORK/##g" "$WORK/eval-all/summary.md"
+		printf '\nCharts (tokens sent per request of one conversation per file, and cost per policy):\n\n'
+		for f in "$CHARTS"/tokens-*.svg; do
+			name=$(basename "$f" .svg)
+			name=${name#tokens-}
+			printf -- '- %s: [tokens](benchmarks/tokens-%s.svg) · [cost](benchmarks/cost-%s.svg)\n' "$name" "$name" "$name"
+		done
+		printf '\n![tokens per request, mini-swe-agent](benchmarks/tokens-mini_swe_agent_deepseek_swebench.svg)\n\n'
+		printf '![cost per policy, mini-swe-agent](benchmarks/cost-mini_swe_agent_deepseek_swebench.svg)\n'
+	fi
+	cat <<EOF
+
+## Go benchmarks
+
+\`go test -bench\` on every package that has benchmarks. Tables after a
+package's output compare each benchmark that has a \`native\` variant (the
+same policy code called natively, JSON in and out as the guest does it)
+with its Wasm variants: \`wasm-fast\` is compactd's fast path (direct
+linear-memory transfer, binary request), \`wasm-extism\` the portable
+Extism path (RATIONALE.md, "Two paths into a plugin").
+
+EOF
+	cat "$bench_md"
+	coverage
+} >"$OUT"
+log "wrote $OUT and $CHARTS/"
