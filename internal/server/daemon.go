@@ -37,12 +37,12 @@ type DaemonOptions struct {
 	Logger hclog.Logger
 	// Version is compactd's version (GET /v1/status).
 	Version string
-	// LLM, if set, builds the provider behind plugins' llm_complete calls
-	// from the running config (its `llm:` block, cfg.LLM) and the store
-	// (whose Bucket can hold a persistent summary cache). It runs once, at
-	// start, and returns what the compactor calls once per request to get
-	// that request's Completer (compactor.Options.NewLLM; e.g. one budget
-	// per request). Nil: no provider, plugins get no_provider answers.
+	// LLM, if set, replaces the provider the daemon builds from the
+	// config's `llm:` block (internal/llm, with its summary cache in the
+	// store): it runs once, at start, and returns what the compactor calls
+	// once per request to get that request's Completer
+	// (compactor.Options.NewLLM). Tests use it. Nil: the `llm:` block
+	// decides; without one, plugins get no_provider answers.
 	LLM func(cfg *config.Config, st *store.Store) (func() host.Completer, error)
 	// Debounce and StoreFlush tune the registry's debounce and the
 	// store's write-behind interval (0: their defaults). Tests shorten
@@ -136,13 +136,23 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 	}
 
 	copts := compactor.Options{Policies: d.reg, Tokens: counter, Config: d.cfg, State: d.store, Logger: d.logger.Named("compactor")}
+	sopts := Options{Registry: d.reg, Store: d.store, Config: d.cfg, Version: opts.Version, Logger: d.logger.Named("api")}
 	if opts.LLM != nil {
 		if copts.NewLLM, err = opts.LLM(cfg, d.store); err != nil {
 			return nil, fmt.Errorf("llm provider: %w", err)
 		}
+	} else {
+		client, err := openLLM(cfg, d.store, opts.Getenv, d.logger.Named("llm"))
+		if err != nil {
+			return nil, fmt.Errorf("llm provider: %w", err)
+		}
+		if client != nil {
+			copts.NewLLM = func() host.Completer { return client.Budgeted() }
+			sopts.LLMStats = client.Stats
+		}
 	}
-	comp := compactor.New(copts)
-	d.server = New(Options{Compactor: comp, Registry: d.reg, Store: d.store, Config: d.cfg, Version: opts.Version, Logger: d.logger.Named("api")})
+	sopts.Compactor = compactor.New(copts)
+	d.server = New(sopts)
 	d.httpUnix = d.httpServer(cfg, d.server.Handler())
 	go d.serve(d.httpUnix, d.unix.Listener)
 

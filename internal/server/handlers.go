@@ -193,6 +193,9 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) error {
 	writeGauge(&b, "compactd_plugins_draining", "Replaced plugin versions still finishing calls.", float64(rc.Draining))
 	m.configReloads.write(&b)
 	writeGauge(&b, "compactd_conversations_tracked", "Conversations in the store.", float64(s.opts.Store.Totals().Conversations))
+	if s.opts.LLMStats != nil {
+		writeLLMMetrics(&b, s.opts.LLMStats())
+	}
 	writeGauge(&b, "compactd_start_time_seconds", "When the daemon started (Unix time).", float64(s.started.UnixNano())/1e9)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	w.WriteHeader(http.StatusOK)

@@ -30,6 +30,7 @@ import (
 
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/config"
+	"github.com/compactd/compactd/internal/llm"
 	"github.com/compactd/compactd/internal/store"
 	"github.com/compactd/compactd/registry"
 	"github.com/hashicorp/go-hclog"
@@ -43,6 +44,8 @@ type Options struct {
 	Config    *config.Manager
 	// Version is compactd's version, for GET /v1/status.
 	Version string
+	// LLMStats, if set, reports the LLM provider's counters on /metrics.
+	LLMStats func() llm.Stats
 	// Logger receives request errors (discarded if nil).
 	Logger hclog.Logger
 }
