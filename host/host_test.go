@@ -420,8 +420,10 @@ func TestHostileC(t *testing.T) {
 	}{
 		{mode: "LOOP", limits: Limits{CallTimeout: 500 * time.Millisecond}, kind: ErrTimeout, want: "time limit of 500ms"},
 		{mode: "ALLOC", limits: Limits{MaxMemoryPages: 1024}, kind: ErrMemoryLimit, want: "64 MiB"},
-		{mode: "HUGE", limits: Limits{MaxOutputBytes: 16 << 20}, kind: ErrOutputTooLarge},
-		{mode: "HUGE", limits: Limits{MaxMemoryPages: 512}, kind: ErrMemoryLimit},
+		// HUGE writes 65 MiB through Extism's kernel eight bytes per host
+		// call: seconds, and many more under -race on a busy machine.
+		{mode: "HUGE", limits: Limits{MaxOutputBytes: 16 << 20, CallTimeout: 2 * time.Minute}, kind: ErrOutputTooLarge},
+		{mode: "HUGE", limits: Limits{MaxMemoryPages: 512, CallTimeout: 2 * time.Minute}, kind: ErrMemoryLimit},
 		{mode: "BADJSON", kind: ErrInvalidOutput, want: "not a JSON CompactResult"},
 		{mode: "BADREF", kind: ErrInvalidResult, want: "out of range"},
 		{mode: "SPLIT", kind: ErrInvalidResult, want: "tool"},
