@@ -99,6 +99,7 @@ func BenchmarkPoolParallel(b *testing.B) {
 	c := testConversation(b)
 	ctx := context.Background()
 	b.SetParallelism(1) // GOMAXPROCS goroutines: 2 on the project's machines
+	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			if _, err := p.Compact(ctx, &Request{Conversation: c, Config: cfg}); err != nil {
