@@ -2,7 +2,6 @@ package host
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 )
 
@@ -91,8 +90,4 @@ func poisons(kind error) bool {
 		return false
 	}
 	return true
-}
-
-func (p *Plugin) errorf(export string, kind error, format string, args ...any) *PluginError {
-	return &PluginError{Plugin: p.desc.Name, Version: p.desc.Version, Export: export, Kind: kind, Detail: fmt.Sprintf(format, args...)}
 }

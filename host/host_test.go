@@ -110,11 +110,10 @@ func TestRefsAreByteIdentical(t *testing.T) {
 			p := loadTestPlugin(t, e, "plugins/sliding", Limits{})
 			c := testConversation(t)
 			before := snapshot(c)
-			cfg, err := p.Schema().Resolve()
+			cfg, err := p.Schema().Resolve(policyLayer(map[string]any{"window_size": 3, "step": 1}))
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg, _ = p.Schema().Resolve(policyLayer(map[string]any{"window_size": 3, "step": 1}))
 			resp, err := p.Compact(context.Background(), &Request{Conversation: c, Config: cfg})
 			if err != nil {
 				t.Fatal(err)

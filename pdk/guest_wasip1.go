@@ -5,6 +5,7 @@ package pdk
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"runtime"
 	"runtime/debug"
 	"unsafe"
@@ -260,4 +261,14 @@ func (wasmHost) Log(level Level, msg string) {
 	default:
 		extismLogInfo(offset)
 	}
+}
+
+// errorBody encodes err as the ABI's JSON error body.
+func errorBody(err error) []byte {
+	var ae *abi.Error
+	if !errors.As(err, &ae) {
+		ae = &abi.Error{Code: abi.CodeInternal, Message: err.Error()}
+	}
+	b, _ := json.Marshal(ae) // an Error of two strings always marshals
+	return b
 }

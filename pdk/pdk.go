@@ -27,7 +27,6 @@ package pdk
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"runtime/debug"
 
@@ -229,14 +228,4 @@ func marshal(v any) ([]byte, error) {
 		return nil, err
 	}
 	return bytes.TrimRight(buf.Bytes(), "\n"), nil
-}
-
-// errorBody encodes err as the ABI's JSON error body.
-func errorBody(err error) []byte {
-	var ae *abi.Error
-	if !errors.As(err, &ae) {
-		ae = &abi.Error{Code: abi.CodeInternal, Message: err.Error()}
-	}
-	b, _ := json.Marshal(ae) // an Error of two strings always marshals
-	return b
 }

@@ -409,7 +409,7 @@ func TestCacheKeyCoversEndpointAndKind(t *testing.T) {
 	if CacheKey("openai", "u", "m", a) == CacheKey("openai", "u", "m", b) {
 		t.Fatal("ambiguous key")
 	}
-	if CacheKey("openai", "u", "m", a) != CacheKey("openai", "u", "m", a) {
+	if k1, k2 := CacheKey("openai", "u", "m", a), CacheKey("openai", "u", "m", a); k1 != k2 {
 		t.Fatal("unstable key")
 	}
 }
