@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,6 +11,7 @@ import (
 	"github.com/compactd/compactd/convo"
 	"github.com/compactd/compactd/internal/dataset"
 	"github.com/compactd/compactd/pdk"
+	"github.com/compactd/compactd/plugins/internal/plugtest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -166,46 +164,12 @@ func TestHysteresisMovesInSteps(t *testing.T) {
 	}
 }
 
-// TestGolden runs the policy through its JSON encoding (pdk.Call, exactly
-// what the Wasm export does) on testdata/*.input.json and compares the
-// output with testdata/*.golden.json. Run with -update to rewrite them.
+// TestGolden runs the policy through both encodings the Wasm exports read
+// (JSON and the fast path's binary) on testdata/*.input.json and compares
+// the output with testdata/*.golden.json. Run with -update to rewrite them.
 func TestGolden(t *testing.T) {
-	inputs, err := filepath.Glob("testdata/*.input.json")
-	if err != nil || len(inputs) == 0 {
-		t.Fatalf("no golden inputs: %v", err)
-	}
 	p := policy()
-	for _, in := range inputs {
-		name := strings.TrimSuffix(filepath.Base(in), ".input.json")
-		t.Run(name, func(t *testing.T) {
-			input, err := os.ReadFile(in)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out, err := pdk.Call(&p, &pdk.TestHost{}, abi.ExportCompact, input)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var pretty bytes.Buffer
-			if err := json.Indent(&pretty, out, "", "  "); err != nil {
-				t.Fatal(err)
-			}
-			pretty.WriteByte('\n')
-			golden := filepath.Join("testdata", name+".golden.json")
-			if *update {
-				if err := os.WriteFile(golden, pretty.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test -update to create it)", err)
-			}
-			if !bytes.Equal(pretty.Bytes(), want) {
-				t.Fatalf("output differs from %s:\n%s", golden, pretty.Bytes())
-			}
-		})
-	}
+	plugtest.GoldenWith(t, &p, *update, func(string) pdk.Host { return &pdk.TestHost{} })
 }
 
 // TestRealData checks the window's contract on turn-by-turn prefixes of

@@ -120,6 +120,14 @@ func Shape(items []abi.Item) string {
 // bytes.
 func Golden(t *testing.T, p *pdk.Policy, update bool) {
 	t.Helper()
+	GoldenWith(t, p, update, func(string) pdk.Host { return &pdk.TestHost{} })
+}
+
+// GoldenWith is Golden with a host per case: newHost gets the case name
+// (the input file name without .input.json) and is called once for each
+// encoding, so a stateful fake starts afresh for both.
+func GoldenWith(t *testing.T, p *pdk.Policy, update bool, newHost func(name string) pdk.Host) {
+	t.Helper()
 	inputs, err := filepath.Glob("testdata/*.input.json")
 	if err != nil || len(inputs) == 0 {
 		t.Fatalf("no golden inputs: %v", err)
@@ -131,7 +139,7 @@ func Golden(t *testing.T, p *pdk.Policy, update bool) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out, err := pdk.Call(p, &pdk.TestHost{}, abi.ExportCompact, input)
+			out, err := pdk.Call(p, newHost(name), abi.ExportCompact, input)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -139,7 +147,7 @@ func Golden(t *testing.T, p *pdk.Policy, update bool) {
 			if err := json.Unmarshal(input, &req); err != nil {
 				t.Fatal(err)
 			}
-			fast, err := pdk.CallFast(p, &pdk.TestHost{}, abi.ExportCompact, abi.AppendFastRequest(nil, req.Config, &req.Context, req.Messages))
+			fast, err := pdk.CallFast(p, newHost(name), abi.ExportCompact, abi.AppendFastRequest(nil, req.Config, &req.Context, req.Messages))
 			if err != nil {
 				t.Fatal(err)
 			}
