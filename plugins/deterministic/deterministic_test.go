@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"flag"
 	"strings"
 	"testing"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
-	"github.com/compactd/compactd/pdk"
 	"github.com/compactd/compactd/plugins/internal/plugtest"
 )
 
@@ -150,23 +147,7 @@ func TestSummarized(t *testing.T) {
 
 func TestDeterminism(t *testing.T) {
 	msgs := plugtest.Build("su" + strings.Repeat("ctpttua", 4))
-	input, err := json.Marshal(plugtest.Request(msgs, nil, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var first []byte
-	for i := 0; i < 3; i++ {
-		p := policy()
-		out, err := pdk.Call(&p, &pdk.TestHost{}, abi.ExportCompact, input)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i == 0 {
-			first = out
-		} else if !bytes.Equal(out, first) {
-			t.Fatalf("call %d differs:\n%s\n%s", i, first, out)
-		}
-	}
+	plugtest.Deterministic(t, policy, plugtest.Request(msgs, nil, nil))
 }
 
 func TestGolden(t *testing.T) {

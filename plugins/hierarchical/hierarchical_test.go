@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"flag"
 	"strings"
@@ -231,23 +230,7 @@ func TestStaleState(t *testing.T) {
 func TestDeterminism(t *testing.T) {
 	msgs := plugtest.Build("su" + strings.Repeat("ctpttua", 6))
 	prev := plugtest.Run(t, compact, msgs[:20], nil, nil)
-	input, err := json.Marshal(plugtest.Request(msgs, nil, prev.State))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var first []byte
-	for i := 0; i < 3; i++ {
-		p := policy()
-		out, err := pdk.Call(&p, &pdk.TestHost{}, abi.ExportCompact, input)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i == 0 {
-			first = out
-		} else if !bytes.Equal(out, first) {
-			t.Fatalf("call %d differs:\n%s\n%s", i, first, out)
-		}
-	}
+	plugtest.Deterministic(t, policy, plugtest.Request(msgs, nil, prev.State))
 }
 
 func TestGolden(t *testing.T) {

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/compactd/compactd/abi"
-	"github.com/compactd/compactd/pdk"
 	"github.com/compactd/compactd/plugins/internal/plugtest"
 )
 
@@ -220,23 +217,7 @@ func TestRealDataBatchBoundaries(t *testing.T) {
 // after call and from a fresh policy value (a fresh instance).
 func TestDeterminism(t *testing.T) {
 	msgs := withRecaps(plugtest.Build("sucpttua" + strings.Repeat("ua", 8)))
-	input, err := json.Marshal(plugtest.Request(msgs, map[string]any{"batch_size": 2}, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var first []byte
-	for i := 0; i < 3; i++ {
-		p := policy()
-		out, err := pdk.Call(&p, &pdk.TestHost{}, abi.ExportCompact, input)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i == 0 {
-			first = out
-		} else if !bytes.Equal(out, first) {
-			t.Fatalf("call %d differs:\n%s\n%s", i, first, out)
-		}
-	}
+	plugtest.Deterministic(t, policy, plugtest.Request(msgs, map[string]any{"batch_size": 2}, nil))
 }
 
 func TestGolden(t *testing.T) {

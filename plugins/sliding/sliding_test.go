@@ -16,47 +16,6 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
-// build makes a conversation from a compact spec: "s" system, "u" user,
-// "a" assistant, "c" assistant with one tool call, "p" assistant with two
-// parallel calls, "t" tool result (ids follow the calls). Each message
-// has tokens = 10 unless tok says otherwise.
-func build(spec string, tok ...int) []abi.Message {
-	var msgs []abi.Message
-	var pending []string
-	call := 0
-	for i, r := range spec {
-		m := abi.Message{Tokens: 10}
-		if i < len(tok) {
-			m.Tokens = tok[i]
-		}
-		switch r {
-		case 's':
-			m.Role, m.Content = abi.RoleSystem, abi.TextContent("system")
-		case 'u':
-			m.Role, m.Content = abi.RoleUser, abi.TextContent(fmt.Sprintf("user %d", i))
-		case 'a':
-			m.Role, m.Content = abi.RoleAssistant, abi.TextContent(fmt.Sprintf("assistant %d", i))
-		case 'c', 'p':
-			m.Role = abi.RoleAssistant
-			n := 1
-			if r == 'p' {
-				n = 2
-			}
-			for k := 0; k < n; k++ {
-				call++
-				id := fmt.Sprintf("call%d", call)
-				m.ToolCalls = append(m.ToolCalls, abi.ToolCall{ID: id, Type: "function", Function: abi.FunctionCall{Name: "f", Arguments: "{}"}})
-				pending = append(pending, id)
-			}
-		case 't':
-			m.Role, m.ToolCallID, m.Content = abi.RoleTool, pending[0], abi.TextContent("result")
-			pending = pending[1:]
-		}
-		msgs = append(msgs, m)
-	}
-	return msgs
-}
-
 func run(t *testing.T, msgs []abi.Message, cfg map[string]any) *abi.CompactResult {
 	t.Helper()
 	raw, _ := json.Marshal(cfg)
@@ -115,7 +74,7 @@ func TestCompact(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			msgs := build(tt.spec, tt.tok...)
+			msgs := plugtest.Build(tt.spec, tt.tok...)
 			res := run(t, msgs, tt.cfg)
 			if got := shape(res.Messages); got != tt.want {
 				t.Fatalf("got %s\nwant %s", got, tt.want)
@@ -128,7 +87,7 @@ func TestCompact(t *testing.T) {
 }
 
 func TestSeedMarkerText(t *testing.T) {
-	res := run(t, build("uauauauauaua"), map[string]any{"window_size": 5, "step": 1, "keep_first_user": false})
+	res := run(t, plugtest.Build("uauauauauaua"), map[string]any{"window_size": 5, "step": 1, "keep_first_user": false})
 	if got := res.Messages[0].Message.Text(); got != "[7 earlier entries discarded]" || res.Messages[0].Message.Role != abi.RoleUser {
 		t.Fatalf("marker = %s %q", res.Messages[0].Message.Role, got)
 	}
@@ -140,7 +99,7 @@ func TestSeedMarkerText(t *testing.T) {
 // TestHysteresisMovesInSteps replays a conversation turn by turn: the cut
 // (the kept prefix) changes only once every step turns.
 func TestHysteresisMovesInSteps(t *testing.T) {
-	msgs := build("s" + strings.Repeat("ua", 40))
+	msgs := plugtest.Build("s" + strings.Repeat("ua", 40))
 	for _, step := range []int{1, 3, 5} {
 		cfg := map[string]any{"window_size": 4, "step": step, "keep_first_user": false}
 		prev, changes := "", 0

@@ -70,6 +70,30 @@ func Build(spec string, tok ...int) []abi.Message {
 	return msgs
 }
 
+// Deterministic runs p through its JSON export three times, each on a
+// fresh copy of the policy value (as a fresh instance would), and fails
+// unless every call returns the same bytes.
+func Deterministic(t *testing.T, p func() pdk.Policy, req *abi.CompactRequest) {
+	t.Helper()
+	input, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first []byte
+	for i := 0; i < 3; i++ {
+		pol := p()
+		out, err := pdk.Call(&pol, &pdk.TestHost{}, abi.ExportCompact, input)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = out
+		} else if !bytes.Equal(out, first) {
+			t.Fatalf("call %d differs:\n%s\n%s", i, first, out)
+		}
+	}
+}
+
 // Func is a policy's compact function.
 type Func = pdk.CompactFunc
 
