@@ -4,8 +4,6 @@
 GO       ?= go
 BIN      := bin
 PLUGINS  := $(BIN)/plugins
-# Debian packages the C plugins (and their tests) need.
-DEB_PKGS := clang lld wasi-libc libclang-rt-14-dev-wasm32
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@2025.1.1
 
 .PHONY: all build plugins run test test-short bench check deps clean
@@ -45,13 +43,11 @@ check:
 	$(GO) mod tidy
 	git diff --exit-code -- go.mod go.sum
 
-# deps installs the C toolchain for wasm32-wasi when it is missing (Debian).
+# deps installs the Debian packages the plugins and tests need when one is
+# missing; FORCE=1 runs the install even when all are present (.ci/run does,
+# so every CI run executes it). The package list is in scripts/deps.sh.
 deps:
-	@if ! command -v clang >/dev/null || [ ! -e /usr/lib/wasm32-wasi/libc.a ] && [ ! -e /usr/lib/wasm32-wasip1/libc.a ]; then \
-		echo "installing $(DEB_PKGS)"; \
-		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		$$SUDO apt-get update -qq && $$SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEB_PKGS) >/dev/null; \
-	fi
+	FORCE=$(FORCE) scripts/deps.sh
 
 clean:
 	rm -rf $(BIN)

@@ -79,7 +79,7 @@ func TestLayout(t *testing.T) {
 }
 
 func TestBuiltinsOnRealData(t *testing.T) {
-	files, err := dataset.Files()
+	files, err := dataset.FixtureFiles()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,7 +85,7 @@ func run(t *testing.T, stdin string, args ...string) result {
 // realConversation writes the first mini-swe-agent conversation to a file.
 func realConversation(t *testing.T) (string, []byte) {
 	t.Helper()
-	path, err := dataset.File("mini_swe_agent_deepseek_swebench.jsonl")
+	path, err := dataset.Fixture("mini_swe_agent_deepseek_swebench.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}

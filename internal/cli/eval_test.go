@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"encoding/xml"
-	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -33,13 +32,7 @@ func evalPlugins(t *testing.T) string {
 
 func evalDataFile(t *testing.T, name string) string {
 	t.Helper()
-	path, err := dataset.File(name)
-	if err == nil {
-		_, err = os.Stat(path)
-	}
-	if errors.Is(err, dataset.ErrNoData) || errors.Is(err, os.ErrNotExist) {
-		t.Skipf("data set not found: %v", err)
-	}
+	path, err := dataset.Fixture(name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -114,7 +114,7 @@ func realConversation(t *testing.T) *chat.Conversation {
 }
 
 var firstMiniSWE = sync.OnceValues(func() (*chat.Conversation, error) {
-	path, err := dataset.File("mini_swe_agent_deepseek_swebench.jsonl")
+	path, err := dataset.Fixture("mini_swe_agent_deepseek_swebench.jsonl")
 	if err != nil {
 		return nil, err
 	}

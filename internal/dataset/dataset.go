@@ -74,12 +74,57 @@ func ReadFile(path string) ([]Conversation, error) {
 	return out, nil
 }
 
-// ErrNoData is returned when the data directory cannot be found.
-var ErrNoData = errors.New("dataset: data directory not found (set COMPACTD_DATA to the directory holding the .jsonl files)")
+// ErrNoData is returned when the full data directory cannot be found.
+var ErrNoData = errors.New("dataset: full data directory not found: looked in $COMPACTD_DATA and for shared/data beside or above the working directory (set COMPACTD_DATA to the directory holding the .jsonl files; tests use the fixtures in testdata/conversations instead)")
 
-// Dir finds the data directory: $COMPACTD_DATA, or a "shared/data"
-// directory beside or above the working directory (the repository is
-// checked out next to it).
+// FixtureDirName is where the repository keeps its test fixtures: a few
+// real conversations from each data file, under the same file names.
+const FixtureDirName = "testdata/conversations"
+
+// FixtureDir returns the repository's fixture directory, found by walking
+// up from the working directory to compactd's go.mod. Tests use it; it
+// needs no data outside the repository.
+func FixtureDir() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("dataset: %w", err)
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && bytes.Contains(b, []byte("module github.com/compactd/compactd\n")) {
+			return filepath.Join(d, filepath.FromSlash(FixtureDirName)), nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("dataset: no compactd go.mod above %s, so no %s", wd, FixtureDirName)
+		}
+	}
+}
+
+// FixtureFiles returns the fixture .jsonl files, sorted.
+func FixtureFiles() ([]string, error) {
+	dir, err := FixtureDir()
+	if err != nil {
+		return nil, err
+	}
+	return jsonlFiles(dir)
+}
+
+// Fixture returns the path of one fixture file by base name (the same
+// names as the full data set's files).
+func Fixture(name string) (string, error) {
+	dir, err := FixtureDir()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, name)
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("dataset: fixture: %w", err)
+	}
+	return path, nil
+}
+
+// Dir finds the full data directory, used by `compactd eval` and the
+// benchmarks: $COMPACTD_DATA, or a "shared/data" directory beside or above
+// the working directory (the repository is checked out next to it).
 func Dir() (string, error) {
 	if d := os.Getenv("COMPACTD_DATA"); d != "" {
 		return d, nil
@@ -100,12 +145,16 @@ func Dir() (string, error) {
 	}
 }
 
-// Files returns the .jsonl files of the data directory, sorted.
+// Files returns the .jsonl files of the full data directory, sorted.
 func Files() ([]string, error) {
 	dir, err := Dir()
 	if err != nil {
 		return nil, err
 	}
+	return jsonlFiles(dir)
+}
+
+func jsonlFiles(dir string) ([]string, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	if err != nil {
 		return nil, err
@@ -117,7 +166,7 @@ func Files() ([]string, error) {
 	return files, nil
 }
 
-// File returns the path of one data file by base name.
+// File returns the path of one file of the full data set by base name.
 func File(name string) (string, error) {
 	dir, err := Dir()
 	if err != nil {

@@ -161,7 +161,7 @@ func errorCode(t testing.TB, body []byte) (code, message string) {
 // JSON is closest to chars bytes.
 func tauConversation(t testing.TB, chars int) []json.RawMessage {
 	t.Helper()
-	path, err := dataset.File("tau_bench_gpt4o_airline.jsonl")
+	path, err := dataset.Fixture("tau_bench_gpt4o_airline.jsonl")
 	if err != nil {
 		t.Skip(err)
 	}

@@ -58,7 +58,7 @@ func TestLLMProviderFromConfig(t *testing.T) {
 	td := setup(t, cfg, "plugins/llm")
 	td.start(t)
 
-	path, err := dataset.File("mini_swe_agent_deepseek_swebench.jsonl")
+	path, err := dataset.Fixture("mini_swe_agent_deepseek_swebench.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,14 +2,13 @@ package tokens
 
 import (
 	"encoding/json"
-	"errors"
 	"io"
 	"os"
-	"path/filepath"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/internal/dataset"
 )
 
 type conversationFile struct {
@@ -18,18 +17,14 @@ type conversationFile struct {
 }
 
 // readConversations reads up to n conversations (all when n < 0) from a
-// JSONL file of the shared data set, which lives in $COMPACTD_DATA or
-// ../../../shared/data. It skips the test when the file is missing.
+// fixture file of the repository (testdata/conversations).
 func readConversations(tb testing.TB, name string, n int) []conversationFile {
 	tb.Helper()
-	dir := os.Getenv("COMPACTD_DATA")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "..", "shared", "data")
+	path, err := dataset.Fixture(name)
+	if err != nil {
+		tb.Fatal(err)
 	}
-	f, err := os.Open(filepath.Join(dir, name))
-	if errors.Is(err, os.ErrNotExist) {
-		tb.Skipf("data set not found: %v (set COMPACTD_DATA)", err)
-	}
+	f, err := os.Open(path)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -217,7 +217,11 @@ func TestReplayMiniSWE(t *testing.T) {
 	}
 	// The report counts tokens exactly (gpt-4o's tokenizer); the default
 	// check uses estimates, which is enough for its properties.
-	convs := plugtest.Load(t, *replayReport, "mini_swe_agent_deepseek_swebench.jsonl")
+	load := plugtest.Load
+	if *replayReport {
+		load = plugtest.LoadFull
+	}
+	convs := load(t, *replayReport, "mini_swe_agent_deepseek_swebench.jsonl")
 	configs := []struct {
 		name string
 		cfg  map[string]any
@@ -227,7 +231,7 @@ func TestReplayMiniSWE(t *testing.T) {
 		{"token_threshold 8000", map[string]any{"token_threshold": 8000}},
 	}
 	if !*replayReport {
-		convs, configs = convs[:6], configs[2:]
+		convs, configs = convs[:min(6, len(convs))], configs[2:]
 		if raceEnabled {
 			convs = convs[:2]
 		}

@@ -27,7 +27,7 @@ func TestWasmWithProvider(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("builds and compiles the plugin to Wasm (the race detector does not see into the guest anyway)")
 	}
-	path, err := dataset.File("mini_swe_agent_deepseek_swebench.jsonl")
+	path, err := dataset.Fixture("mini_swe_agent_deepseek_swebench.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestWasmWithProvider(t *testing.T) {
 //
 //	go test ./plugins/llm -run XXX -bench Compact
 func BenchmarkCompact(b *testing.B) {
-	path, err := dataset.File("mini_swe_agent_deepseek_swebench.jsonl")
+	path, err := dataset.Fixture("mini_swe_agent_deepseek_swebench.jsonl")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -136,7 +136,7 @@ func TestGolden(t *testing.T) {
 // is the system messages, the task, an optional marker, then a contiguous
 // suffix of the input holding at least window_size entries.
 func TestRealData(t *testing.T) {
-	files, err := dataset.Files()
+	files, err := dataset.FixtureFiles()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,9 +22,13 @@ func TestReplayMiniSWE(t *testing.T) {
 	if testing.Short() {
 		t.Skip("replays a data file")
 	}
-	convs := plugtest.Load(t, *replayReport, "mini_swe_agent_deepseek_swebench.jsonl")
+	load := plugtest.Load
+	if *replayReport {
+		load = plugtest.LoadFull
+	}
+	convs := load(t, *replayReport, "mini_swe_agent_deepseek_swebench.jsonl")
 	if !*replayReport {
-		convs = convs[:4]
+		convs = convs[:min(4, len(convs))]
 		if raceEnabled {
 			convs = convs[:1]
 		}

@@ -2,7 +2,7 @@
 // port of OpenAI's tiktoken, for TestReference. Run from this directory:
 //
 //	npm install --prefix /tmp/jstt js-tiktoken@1.0.21
-//	NODE_PATH=/tmp/jstt/node_modules node reference.mjs ../../../../shared/data > reference.json
+//	NODE_PATH=/tmp/jstt/node_modules node reference.mjs ../../../testdata/conversations > reference.json
 import { createRequire } from "module";
 import fs from "fs";
 import path from "path";

@@ -227,23 +227,40 @@ func Sample(convs []Conversation, n int) []Conversation {
 	return out
 }
 
-// Load reads the named data files (base names; none means every file) and
+// Load reads the named fixture files (base names, as in the full data set;
+// none means every file) from the repository's testdata/conversations and
 // prepares their conversations. With exact, tokens are counted with
-// gpt-4o's tokenizer (a few seconds for all the data, cached across calls
-// in one test binary); otherwise a message's tokens are its content length
-// / 4 + 4, enough for policies that only compare counts.
+// gpt-4o's tokenizer (cached across calls in one test binary); otherwise a
+// message's tokens are its content length / 4 + 4, enough for policies that
+// only compare counts.
 func Load(tb testing.TB, exact bool, names ...string) []Conversation {
+	tb.Helper()
+	return load(tb, dataset.FixtureFiles, dataset.Fixture, exact, names)
+}
+
+// LoadFull is Load over the full data set ($COMPACTD_DATA or
+// ../shared/data), for reports; it skips the test when the data set is not
+// there.
+func LoadFull(tb testing.TB, exact bool, names ...string) []Conversation {
+	tb.Helper()
+	if _, err := dataset.Dir(); err != nil {
+		tb.Skip(err)
+	}
+	return load(tb, dataset.Files, dataset.File, exact, names)
+}
+
+func load(tb testing.TB, all func() ([]string, error), one func(string) (string, error), exact bool, names []string) []Conversation {
 	tb.Helper()
 	var files []string
 	if len(names) == 0 {
-		all, err := dataset.Files()
+		f, err := all()
 		if err != nil {
 			tb.Fatal(err)
 		}
-		files = all
+		files = f
 	}
 	for _, n := range names {
-		f, err := dataset.File(n)
+		f, err := one(n)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -517,15 +534,16 @@ var tokenizer = sync.OnceValue(func() *tokens.Tokenizer {
 // ReplayFiles are the data files the replay report covers.
 var ReplayFiles = []string{"mini_swe_agent_deepseek_swebench.jsonl", "tau_bench_gpt4o_airline.jsonl"}
 
-// Report replays compact with its defaults on each of ReplayFiles and logs
-// the figures. It is skipped with -short and under the race detector.
+// Report replays compact with its defaults on each of ReplayFiles of the
+// full data set and logs the figures. It is skipped with -short, under the
+// race detector and when the full data set is absent.
 func Report(t *testing.T, name string, compact Func) {
 	t.Helper()
 	if testing.Short() || Race {
 		t.Skip("replays whole data files (run without -short and -race)")
 	}
 	for _, f := range ReplayFiles {
-		st := Replay(t, compact, Load(t, true, f), nil, nil)
+		st := Replay(t, compact, LoadFull(t, true, f), nil, nil)
 		t.Logf("%s on %s: %s", name, f, &st)
 	}
 }
