@@ -27,9 +27,10 @@ import (
 
 // Client calls a compactd daemon.
 type Client struct {
-	http  *http.Client
-	base  string
-	token string
+	http      *http.Client
+	transport *http.Transport
+	base      string
+	token     string
 }
 
 // DefaultSocketPath is the daemon's default socket: $COMPACTD_SOCKET, else
@@ -53,9 +54,34 @@ func DefaultSocketPath() string {
 	return filepath.Join(state, "compactd", "compactd.sock")
 }
 
+// Option configures a Client.
+type Option func(*options)
+
+type options struct {
+	wrap func(http.RoundTripper) http.RoundTripper
+}
+
+// WrapTransport wraps the client's HTTP transport, e.g. to log, trace or
+// check its exchanges. The transport given to f dials the daemon.
+func WrapTransport(f func(http.RoundTripper) http.RoundTripper) Option {
+	return func(o *options) { o.wrap = f }
+}
+
+func newClient(tr *http.Transport, base, token string, opts []Option) *Client {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	var rt http.RoundTripper = tr
+	if o.wrap != nil {
+		rt = o.wrap(tr)
+	}
+	return &Client{http: &http.Client{Transport: rt}, base: base, token: token, transport: tr}
+}
+
 // New returns a client for the daemon listening on the Unix socket at path
 // ("" means DefaultSocketPath).
-func New(path string) *Client {
+func New(path string, opts ...Option) *Client {
 	if path == "" {
 		path = DefaultSocketPath()
 	}
@@ -68,18 +94,18 @@ func New(path string) *Client {
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	return &Client{http: &http.Client{Transport: tr}, base: "http://compactd"}
+	return newClient(tr, "http://compactd", "", opts)
 }
 
 // NewTCP returns a client for the daemon's loopback TCP listener
 // ("127.0.0.1:7077"), authenticating with the bearer token.
-func NewTCP(addr, token string) *Client {
+func NewTCP(addr, token string, opts ...Option) *Client {
 	tr := &http.Transport{MaxIdleConns: 64, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
-	return &Client{http: &http.Client{Transport: tr}, base: "http://" + addr, token: token}
+	return newClient(tr, "http://"+addr, token, opts)
 }
 
 // Close releases idle connections.
-func (c *Client) Close() { c.http.CloseIdleConnections() }
+func (c *Client) Close() { c.transport.CloseIdleConnections() }
 
 // Error is an error answer from the daemon. Test for it with errors.As.
 type Error struct {

@@ -170,6 +170,69 @@ type Conversation struct {
 	FirstSeen     time.Time `json:"first_seen"`
 	LastSeen      time.Time `json:"last_seen"`
 	LastCompacted time.Time `json:"last_compacted,omitzero"`
+	// LastCompaction is what the last compaction did, message by message.
+	// Only GET /v1/status?conversation_id=ID (Client.Conversation) fills
+	// it, and only once the conversation was compacted.
+	LastCompaction *CompactionDetail `json:"last_compaction,omitempty"`
+}
+
+// CompactionDetail is what one compaction did, message by message, for
+// people: Rows pair input messages with the output messages they became.
+// Texts are previews and the record is bounded (Truncated says when its
+// previews were shortened further to stay small).
+type CompactionDetail struct {
+	At             time.Time       `json:"at"`
+	Model          string          `json:"model,omitempty"`
+	Pipeline       []string        `json:"pipeline"`
+	Summary        string          `json:"summary,omitempty"`
+	TokensBefore   int             `json:"tokens_before"`
+	TokensAfter    int             `json:"tokens_after"`
+	MessagesBefore int             `json:"messages_before"`
+	MessagesAfter  int             `json:"messages_after"`
+	Stages         []Stage         `json:"stages"`
+	Rows           []CompactionRow `json:"rows"`
+	Truncated      bool            `json:"truncated,omitempty"`
+}
+
+// Kinds of CompactionRow.
+const (
+	RowKept       = "kept"       // one message, unchanged on both sides
+	RowMasked     = "masked"     // messages whose content was replaced in place, pairwise
+	RowSummarized = "summarized" // messages folded into the new messages beside them
+	RowDropped    = "dropped"    // messages removed, nothing in their place
+	RowAdded      = "added"      // new messages, nothing removed
+	RowElided     = "elided"     // messages not listed, to keep the record small
+)
+
+// CompactionRow is one step of a CompactionDetail: the input messages
+// (Before) and the output messages (After) they became.
+type CompactionRow struct {
+	Kind   string           `json:"kind"`
+	Before []MessagePreview `json:"before,omitempty"`
+	After  []MessagePreview `json:"after,omitempty"`
+	// Elided counts the input messages an "elided" row stands for,
+	// starting at input index First.
+	Elided int  `json:"elided,omitempty"`
+	First  *int `json:"first,omitempty"`
+	// Omitted counts the messages of this row not listed in Before and
+	// After (a long run folded into one summary).
+	Omitted int `json:"omitted,omitempty"`
+}
+
+// MessagePreview describes one message of a CompactionRow.
+type MessagePreview struct {
+	// Index is the message's index in the input (Before) or the output
+	// (After).
+	Index      int      `json:"index"`
+	Role       string   `json:"role"`
+	Name       string   `json:"name,omitempty"`
+	ToolCallID string   `json:"tool_call_id,omitempty"`
+	ToolCalls  []string `json:"tool_calls,omitempty"` // the functions called
+	Tokens     int      `json:"tokens"`
+	// Text is the text content (for a message with only tool calls, the
+	// calls), cut to a preview; Bytes is its full length.
+	Text  string `json:"text"`
+	Bytes int    `json:"bytes"`
 }
 
 // ConfigDocument is the answer to GET and PUT /v1/config.
@@ -182,6 +245,10 @@ type ConfigDocument struct {
 	RestartRequired []string `json:"restart_required,omitempty"`
 	// Warnings are non-fatal problems with the config.
 	Warnings []string `json:"warnings,omitempty"`
+	// Errors (GET only) are problems that would reject the running config
+	// now: it no longer passes the loaded plugins' checks, or the config
+	// file's last reload failed (the running config is the one before).
+	Errors []string `json:"errors,omitempty"`
 }
 
 // Health is the answer to GET /healthz.

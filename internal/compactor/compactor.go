@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/compactd/compactd/abi"
@@ -147,6 +148,12 @@ type Response struct {
 	Summary        string
 	Warnings       []string
 	Stats          Stats
+	// Origin maps each output message to the input message it is (by
+	// index), or -1 for a message a policy wrote.
+	Origin []int
+	// Rewritten lists the input messages a policy reported it replaced by
+	// a new message in place (masked, shortened), in increasing order.
+	Rewritten []int
 }
 
 // Compact runs req. It returns an error only for a request that cannot be
@@ -218,8 +225,12 @@ func (c *Compactor) Compact(ctx context.Context, req Request) (*Response, error)
 		llm = c.opts.NewLLM()
 	}
 	env := host.CallEnv{CountTokens: tok.Count, LLM: llm}
-	resp := &Response{ConversationID: id, Conversation: conv}
+	resp := &Response{ConversationID: id, Conversation: conv, Origin: make([]int, conv.Len())}
 	resp.Stats = Stats{TokensBefore: before, MessagesBefore: conv.Len(), Encoding: tok.Name()}
+	for i := range resp.Origin {
+		resp.Origin[i] = i
+	}
+	rewritten := map[int]bool{}
 	cur := conv
 	for _, plan := range plans {
 		p := plan.plugin
@@ -231,19 +242,29 @@ func (c *Compactor) Compact(ctx context.Context, req Request) (*Response, error)
 			continue
 		}
 		stageStart := time.Now()
-		out, warnings := c.runStage(ctx, p, cur, plan.config, abi.Context{
+		out, newMessages, warnings := c.runStage(ctx, p, cur, plan.config, abi.Context{
 			Model: req.Model, Encoding: tok.Encoding(), ContextWindow: window, ConversationID: id,
 		}, env, &st)
 		st.Duration = time.Since(stageStart)
 		resp.Warnings = append(resp.Warnings, warnings...)
 		if out != nil {
 			tok.CountMessages(out.Messages)
+			for _, r := range st.Rewritten {
+				if r >= 0 && r < len(resp.Origin) && resp.Origin[r] >= 0 {
+					rewritten[resp.Origin[r]] = true
+				}
+			}
+			resp.Origin = composeOrigin(resp.Origin, st.Dropped, newMessages, out.Len())
 			cur = out
 			st.TokensAfter, st.MessagesAfter = cur.TotalTokens(), cur.Len()
 		}
 		resp.Stats.Stages = append(resp.Stats.Stages, st)
 	}
 	resp.Conversation = cur
+	for i := range rewritten {
+		resp.Rewritten = append(resp.Rewritten, i)
+	}
+	sort.Ints(resp.Rewritten)
 	resp.Stats.TokensAfter, resp.Stats.MessagesAfter = cur.TotalTokens(), cur.Len()
 	resp.Stats.Duration = time.Since(start)
 	for _, st := range resp.Stats.Stages {
@@ -258,9 +279,44 @@ func (c *Compactor) Compact(ctx context.Context, req Request) (*Response, error)
 	return resp, nil
 }
 
+// composeOrigin maps a stage's output back to the request's input: origin
+// maps the stage's input to the request's, dropped lists the stage's input
+// indices it did not keep and newMessages its output indices that are new.
+// Kept messages keep their order (refs are strictly increasing), so the
+// k-th kept output is the k-th input not dropped.
+func composeOrigin(origin, dropped, newMessages []int, outLen int) []int {
+	isDropped := make(map[int]bool, len(dropped))
+	for _, d := range dropped {
+		isDropped[d] = true
+	}
+	isNew := make(map[int]bool, len(newMessages))
+	for _, n := range newMessages {
+		isNew[n] = true
+	}
+	out := make([]int, outLen)
+	in := 0
+	for j := range out {
+		if isNew[j] {
+			out[j] = -1
+			continue
+		}
+		for in < len(origin) && isDropped[in] {
+			in++
+		}
+		if in >= len(origin) {
+			out[j] = -1 // not reachable for a checked result
+			continue
+		}
+		out[j] = origin[in]
+		in++
+	}
+	return out
+}
+
 // runStage runs one policy. It returns the new conversation (nil when the
-// stage changed nothing or failed) and warnings; it fills st.
-func (c *Compactor) runStage(ctx context.Context, p *host.Plugin, in *chat.Conversation, cfg json.RawMessage, actx abi.Context, env host.CallEnv, st *Stage) (*chat.Conversation, []string) {
+// stage changed nothing or failed), the output indices of the messages
+// the policy wrote, and warnings; it fills st.
+func (c *Compactor) runStage(ctx context.Context, p *host.Plugin, in *chat.Conversation, cfg json.RawMessage, actx abi.Context, env host.CallEnv, st *Stage) (*chat.Conversation, []int, []string) {
 	var warnings []string
 	if c.opts.State != nil {
 		state, err := c.opts.State.LoadState(ctx, actx.ConversationID, p.Name())
@@ -275,18 +331,18 @@ func (c *Compactor) runStage(ctx context.Context, p *host.Plugin, in *chat.Conve
 		if err != nil {
 			st.Error = err.Error()
 			c.logger.Warn("should_compact failed; input kept", "policy", p.Name(), "error", err)
-			return nil, append(warnings, err.Error()+" (input kept unchanged)")
+			return nil, nil, append(warnings, err.Error()+" (input kept unchanged)")
 		}
 		if !should.Compact {
 			st.Skipped = "should_compact: " + should.Reason
-			return nil, warnings
+			return nil, nil, warnings
 		}
 	}
 	out, err := p.Compact(ctx, req)
 	if err != nil {
 		st.Error = err.Error()
 		c.logger.Warn("compaction failed; input kept", "policy", p.Name(), "error", err)
-		return nil, append(warnings, err.Error()+" (input kept unchanged)")
+		return nil, nil, append(warnings, err.Error()+" (input kept unchanged)")
 	}
 	res := out.Result
 	for _, w := range res.Warnings {
@@ -300,9 +356,9 @@ func (c *Compactor) runStage(ctx context.Context, p *host.Plugin, in *chat.Conve
 	st.Compacted, st.Summary, st.EntriesSummarized = out.Compacted, res.Summary, res.EntriesSummarized
 	st.Dropped, st.Rewritten = out.Dropped, res.Rewritten
 	if !out.Compacted {
-		return nil, warnings
+		return nil, nil, warnings
 	}
-	return out.Conversation, warnings
+	return out.Conversation, out.NewMessages, warnings
 }
 
 // ConversationID derives a stable id from the leading system messages and

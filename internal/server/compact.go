@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/compactd/compactd/abi"
@@ -74,7 +75,7 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	s.record(req, pipeline, resp)
+	s.record(req, pipeline, conv, resp)
 
 	tail := compactTail{Compacted: resp.Compacted, Summary: resp.Summary, ConversationID: resp.ConversationID,
 		Warnings: resp.Warnings, Stats: resp.Stats}
@@ -191,8 +192,9 @@ func splitOverrides(cfg map[string]any, pipeline []string, keyed bool) (map[stri
 	return out, nil
 }
 
-// record updates the conversation's status and the metrics.
-func (s *Server) record(req *client.CompactRequest, pipeline []string, resp *compactor.Response) {
+// record updates the conversation's status, its last-compaction record
+// (for the status page) and the metrics.
+func (s *Server) record(req *client.CompactRequest, pipeline []string, in *chat.Conversation, resp *compactor.Response) {
 	failed := false
 	for _, st := range resp.Stats.Stages {
 		outcome := "unchanged"
@@ -223,4 +225,13 @@ func (s *Server) record(req *client.CompactRequest, pipeline []string, resp *com
 		MessagesAfter: st.MessagesAfter, TokensAfter: st.TokensAfter,
 		ContextWindow: window, Compacted: resp.Compacted, Failed: failed,
 	})
+	if resp.Compacted {
+		b, err := json.Marshal(compactionDetail(in, resp, req.Model, pipeline, time.Now()))
+		if err == nil {
+			err = s.opts.Store.SetLastCompaction(resp.ConversationID, b)
+		}
+		if err != nil {
+			s.logger.Warn("recording the compaction for the status page", "conversation", resp.ConversationID, "error", err)
+		}
+	}
 }

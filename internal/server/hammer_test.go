@@ -78,7 +78,7 @@ func TestHotReloadHammer(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := client.New(td.Socket())
+			c := apiClient(t, td.Socket())
 			defer c.Close()
 			for {
 				select {

@@ -2,8 +2,10 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -65,11 +67,11 @@ const defaultStatusLimit = 100
 func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	if id := q.Get("conversation_id"); id != "" {
-		c, ok := s.opts.Store.Conversation(id)
-		if !ok {
-			return apiErrorf(http.StatusNotFound, CodeNotFound, "no tracked conversation %q", id)
+		c, err := s.conversation(r.Context(), id)
+		if err != nil {
+			return err
 		}
-		writeJSON(w, http.StatusOK, conversationOf(c))
+		writeJSON(w, http.StatusOK, c)
 		return nil
 	}
 	limit := defaultStatusLimit
@@ -80,6 +82,34 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
 		}
 		limit = n
 	}
+	writeJSON(w, http.StatusOK, s.status(limit))
+	return nil
+}
+
+// conversation returns one tracked conversation with its last compaction.
+func (s *Server) conversation(ctx context.Context, id string) (*client.Conversation, error) {
+	c, ok := s.opts.Store.Conversation(id)
+	if !ok {
+		return nil, apiErrorf(http.StatusNotFound, CodeNotFound, "no tracked conversation %q", id)
+	}
+	out := conversationOf(c)
+	b, err := s.opts.Store.LastCompaction(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("conversation %q: %w", id, err)
+	}
+	if b != nil {
+		var d client.CompactionDetail
+		if err := json.Unmarshal(b, &d); err != nil {
+			s.logger.Warn("unreadable compaction record", "conversation", id, "error", err)
+		} else {
+			out.LastCompaction = &d
+		}
+	}
+	return &out, nil
+}
+
+// status is GET /v1/status's answer, with at most limit conversations.
+func (s *Server) status(limit int) client.Status {
 	cfg := s.opts.Config.Current()
 	st := client.Status{
 		Version: s.opts.Version, ABI: abi.Version.String(), StartedAt: s.started.UTC(),
@@ -101,8 +131,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
 	for _, c := range convs {
 		st.Conversations = append(st.Conversations, conversationOf(c))
 	}
-	writeJSON(w, http.StatusOK, st)
-	return nil
+	return st
 }
 
 func conversationOf(c store.Conversation) client.Conversation {
@@ -119,12 +148,42 @@ func (s *Server) configDocument(cfgJSON []byte) client.ConfigDocument {
 }
 
 func (s *Server) handleGetConfig(w http.ResponseWriter, r *http.Request) error {
-	b, err := json.Marshal(s.opts.Config.Current())
+	doc, err := s.runningConfig()
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, s.configDocument(b))
+	writeJSON(w, http.StatusOK, doc)
 	return nil
+}
+
+// runningConfig is GET /v1/config's answer: the running config, with the
+// problems it has now (see configProblems).
+func (s *Server) runningConfig() (client.ConfigDocument, error) {
+	b, err := json.Marshal(s.opts.Config.Current())
+	if err != nil {
+		return client.ConfigDocument{}, err
+	}
+	doc := s.configDocument(b)
+	doc.Warnings, doc.Errors = s.configProblems()
+	return doc, nil
+}
+
+// configProblems checks the running config against the plugins loaded
+// now (a plugin reloaded with a new schema may reject it) and reports the
+// last failed reload of the config file (SIGHUP), which left the running
+// config in place.
+func (s *Server) configProblems() (warnings, errs []string) {
+	warnings, err := s.opts.Config.Check()
+	if err != nil {
+		errs = append(errs, "the running config no longer passes the loaded plugins' checks: "+err.Error())
+	}
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	if s.reloadErr != nil {
+		errs = append(errs, fmt.Sprintf("the config file's last reload failed at %s, so the config above is the one before it: %v",
+			s.reloadAt.UTC().Format(time.RFC3339), s.reloadErr))
+	}
+	return warnings, errs
 }
 
 func (s *Server) handlePutConfig(w http.ResponseWriter, r *http.Request) error {
@@ -163,8 +222,13 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// ConfigReloaded counts a config reload (SIGHUP) in the metrics.
+// ConfigReloaded counts a config reload (SIGHUP) in the metrics and keeps
+// a failure for GET /v1/config and the status page until the next
+// successful reload.
 func (s *Server) ConfigReloaded(err error) {
+	s.reloadMu.Lock()
+	s.reloadErr, s.reloadAt = err, time.Now()
+	s.reloadMu.Unlock()
 	if err != nil {
 		s.metrics.configReloads.add(1, "error")
 		return

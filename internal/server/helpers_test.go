@@ -101,8 +101,8 @@ func (td *testDaemon) start(t testing.TB) *testDaemon {
 		t.Fatal(err)
 	}
 	td.Daemon = d
-	td.c = client.New(d.Socket())
-	td.http = unixHTTP(d.Socket())
+	td.c = apiClient(t, d.Socket())
+	td.http = unixHTTP(t, d.Socket())
 	t.Cleanup(func() {
 		td.c.Close()
 		d.Shutdown(bg)
@@ -116,14 +116,40 @@ func startDaemon(t testing.TB, cfg string, plugins ...string) *testDaemon {
 	return setup(t, cfg, plugins...).start(t)
 }
 
-func unixHTTP(path string) *http.Client {
-	return &http.Client{Transport: &http.Transport{
+// unixHTTP returns an HTTP client for the socket at path whose every
+// exchange is validated against the OpenAPI document (see openapi_test.go).
+func unixHTTP(t testing.TB, path string) *http.Client {
+	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", path)
 		},
 		MaxIdleConnsPerHost: 64,
-	}}
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: spec.Transport(t, tr)}
+}
+
+// tcpHTTP is unixHTTP for the TCP listener: it does not follow redirects.
+func tcpHTTP(t testing.TB) *http.Client {
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: spec.Transport(t, tr), CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+// apiClient returns a client for the socket at path whose exchanges are
+// validated against the OpenAPI document.
+func apiClient(t testing.TB, path string) *client.Client {
+	return client.New(path, validating(t))
+}
+
+// apiTCPClient is apiClient for the TCP listener.
+func apiTCPClient(t testing.TB, addr, token string) *client.Client {
+	return client.NewTCP(addr, token, validating(t))
+}
+
+func validating(t testing.TB) client.Option {
+	return client.WrapTransport(func(rt http.RoundTripper) http.RoundTripper { return spec.Transport(t, rt) })
 }
 
 // raw sends a request and returns the status, the body and the headers.

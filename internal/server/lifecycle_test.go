@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -149,20 +148,23 @@ func TestTCP(t *testing.T) {
 	if addr == "" {
 		t.Fatal("no TCP listener")
 	}
-	if _, err := client.NewTCP(addr, "s3cret-token").Health(bg); err != nil {
+	if _, err := apiTCPClient(t, addr, "s3cret-token").Health(bg); err != nil {
 		t.Errorf("with the token: %v", err)
 	}
-	resp, err := client.NewTCP(addr, "s3cret-token").Compact(bg, &client.CompactRequest{Policy: "lastn", Messages: chatMessages(1)})
+	resp, err := apiTCPClient(t, addr, "s3cret-token").Compact(bg, &client.CompactRequest{Policy: "lastn", Messages: chatMessages(1)})
 	if err != nil || len(resp.Messages) != 4 {
 		t.Errorf("compact over TCP: %v", err)
 	}
 	for _, tok := range []string{"", "wrong", "s3cret-tokenx"} {
-		_, err := client.NewTCP(addr, tok).Health(bg)
+		_, err := apiTCPClient(t, addr, tok).Health(bg)
 		if !client.IsCode(err, CodeUnauthorized) {
 			t.Errorf("token %q: %v", tok, err)
 		}
 	}
-	r, _ := http.Get("http://" + addr + "/healthz")
+	r, err := tcpHTTP(t).Get("http://" + addr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if r.StatusCode != 401 || r.Header.Get("WWW-Authenticate") == "" {
 		t.Errorf("no token: %d %v", r.StatusCode, r.Header)
 	}
@@ -171,7 +173,7 @@ func TestTCP(t *testing.T) {
 	td2 := setup(t, "tcp: {listen: '127.0.0.1:0'}\n", pluginLastn)
 	td2.opts.Getenv = func(k string) string { return map[string]string{"COMPACTD_TOKEN": "from-env"}[k] }
 	td2.start(t)
-	if _, err := client.NewTCP(td2.TCPAddr(), "from-env").Health(bg); err != nil {
+	if _, err := apiTCPClient(t, td2.TCPAddr(), "from-env").Health(bg); err != nil {
 		t.Errorf("token from the environment: %v", err)
 	}
 }

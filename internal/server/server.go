@@ -13,9 +13,12 @@
 //	PUT  /v1/config             a partial config update, written back
 //	GET  /healthz               liveness
 //	GET  /metrics               Prometheus text format
+//	GET  /v1/openapi.yaml       the API's OpenAPI 3.1 document (also .json)
+//	GET  /                      the status page (HTML; /conversation?id=ID)
 //
-// Every error answer is {"error":{"code":…,"message":…}} with a stable
-// code (see the Code constants) and the HTTP status it belongs to. A
+// api/openapi.yaml describes them. Every error answer is
+// {"error":{"code":…,"message":…}} with a stable code (see the Code
+// constants, the document's ErrorCode) and the HTTP status it belongs to. A
 // plugin failure is not an error: POST /v1/compact answers 200 with the
 // input unchanged and a warning.
 package server
@@ -23,9 +26,11 @@ package server
 import (
 	"crypto/subtle"
 	"fmt"
+	"html/template"
 	"net/http"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/compactd/compactd/internal/compactor"
@@ -57,6 +62,11 @@ type Server struct {
 	metrics *metrics
 	started time.Time
 	mux     *http.ServeMux
+	pages   *template.Template
+
+	reloadMu  sync.Mutex
+	reloadErr error     // the config file's last reload, if it failed
+	reloadAt  time.Time // when
 }
 
 // maxConfigBody caps a PUT /v1/config body.
@@ -75,8 +85,10 @@ func New(opts Options) *Server {
 	s.route("/v1/config", "config", map[string]handlerFunc{http.MethodGet: s.handleGetConfig, http.MethodPut: s.handlePutConfig})
 	s.route("/healthz", "healthz", map[string]handlerFunc{http.MethodGet: s.handleHealth})
 	s.route("/metrics", "metrics", map[string]handlerFunc{http.MethodGet: s.handleMetrics})
+	s.routeOpenAPI()
+	s.routePages()
 	s.route("/", "not_found", map[string]handlerFunc{"*": func(w http.ResponseWriter, r *http.Request) error {
-		return apiErrorf(http.StatusNotFound, CodeNotFound, "no endpoint %s %s (see /v1/compact, /v1/policies, /v1/status, /v1/config, /healthz, /metrics)", r.Method, r.URL.Path)
+		return apiErrorf(http.StatusNotFound, CodeNotFound, "no endpoint %s %s (GET /v1/openapi.yaml describes the API)", r.Method, r.URL.Path)
 	}})
 	return s
 }
@@ -163,17 +175,26 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 func (s *Server) Handler() http.Handler { return s.mux }
 
 // TokenHandler returns the API behind a bearer token, for the TCP
-// listener: every request needs `Authorization: Bearer TOKEN`.
+// listener: every request needs `Authorization: Bearer TOKEN`, except the
+// status page's, which a browser may open with ?token=TOKEN once (see
+// pageAuth).
 func (s *Server) TokenHandler(token string) http.Handler {
 	want := []byte("Bearer " + token)
+	session := pageSession(token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := []byte(r.Header.Get("Authorization"))
-		if subtle.ConstantTimeCompare(got, want) != 1 {
-			s.metrics.requests.add(1, "unauthorized", "401")
-			w.Header().Set("WWW-Authenticate", `Bearer realm="compactd"`)
-			writeError(w, apiErrorf(http.StatusUnauthorized, CodeUnauthorized, "this listener needs Authorization: Bearer <token>"))
+		if subtle.ConstantTimeCompare(got, want) == 1 {
+			s.mux.ServeHTTP(w, r)
 			return
 		}
-		s.mux.ServeHTTP(w, r)
+		if handled, ok := s.pageAuth(w, r, token, session); handled || ok {
+			if ok {
+				s.mux.ServeHTTP(w, r)
+			}
+			return
+		}
+		s.metrics.requests.add(1, "unauthorized", "401")
+		w.Header().Set("WWW-Authenticate", `Bearer realm="compactd"`)
+		writeError(w, apiErrorf(http.StatusUnauthorized, CodeUnauthorized, "this listener needs Authorization: Bearer <token> (in a browser, open /?token=<token>)"))
 	})
 }

@@ -179,7 +179,8 @@ func TestRouting(t *testing.T) {
 		{"DELETE", "/v1/config", 405, CodeMethodNotAllowed, "GET, HEAD, PUT"},
 		{"POST", "/v1/policies", 405, CodeMethodNotAllowed, "GET, HEAD"},
 		{"GET", "/v2/compact", 404, CodeNotFound, ""},
-		{"GET", "/", 404, CodeNotFound, ""},
+		{"GET", "/index.html", 404, CodeNotFound, ""},
+		{"POST", "/", 405, CodeMethodNotAllowed, "GET, HEAD"},
 	}
 	for _, tt := range tests {
 		status, body, h := td.raw(t, tt.method, tt.path, "")

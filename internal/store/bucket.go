@@ -199,37 +199,40 @@ func (b *Bucket) Put(ctx context.Context, key, value []byte) error {
 	if opts.MaxBytes > 0 && int64(len(key)+len(value)) > opts.MaxBytes {
 		return fmt.Errorf("%w: %d bytes in bucket %s (the limit is %d)", ErrTooLarge, len(key)+len(value), b.name, opts.MaxBytes)
 	}
-	err := b.s.db.Update(func(tx *bolt.Tx) error {
-		t, err := b.open(tx)
-		if err != nil {
-			return err
-		}
-		if old := t.data.Get(key); len(old) >= 8 {
-			if err := t.remove(key, old); err != nil {
-				return err
-			}
-		}
-		ts := b.s.timestamp()
-		v := make([]byte, 8+len(value))
-		binary.BigEndian.PutUint64(v, uint64(ts))
-		copy(v[8:], value)
-		if err := t.data.Put(key, v); err != nil {
-			return err
-		}
-		if err := t.order.Put(orderEntry(ts, key), nil); err != nil {
-			return err
-		}
-		t.count++
-		t.size += int64(len(key) + len(value))
-		if err := t.evict(opts); err != nil {
-			return err
-		}
-		return t.saveMeta()
-	})
+	err := b.s.db.Update(func(tx *bolt.Tx) error { return b.putTx(tx, key, value, opts) })
 	if err != nil {
 		return fmt.Errorf("store: %s: %w", b.name, err)
 	}
 	return nil
+}
+
+// putTx is Put inside a write transaction.
+func (b *Bucket) putTx(tx *bolt.Tx, key, value []byte, opts BucketOptions) error {
+	t, err := b.open(tx)
+	if err != nil {
+		return err
+	}
+	if old := t.data.Get(key); len(old) >= 8 {
+		if err := t.remove(key, old); err != nil {
+			return err
+		}
+	}
+	ts := b.s.timestamp()
+	v := make([]byte, 8+len(value))
+	binary.BigEndian.PutUint64(v, uint64(ts))
+	copy(v[8:], value)
+	if err := t.data.Put(key, v); err != nil {
+		return err
+	}
+	if err := t.order.Put(orderEntry(ts, key), nil); err != nil {
+		return err
+	}
+	t.count++
+	t.size += int64(len(key) + len(value))
+	if err := t.evict(opts); err != nil {
+		return err
+	}
+	return t.saveMeta()
 }
 
 // evict removes the oldest entries while the bucket is over a bound.
@@ -259,21 +262,24 @@ func (b *Bucket) Delete(ctx context.Context, key []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err := b.s.db.Update(func(tx *bolt.Tx) error {
-		t, err := b.open(tx)
-		if err != nil {
-			return err
-		}
-		if v := t.data.Get(key); len(v) >= 8 {
-			if err := t.remove(key, v); err != nil {
-				return err
-			}
-			return t.saveMeta()
-		}
-		return nil
-	})
+	err := b.s.db.Update(func(tx *bolt.Tx) error { return b.deleteTx(tx, key) })
 	if err != nil {
 		return fmt.Errorf("store: %s: %w", b.name, err)
+	}
+	return nil
+}
+
+// deleteTx is Delete inside a write transaction.
+func (b *Bucket) deleteTx(tx *bolt.Tx, key []byte) error {
+	t, err := b.open(tx)
+	if err != nil {
+		return err
+	}
+	if v := t.data.Get(key); len(v) >= 8 {
+		if err := t.remove(key, v); err != nil {
+			return err
+		}
+		return t.saveMeta()
 	}
 	return nil
 }

@@ -107,6 +107,7 @@ func (s *Store) evictLocked() {
 func (s *Store) removeLocked(id string) {
 	delete(s.convs, id)
 	delete(s.dirty, id)
+	delete(s.pendingDetails, id)
 	s.removed[id] = true
 }
 

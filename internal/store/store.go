@@ -78,6 +78,9 @@ type Options struct {
 	MaxStateBytes int64
 	// MaxStateValue caps one conversation's state for one policy.
 	MaxStateValue int
+	// MaxDetailBytes caps the last-compaction records over all
+	// conversations (SetLastCompaction).
+	MaxDetailBytes int64
 	// FlushInterval is how often status counters are written.
 	FlushInterval time.Duration
 	// SweepInterval is how often expired entries are removed.
@@ -99,6 +102,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxStateValue <= 0 {
 		o.MaxStateValue = DefaultMaxStateValue
+	}
+	if o.MaxDetailBytes <= 0 {
+		o.MaxDetailBytes = DefaultMaxDetailBytes
 	}
 	if o.FlushInterval <= 0 {
 		o.FlushInterval = DefaultFlushInterval
@@ -136,8 +142,14 @@ type Store struct {
 	buckets map[string]*Bucket
 	closed  bool
 
-	state    *Bucket
-	lastTime atomic.Int64 // last timestamp handed out, for a strict order
+	state   *Bucket
+	details *Bucket // last-compaction records, by conversation id
+	// pendingDetails are records not yet written (see SetLastCompaction);
+	// flushingDetails those a Flush is writing, readable until it commits.
+	pendingDetails  map[string][]byte
+	flushingDetails map[string][]byte
+	flushMu         sync.Mutex   // one Flush at a time
+	lastTime        atomic.Int64 // last timestamp handed out, for a strict order
 
 	stop chan struct{}
 	done chan struct{}
@@ -166,12 +178,18 @@ func Open(opts Options) (*Store, error) {
 		db: db, logger: opts.Logger, now: opts.Now, path: path, opts: opts,
 		convs: map[string]*Conversation{}, dirty: map[string]bool{}, removed: map[string]bool{},
 		buckets: map[string]*Bucket{}, stop: make(chan struct{}), done: make(chan struct{}),
+		pendingDetails: map[string][]byte{},
 	}
 	if err := s.loadConversations(); err != nil {
 		db.Close()
 		return nil, err
 	}
 	s.state, err = s.bucket(stateBucketName, BucketOptions{MaxBytes: opts.MaxStateBytes})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.details, err = s.bucket(detailsBucketName, BucketOptions{MaxBytes: opts.MaxDetailBytes, MaxEntries: opts.MaxConversations})
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -192,6 +210,7 @@ func (s *Store) SetLimits(ttl time.Duration, maxConversations int, maxStateBytes
 	s.opts.TTL, s.opts.MaxConversations, s.opts.MaxStateBytes = o.TTL, o.MaxConversations, o.MaxStateBytes
 	s.mu.Unlock()
 	s.state.setOptions(BucketOptions{MaxBytes: o.MaxStateBytes})
+	s.details.setOptions(BucketOptions{MaxBytes: s.opts.MaxDetailBytes, MaxEntries: o.MaxConversations})
 }
 
 func (s *Store) loop() {
@@ -311,12 +330,14 @@ func statePrefix(conversationID string) []byte {
 // Flush writes the status counters that changed and deletes the plugin
 // state of expired conversations.
 func (s *Store) Flush() error {
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return ErrClosed
 	}
-	if len(s.dirty) == 0 && len(s.removed) == 0 {
+	if len(s.dirty) == 0 && len(s.removed) == 0 && len(s.pendingDetails) == 0 {
 		s.mu.Unlock()
 		return nil
 	}
@@ -336,6 +357,9 @@ func (s *Store) Flush() error {
 		gone = append(gone, id)
 	}
 	s.dirty = map[string]bool{}
+	details := s.pendingDetails
+	s.pendingDetails = map[string][]byte{}
+	s.flushingDetails = details
 	s.mu.Unlock()
 
 	var deleted []string
@@ -365,13 +389,19 @@ func (s *Store) Flush() error {
 			}
 			deleted = append(deleted, id)
 		}
-		return nil
+		return s.flushDetailsTx(tx, details, deleted)
 	})
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.flushingDetails = nil
 	if err != nil {
 		for id := range puts {
 			s.dirty[id] = true // try again next time
+		}
+		for id, v := range details {
+			if _, newer := s.pendingDetails[id]; !newer && s.convs[id] != nil {
+				s.pendingDetails[id] = v
+			}
 		}
 		return fmt.Errorf("store: %w", err)
 	}

@@ -1,0 +1,330 @@
+// Package apitest checks HTTP exchanges with compactd against its OpenAPI
+// document (api/openapi.yaml), so that the document and the server cannot
+// drift: tests route their HTTP clients through Validator.Transport, and
+// every answer the server gives is validated against the operation, status
+// and schema the document declares. An endpoint, a status or a field that
+// is not documented fails the test that produced it.
+//
+// Rules beyond the document's operations (its description states them):
+//
+//   - A path the document does not declare must answer 404 with the error
+//     code not_found (the server's catch-all), or 401 unauthorized on the
+//     TCP listener. Anything else is an undocumented endpoint.
+//   - A method a declared path does not take must answer 405
+//     method_not_allowed with an Allow header (or 401). HEAD is checked
+//     as the path's GET, without a body.
+//   - A request is validated against the document only when the server
+//     accepted it (2xx): the tests send invalid requests on purpose, and a
+//     rejected request needs only a documented error answer.
+//
+// It uses github.com/getkin/kin-openapi, whose OpenAPI 3.1 support
+// validates schemas with a JSON Schema 2020-12 validator (type arrays,
+// const, keywords beside $ref).
+package apitest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/compactd/compactd/api"
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/legacy"
+)
+
+// Validator validates exchanges against the OpenAPI document and counts
+// which documented responses were seen. It is safe for concurrent use.
+type Validator struct {
+	doc    *openapi3.T
+	router routers.Router
+
+	mu    sync.Mutex
+	hits  map[string]int // response keys (see Documented) → times seen
+	codes map[string]int // error codes → times seen
+}
+
+// New loads and validates the document.
+func New() (*Validator, error) {
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(api.YAML())
+	if err != nil {
+		return nil, fmt.Errorf("apitest: loading openapi.yaml: %w", err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		return nil, fmt.Errorf("apitest: openapi.yaml is not a valid OpenAPI document: %w", err)
+	}
+	if !doc.IsOpenAPI31OrLater() {
+		return nil, fmt.Errorf("apitest: openapi.yaml is OpenAPI %s, want 3.1", doc.OpenAPI)
+	}
+	// Route by path alone: tests reach the daemon under any host name.
+	doc.Servers = nil
+	router, err := legacy.NewRouter(doc)
+	if err != nil {
+		return nil, fmt.Errorf("apitest: %w", err)
+	}
+	return &Validator{doc: doc, router: router, hits: map[string]int{}, codes: map[string]int{}}, nil
+}
+
+// Reporter receives validation failures; *testing.T is one.
+type Reporter interface {
+	Errorf(format string, args ...any)
+}
+
+// Transport returns a RoundTripper that sends requests through next and
+// reports every answer that does not match the document to r. The answer
+// itself is passed on unchanged.
+func (v *Validator) Transport(r Reporter, next http.RoundTripper) http.RoundTripper {
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	return roundTripper{v: v, r: r, next: next}
+}
+
+type roundTripper struct {
+	v    *Validator
+	r    Reporter
+	next http.RoundTripper
+}
+
+func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	var reqBody []byte
+	if req.Body != nil && req.Body != http.NoBody {
+		b, err := io.ReadAll(req.Body)
+		req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		reqBody = b
+		req = req.Clone(req.Context())
+		req.Body = io.NopCloser(bytes.NewReader(b))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	}
+	resp, err := rt.next.RoundTrip(req)
+	if err != nil {
+		return resp, err
+	}
+	body, rerr := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	if rerr != nil {
+		// A cut-off answer (a test stopping the daemon mid-request) has
+		// nothing to validate; the caller sees the error.
+		resp.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), errReader{rerr}))
+		return resp, nil
+	}
+	if err := rt.v.Check(req, reqBody, resp, body); err != nil {
+		rt.r.Errorf("openapi: %s %s answered %d: %v", req.Method, req.URL.RequestURI(), resp.StatusCode, err)
+	}
+	return resp, nil
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// Check validates one exchange: the request (with its body) and the
+// response (with its body, which Check does not consume).
+func (v *Validator) Check(req *http.Request, reqBody []byte, resp *http.Response, body []byte) error {
+	v.recordCode(resp, body)
+	method := req.Method
+	lookup := req.Clone(context.Background())
+	if method == http.MethodHead {
+		lookup.Method = http.MethodGet
+	}
+	route, params, err := v.router.FindRoute(lookup)
+	if err != nil {
+		var re *routers.RouteError
+		if !errors.As(err, &re) {
+			return err
+		}
+		return v.checkUnrouted(req, re.Reason == routers.ErrMethodNotAllowed.Error() || v.pathDeclared(lookup), resp, body)
+	}
+	v.hit(method, route.Path, resp.StatusCode)
+	if method == http.MethodHead {
+		if route.Operation.Responses.Status(resp.StatusCode) == nil {
+			return fmt.Errorf("status %d is not documented for GET %s", resp.StatusCode, route.Path)
+		}
+		return nil
+	}
+
+	opts := &openapi3filter.Options{
+		AuthenticationFunc:    openapi3filter.NoopAuthenticationFunc,
+		IncludeResponseStatus: true,
+		MultiError:            true,
+	}
+	in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route, Options: opts}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		vreq := req.Clone(context.Background())
+		vreq.Body = io.NopCloser(bytes.NewReader(reqBody))
+		vin := *in
+		vin.Request = vreq
+		if err := openapi3filter.ValidateRequest(context.Background(), &vin); err != nil {
+			return fmt.Errorf("the server accepted a request the document rejects: %w", err)
+		}
+	}
+	ct := resp.Header.Get("Content-Type")
+	if !decodable(ct) {
+		// Bodies kin-openapi cannot decode (HTML): check the media type
+		// is documented, validate headers and status.
+		if ref := route.Operation.Responses.Status(resp.StatusCode); ref != nil && ref.Value != nil && len(ref.Value.Content) > 0 && ref.Value.Content.Get(ct) == nil {
+			return fmt.Errorf("Content-Type %q is not documented for status %d", ct, resp.StatusCode)
+		}
+		o := *opts
+		o.ExcludeResponseBody = true
+		opts = &o
+	}
+	rin := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header,
+		Body: io.NopCloser(bytes.NewReader(body)), Options: opts,
+	}
+	return openapi3filter.ValidateResponse(context.Background(), rin)
+}
+
+// pathDeclared reports whether the document declares req's path for some
+// method (the router reports a templated path with an undeclared method
+// as not found).
+func (v *Validator) pathDeclared(req *http.Request) bool {
+	for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete, http.MethodPatch} {
+		r := req.Clone(context.Background())
+		r.Method = m
+		if _, _, err := v.router.FindRoute(r); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// decodable reports whether kin-openapi validates bodies of this media
+// type (JSON, YAML, plain text).
+func decodable(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return false
+	}
+	switch mt {
+	case "application/json", "application/yaml", "text/plain":
+		return true
+	}
+	return false
+}
+
+// checkUnrouted checks the answer to a request the document has no
+// operation for.
+func (v *Validator) checkUnrouted(req *http.Request, pathKnown bool, resp *http.Response, body []byte) error {
+	want, code := http.StatusNotFound, "not_found"
+	if pathKnown {
+		want, code = http.StatusMethodNotAllowed, "method_not_allowed"
+	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		want, code = http.StatusUnauthorized, "unauthorized"
+	}
+	if resp.StatusCode != want {
+		if pathKnown {
+			return fmt.Errorf("undocumented operation: %s is not in openapi.yaml for this path (the answer must be 405 method_not_allowed)", req.Method)
+		}
+		return fmt.Errorf("undocumented endpoint: %s is not in openapi.yaml (an unknown path must answer 404 not_found)", req.URL.Path)
+	}
+	if req.Method == http.MethodHead {
+		return nil
+	}
+	if pathKnown && want == http.StatusMethodNotAllowed && resp.Header.Get("Allow") == "" {
+		return errors.New("405 without an Allow header")
+	}
+	var value any
+	if err := json.Unmarshal(body, &value); err != nil {
+		return fmt.Errorf("error body is not JSON: %v (%.200q)", err, body)
+	}
+	schema := v.doc.Components.Schemas["Error"].Value
+	if err := v.doc.ValidateSchemaJSON(schema, value, openapi3.EnableJSONSchema2020(), openapi3.VisitAsResponse()); err != nil {
+		return fmt.Errorf("error body does not match the Error schema: %w", err)
+	}
+	if got := value.(map[string]any)["error"].(map[string]any)["code"]; got != code {
+		return fmt.Errorf("error code %v, want %s", got, code)
+	}
+	v.hit("*", "(any path)", resp.StatusCode)
+	return nil
+}
+
+func (v *Validator) hit(method, path string, status int) {
+	v.mu.Lock()
+	v.hits[fmt.Sprintf("%s %s %d", method, path, status)]++
+	v.mu.Unlock()
+}
+
+// Documented returns every documented response as "METHOD path status",
+// sorted.
+func (v *Validator) Documented() []string {
+	var out []string
+	for path, item := range v.doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			for status := range op.Responses.Map() {
+				out = append(out, fmt.Sprintf("%s %s %s", method, path, status))
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Seen returns the responses seen so far ("METHOD path status" → count),
+// including HEAD requests and "(unrouted)" answers to undeclared paths.
+func (v *Validator) Seen() map[string]int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := make(map[string]int, len(v.hits))
+	for k, n := range v.hits {
+		out[k] = n
+	}
+	return out
+}
+
+// Unseen returns the documented responses not seen so far.
+func (v *Validator) Unseen() []string {
+	seen := v.Seen()
+	var out []string
+	for _, d := range v.Documented() {
+		if seen[d] == 0 {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// CodesSeen returns the error codes seen in error answers so far (code →
+// count).
+func (v *Validator) CodesSeen() map[string]int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := make(map[string]int, len(v.codes))
+	for k, n := range v.codes {
+		out[k] = n
+	}
+	return out
+}
+
+// recordCode notes the error code of an error answer.
+func (v *Validator) recordCode(resp *http.Response, body []byte) {
+	if resp.StatusCode < 400 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		return
+	}
+	var eb struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &eb) == nil && eb.Error.Code != "" {
+		v.mu.Lock()
+		v.codes[eb.Error.Code]++
+		v.mu.Unlock()
+	}
+}

@@ -1,0 +1,198 @@
+package server
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/compactd/compactd/client"
+)
+
+// The status page: server-rendered HTML for people, on the same listeners
+// as the API (GET / and GET /conversation?id=ID). Prometheus metrics and
+// the JSON endpoints stay the machine interface; the page shows what they
+// hold, with the same numbers.
+
+//go:embed page/*.html
+var pageFiles embed.FS
+
+// pageCookie is the cookie a browser gets for the TCP listener's pages
+// in exchange for ?token= (see TokenHandler).
+const pageCookie = "compactd_page"
+
+// pageLimit is how many conversations the overview lists.
+const pageLimit = 200
+
+func parsePages() *template.Template {
+	funcs := template.FuncMap{
+		"num":   formatInt,
+		"pct":   func(r float64) string { return strconv.FormatFloat(r*100, 'f', 1, 64) + "%" },
+		"width": func(r float64) string { return strconv.FormatFloat(math.Min(math.Max(r, 0), 1)*100, 'f', 1, 64) + "%" },
+		"time": func(t time.Time) string {
+			if t.IsZero() {
+				return ""
+			}
+			return t.UTC().Format(time.RFC3339)
+		},
+		"dur":  func(ns time.Duration) string { return ns.Round(10 * time.Microsecond).String() },
+		"join": strings.Join,
+		"convURL": func(id string) string {
+			return "/conversation?id=" + url.QueryEscape(id)
+		},
+		"saved": func(before, after int) int { return before - after },
+	}
+	return template.Must(template.New("page").Funcs(funcs).ParseFS(pageFiles, "page/*.html"))
+}
+
+// formatInt writes n with thousands separators: 1234567 → "1,234,567".
+func formatInt(n any) string {
+	var v int64
+	switch x := n.(type) {
+	case int:
+		v = int64(x)
+	case int64:
+		v = x
+	case uint64:
+		v = int64(x)
+	}
+	s := strconv.FormatInt(v, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+func (s *Server) routePages() {
+	s.pages = parsePages()
+	s.route("/{$}", "page", map[string]handlerFunc{http.MethodGet: s.handleOverviewPage})
+	s.route("/conversation", "page", map[string]handlerFunc{http.MethodGet: s.handleConversationPage})
+}
+
+// isPage reports whether r asks for a page (the routes routePages adds).
+func isPage(r *http.Request) bool {
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.URL.Path == "/" || r.URL.Path == "/conversation")
+}
+
+type overviewPage struct {
+	Status   client.Status
+	Policies []client.Policy
+	Config   configView
+	Shown    int // conversations listed (at most pageLimit)
+}
+
+type configView struct {
+	File     string
+	JSON     string
+	Warnings []string
+	Errors   []string
+}
+
+func (s *Server) handleOverviewPage(w http.ResponseWriter, r *http.Request) error {
+	data := overviewPage{Status: s.status(pageLimit)}
+	for _, in := range s.opts.Registry.Policies() {
+		data.Policies = append(data.Policies, policyOf(in))
+	}
+	data.Shown = len(data.Status.Conversations)
+	doc, err := s.runningConfig()
+	if err != nil {
+		return err
+	}
+	var pretty bytes.Buffer
+	json.Indent(&pretty, doc.Config, "", "  ")
+	data.Config = configView{File: doc.File, JSON: pretty.String(), Warnings: doc.Warnings, Errors: doc.Errors}
+	return s.render(w, http.StatusOK, "overview", data)
+}
+
+type conversationPage struct {
+	Conversation *client.Conversation
+	Detail       *client.CompactionDetail
+}
+
+func (s *Server) handleConversationPage(w http.ResponseWriter, r *http.Request) error {
+	id := r.URL.Query().Get("id")
+	if id == "" {
+		return s.render(w, http.StatusBadRequest, "problem", "Which conversation? This page takes ?id=CONVERSATION_ID.")
+	}
+	c, err := s.conversation(r.Context(), id)
+	var ae *APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+		return s.render(w, http.StatusNotFound, "problem", fmt.Sprintf("No tracked conversation %q: it expired, or never reached this daemon.", id))
+	}
+	if err != nil {
+		return err
+	}
+	return s.render(w, http.StatusOK, "conversation", conversationPage{Conversation: c, Detail: c.LastCompaction})
+}
+
+// render executes a page template into a buffer first, so a template
+// error becomes a 500 rather than half a page.
+func (s *Server) render(w http.ResponseWriter, status int, name string, data any) error {
+	var buf bytes.Buffer
+	if err := s.pages.ExecuteTemplate(&buf, name, data); err != nil {
+		return fmt.Errorf("rendering the %s page: %w", name, err)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+	w.WriteHeader(status)
+	w.Write(buf.Bytes())
+	return nil
+}
+
+// pageSession is the cookie value that stands for the token: an HMAC of
+// it, so the cookie does not carry the token itself.
+func pageSession(token string) string {
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte("compactd status page session"))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// pageAuth lets a browser onto the TCP listener's pages, which it cannot
+// send a bearer header to: ?token=TOKEN on a page sets an HttpOnly,
+// SameSite=Strict cookie and redirects to the same page without the
+// token; the cookie then opens the pages (GET and HEAD only, never the
+// API). It reports whether it handled r (redirect) or r carries a valid
+// cookie.
+func (s *Server) pageAuth(w http.ResponseWriter, r *http.Request, token, session string) (handled, ok bool) {
+	if !isPage(r) {
+		return false, false
+	}
+	q := r.URL.Query()
+	if t := q.Get("token"); t != "" && subtle.ConstantTimeCompare([]byte(t), []byte(token)) == 1 {
+		http.SetCookie(w, &http.Cookie{Name: pageCookie, Value: session, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+		q.Del("token")
+		u := *r.URL
+		u.RawQuery = q.Encode()
+		w.Header().Set("Location", u.RequestURI())
+		w.WriteHeader(http.StatusSeeOther)
+		s.metrics.requests.add(1, "page", "303")
+		return true, false
+	}
+	c, err := r.Cookie(pageCookie)
+	return false, err == nil && subtle.ConstantTimeCompare([]byte(c.Value), []byte(session)) == 1
+}

@@ -1,0 +1,101 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLastCompaction(t *testing.T) {
+	dir := t.TempDir()
+	clk := newClock()
+	opts := clk.opts(dir)
+	opts.TTL = time.Hour
+	s, err := Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetLastCompaction("c1", []byte(`{"rows":[]}`)); err == nil {
+		t.Error("a record for an unseen conversation was accepted")
+	}
+	s.Observe(Observation{ConversationID: "c1", Compacted: true})
+	s.Observe(Observation{ConversationID: "c2", Compacted: true})
+	if err := s.SetLastCompaction("c1", []byte(`{"n":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetLastCompaction("c1", []byte(`{"n":2}`)); err != nil {
+		t.Fatal(err)
+	}
+	s.SetLastCompaction("c2", []byte(`{"n":3}`))
+	if err := s.SetLastCompaction("c2", make([]byte, DefaultMaxDetailValue+1)); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("oversized record: %v", err)
+	}
+	if v, err := s.LastCompaction(ctx, "c1"); err != nil || string(v) != `{"n":2}` {
+		t.Errorf("pending record = %s, %v", v, err)
+	}
+	if v, err := s.LastCompaction(ctx, "nope"); err != nil || v != nil {
+		t.Errorf("unknown conversation = %s, %v", v, err)
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := s.LastCompaction(ctx, "c1"); string(v) != `{"n":2}` {
+		t.Errorf("written record = %s", v)
+	}
+	// Records survive a restart.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, opts)
+	if v, _ := s.LastCompaction(ctx, "c2"); string(v) != `{"n":3}` {
+		t.Errorf("after a restart = %s", v)
+	}
+	// A record expires with its conversation.
+	clk.Add(30 * time.Minute)
+	s.Observe(Observation{ConversationID: "c2"})
+	clk.Add(45 * time.Minute)
+	if n, err := s.Sweep(); err != nil || n != 1 {
+		t.Fatalf("Sweep = %d, %v", n, err)
+	}
+	if v, _ := s.LastCompaction(ctx, "c1"); v != nil {
+		t.Errorf("expired conversation's record = %s", v)
+	}
+	if v, _ := s.LastCompaction(ctx, "c2"); string(v) != `{"n":3}` {
+		t.Errorf("live conversation's record = %s", v)
+	}
+	if st, _ := s.details.Stats(); st.Entries != 1 {
+		t.Errorf("details bucket holds %d entries after the sweep, want 1", st.Entries)
+	}
+}
+
+func TestLastCompactionBounded(t *testing.T) {
+	opts := newClock().opts(t.TempDir())
+	opts.MaxDetailBytes = 10 << 10
+	s := open(t, opts)
+	record := []byte(`"` + strings.Repeat("x", 1000) + `"`)
+	for i := 0; i < 50; i++ {
+		id := fmt.Sprintf("c%02d", i)
+		s.Observe(Observation{ConversationID: id})
+		if err := s.SetLastCompaction(id, record); err != nil {
+			t.Fatal(err)
+		}
+		if i%7 == 0 {
+			if err := s.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s.Flush()
+	st, _ := s.details.Stats()
+	if st.Bytes > opts.MaxDetailBytes || st.Entries == 0 {
+		t.Errorf("details bucket: %d entries, %d bytes (cap %d)", st.Entries, st.Bytes, opts.MaxDetailBytes)
+	}
+	if v, _ := s.LastCompaction(ctx, "c49"); v == nil {
+		t.Error("the newest record was evicted")
+	}
+	if v, _ := s.LastCompaction(ctx, "c00"); v != nil {
+		t.Error("the oldest record survived over the cap")
+	}
+}
