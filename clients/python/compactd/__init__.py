@@ -1,0 +1,61 @@
+"""compactd: compact LLM conversations through the local compactd daemon.
+
+    import compactd
+
+    messages = compactd.compact(messages, policy="sliding", model="gpt-4o")
+
+    c = compactd.Client()               # $COMPACTD_SOCKET or the default socket
+    resp = c.compact(messages, policy="sliding", config={"window_size": 8})
+    print(resp.stats.tokens_before, "->", resp.stats.tokens_after)
+"""
+
+from .client import DEFAULT_TIMEOUT, Client, compact, default_socket_path
+from .errors import (
+    ERROR_CODES,
+    APIError,
+    BadRequest,
+    CompactdError,
+    DaemonUnavailable,
+    InternalError,
+    InvalidConfig,
+    InvalidConversation,
+    InvalidJSON,
+    MethodNotAllowed,
+    NoPolicy,
+    NotFound,
+    RequestTooLarge,
+    TooManyMessages,
+    Unauthorized,
+    UnknownPolicy,
+)
+from .types import (
+    CompactionDetail,
+    CompactionRow,
+    CompactResponse,
+    ConfigDocument,
+    Conversation,
+    Health,
+    Limits,
+    LoadError,
+    Message,
+    MessagePreview,
+    Policy,
+    PolicyCounts,
+    Stage,
+    Stats,
+    Status,
+    StoreDescriptor,
+    Totals,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client", "compact", "default_socket_path", "DEFAULT_TIMEOUT", "ERROR_CODES",
+    "CompactdError", "DaemonUnavailable", "APIError", "InvalidJSON", "BadRequest",
+    "InvalidConversation", "InvalidConfig", "NoPolicy", "Unauthorized", "UnknownPolicy",
+    "NotFound", "MethodNotAllowed", "RequestTooLarge", "TooManyMessages", "InternalError",
+    "CompactResponse", "Stats", "Stage", "Policy", "Limits", "LoadError", "Status",
+    "PolicyCounts", "Totals", "StoreDescriptor", "Conversation", "CompactionDetail",
+    "CompactionRow", "MessagePreview", "ConfigDocument", "Health", "Message",
+]

@@ -1,0 +1,231 @@
+"""A client for the compactd daemon's HTTP/JSON API, over its Unix socket
+or its loopback TCP listener (with a bearer token). Standard library only.
+"""
+
+import http.client
+import json
+import os
+import socket
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from urllib.parse import quote, urlencode
+
+from .errors import DaemonUnavailable, error_for
+from .types import (
+    CompactResponse,
+    ConfigDocument,
+    Conversation,
+    Health,
+    Message,
+    Policy,
+    Status,
+    from_dict,
+)
+
+DEFAULT_TIMEOUT = 150.0
+"""Seconds a request may take: the daemon's default request_timeout (2m)
+plus a margin, as a compaction that runs out of time still answers."""
+
+
+def default_socket_path(environ: Optional[Mapping[str, str]] = None) -> str:
+    """The daemon's socket, found the way the compactd command finds it:
+    $COMPACTD_SOCKET, else $XDG_RUNTIME_DIR/compactd.sock, else
+    $XDG_STATE_HOME/compactd/compactd.sock (~/.local/state/compactd/compactd.sock).
+    """
+    env = os.environ if environ is None else environ
+    if env.get("COMPACTD_SOCKET"):
+        return env["COMPACTD_SOCKET"]
+    if env.get("XDG_RUNTIME_DIR"):
+        return os.path.join(env["XDG_RUNTIME_DIR"], "compactd.sock")
+    state = env.get("XDG_STATE_HOME")
+    if not state:
+        home = env.get("HOME") or "/tmp"
+        state = os.path.join(home, ".local", "state")
+    return os.path.join(state, "compactd", "compactd.sock")
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    """An HTTP connection over a Unix socket."""
+
+    def __init__(self, path: str, timeout: float):
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+class Client:
+    """Calls a compactd daemon. Each call opens its own connection, so a
+    Client is safe to share between threads.
+
+    >>> c = Client()                                   # the default socket
+    >>> c = Client(socket_path="/run/user/1000/compactd.sock")
+    >>> c = Client(tcp="127.0.0.1:7077", token="...")  # the TCP listener
+    """
+
+    def __init__(
+        self,
+        socket_path: Optional[str] = None,
+        *,
+        tcp: Optional[str] = None,
+        token: Optional[str] = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ):
+        if tcp and socket_path:
+            raise ValueError("give socket_path or tcp, not both")
+        self.timeout = timeout
+        self.token = token
+        self.tcp = tcp
+        self.socket_path = None if tcp else (socket_path or default_socket_path())
+
+    @property
+    def address(self) -> str:
+        """Where the daemon is: the socket path, or the TCP host:port."""
+        return self.tcp or self.socket_path or ""
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self.tcp:
+            host, _, port = self.tcp.rpartition(":")
+            return http.client.HTTPConnection(host.strip("[]") or "127.0.0.1", int(port), timeout=self.timeout)
+        return _UnixConnection(self.socket_path or "", self.timeout)
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        """Send a request and return the decoded JSON answer (or the text,
+        for a non-JSON answer). An error answer raises an APIError."""
+        headers = {"Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        if self.token:
+            headers["Authorization"] = "Bearer " + self.token
+        conn = self._connection()
+        try:
+            try:
+                conn.request(method, path, body=data, headers=headers)
+                resp = conn.getresponse()
+                raw = resp.read()
+            except (OSError, http.client.HTTPException) as e:
+                raise DaemonUnavailable(self.address, e) from e
+        finally:
+            conn.close()
+        ctype = resp.getheader("Content-Type", "")
+        if resp.status >= 300:
+            code, message = None, raw.decode("utf-8", "replace").strip()
+            if ctype.startswith("application/json"):
+                try:
+                    err = json.loads(raw)["error"]
+                    code, message = err["code"], err["message"]
+                except (ValueError, KeyError, TypeError):
+                    pass
+            raise error_for(resp.status, code, message)
+        if ctype.startswith("application/json"):
+            return json.loads(raw)
+        return raw.decode("utf-8")
+
+    def compact(
+        self,
+        messages: Sequence[Message],
+        *,
+        policy: Optional[str] = None,
+        pipeline: Optional[Sequence[str]] = None,
+        config: Optional[Mapping[str, Any]] = None,
+        model: Optional[str] = None,
+        conversation_id: Optional[str] = None,
+        context_window: Optional[int] = None,
+        target_tokens: Optional[int] = None,
+    ) -> CompactResponse:
+        """Compact a conversation (POST /v1/compact).
+
+        ``policy`` or ``pipeline`` names what runs (neither: the daemon's
+        default); ``config`` overrides its settings, with a pipeline one
+        object per policy name. When a plugin fails the answer holds the
+        input unchanged and the failure in ``warnings``: messages are never
+        lost.
+        """
+        body: Dict[str, Any] = {"messages": list(messages)}
+        for key, value in (
+            ("policy", policy),
+            ("pipeline", list(pipeline) if pipeline is not None else None),
+            ("config", dict(config) if config is not None else None),
+            ("model", model),
+            ("conversation_id", conversation_id),
+            ("context_window", context_window),
+            ("target_tokens", target_tokens),
+        ):
+            if value is not None:
+                body[key] = value
+        return from_dict(CompactResponse, self.request("POST", "/v1/compact", body))
+
+    def policies(self) -> List[Policy]:
+        """Every plugin file and the policy it serves (GET /v1/policies)."""
+        return [from_dict(Policy, p) for p in self.request("GET", "/v1/policies")["policies"]]
+
+    def policy(self, name: str) -> Policy:
+        """One policy (GET /v1/policies/{name})."""
+        return from_dict(Policy, self.request("GET", "/v1/policies/" + quote(name, safe="")))
+
+    def status(self, limit: Optional[int] = None) -> Status:
+        """Uptime, totals and the most recently seen conversations
+        (GET /v1/status; the daemon lists 100 unless ``limit`` says)."""
+        path = "/v1/status"
+        if limit is not None:
+            path += "?" + urlencode({"limit": limit})
+        return from_dict(Status, self.request("GET", path))
+
+    def conversation(self, conversation_id: str) -> Conversation:
+        """One conversation, with ``last_compaction``: what its last
+        compaction kept, masked, summarized or dropped."""
+        path = "/v1/status?" + urlencode({"conversation_id": conversation_id})
+        return from_dict(Conversation, self.request("GET", path))
+
+    def config(self) -> ConfigDocument:
+        """The running config and its problems (GET /v1/config)."""
+        return from_dict(ConfigDocument, self.request("GET", "/v1/config"))
+
+    def update_config(self, patch: Mapping[str, Any]) -> ConfigDocument:
+        """Change settings (PUT /v1/config): ``patch`` is a JSON merge patch
+        (nested objects merge, None deletes a key), validated and written
+        back to the daemon's config file; an invalid one changes nothing."""
+        return from_dict(ConfigDocument, self.request("PUT", "/v1/config", dict(patch)))
+
+    def health(self) -> Health:
+        """Liveness (GET /healthz)."""
+        return from_dict(Health, self.request("GET", "/healthz"))
+
+    def metrics(self) -> str:
+        """The Prometheus metrics, as text (GET /metrics)."""
+        return self.request("GET", "/metrics")
+
+    def openapi(self) -> Dict[str, Any]:
+        """The API's OpenAPI document (GET /v1/openapi.json)."""
+        return self.request("GET", "/v1/openapi.json")
+
+
+def compact(
+    messages: Iterable[Message],
+    policy: Optional[str] = None,
+    *,
+    client: Optional[Client] = None,
+    **options: Any,
+) -> List[Message]:
+    """Compact ``messages`` and return the list to send to the model.
+
+    The one-call helper for agent loops (LangChain-style)::
+
+        messages = compactd.compact(messages, policy="sliding", model="gpt-4o")
+
+    It talks to the daemon on the default socket unless ``client`` is
+    given; ``options`` are Client.compact's (pipeline, config, model,
+    conversation_id, context_window, target_tokens). A policy that fails
+    returns the messages unchanged, as the daemon does.
+    """
+    c = client or Client()
+    return c.compact(list(messages), policy=policy, **options).messages

@@ -1,0 +1,275 @@
+"""The API's answers as typed dataclasses (schemas of api/openapi.yaml).
+
+Fields the daemon adds in later versions are ignored, so an older client
+keeps working against a newer daemon.
+"""
+
+import dataclasses
+import datetime as _dt
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Type, TypeVar, Union, get_type_hints
+
+Message = Dict[str, Any]
+"""An OpenAI chat message: {"role": ..., "content": ..., ...}."""
+
+
+@dataclass
+class Stage:
+    """One policy's run in a compaction."""
+
+    policy: str
+    compacted: bool
+    tokens_before: int
+    tokens_after: int
+    messages_before: int
+    messages_after: int
+    duration_ns: int
+    version: str = ""
+    path: str = ""
+    skipped: str = ""
+    error: str = ""
+    summary: str = ""
+    entries_summarized: int = 0
+    dropped: List[int] = field(default_factory=list)
+    rewritten: List[int] = field(default_factory=list)
+
+
+@dataclass
+class Stats:
+    """The sums of a compaction."""
+
+    tokens_before: int
+    tokens_after: int
+    messages_before: int
+    messages_after: int
+    encoding: str
+    duration_ns: int
+    stages: List[Stage]
+
+
+@dataclass
+class CompactResponse:
+    """The answer to POST /v1/compact. When a policy fails, ``messages`` is
+    the input unchanged and ``warnings`` says why."""
+
+    messages: List[Message]
+    compacted: bool
+    summary: str
+    conversation_id: str
+    warnings: List[str]
+    stats: Stats
+
+
+@dataclass
+class Limits:
+    """A plugin's runtime limits."""
+
+    max_memory_bytes: int
+    call_timeout: str
+    max_output_bytes: int
+    max_instances: int
+
+
+@dataclass
+class LoadError:
+    """A plugin file's last failed load (the previous version keeps serving)."""
+
+    message: str
+    sha256: str = ""
+    at: Optional[_dt.datetime] = None
+
+
+@dataclass
+class Policy:
+    """One plugin file and the policy it serves."""
+
+    name: str
+    serving: bool
+    file: str
+    calls: int
+    failures: int
+    version: str = ""
+    abi: str = ""
+    description: str = ""
+    sha256: str = ""
+    loaded_at: Optional[_dt.datetime] = None
+    path: str = ""
+    config_schema: Optional[Dict[str, Any]] = None
+    defaults: Optional[Dict[str, Any]] = None
+    exports: List[str] = field(default_factory=list)
+    limits: Optional[Limits] = None
+    error: Optional[LoadError] = None
+
+
+@dataclass
+class MessagePreview:
+    """One message of a CompactionRow; ``text`` is cut to a preview of
+    ``bytes`` bytes."""
+
+    index: int
+    role: str
+    tokens: int
+    text: str
+    bytes: int
+    name: str = ""
+    tool_call_id: str = ""
+    tool_calls: List[str] = field(default_factory=list)
+
+
+@dataclass
+class CompactionRow:
+    """Input messages (``before``) and the output messages they became
+    (``after``): kind is kept, masked, summarized, dropped, added or elided."""
+
+    kind: str
+    before: List[MessagePreview] = field(default_factory=list)
+    after: List[MessagePreview] = field(default_factory=list)
+    elided: int = 0
+    first: Optional[int] = None
+    omitted: int = 0
+
+
+@dataclass
+class CompactionDetail:
+    """What a conversation's last compaction did, message by message."""
+
+    at: _dt.datetime
+    pipeline: List[str]
+    tokens_before: int
+    tokens_after: int
+    messages_before: int
+    messages_after: int
+    stages: List[Stage]
+    rows: List[CompactionRow]
+    model: str = ""
+    summary: str = ""
+    truncated: bool = False
+
+
+@dataclass
+class Conversation:
+    """One tracked conversation: its last request and counters over all."""
+
+    id: str
+    pipeline: Optional[List[str]]
+    messages: int
+    tokens: int
+    messages_after: int
+    tokens_after: int
+    usage_ratio: float
+    requests: int
+    compactions: int
+    failures: int
+    tokens_saved: int
+    first_seen: _dt.datetime
+    last_seen: _dt.datetime
+    model: str = ""
+    context_window: int = 0
+    last_compacted: Optional[_dt.datetime] = None
+    last_compaction: Optional[CompactionDetail] = None
+
+
+@dataclass
+class PolicyCounts:
+    serving: int
+    failed: int
+
+
+@dataclass
+class Totals:
+    conversations: int
+    requests: int
+    compactions: int
+    failures: int
+    tokens_saved: int
+
+
+@dataclass
+class StoreDescriptor:
+    path: str
+    ttl: str
+    max_conversations: int
+
+
+@dataclass
+class Status:
+    """The answer to GET /v1/status."""
+
+    version: str
+    abi: str
+    started_at: _dt.datetime
+    uptime_seconds: float
+    policies: PolicyCounts
+    totals: Totals
+    conversations: List[Conversation]
+    store: StoreDescriptor
+
+
+@dataclass
+class ConfigDocument:
+    """The answer to GET and PUT /v1/config; ``config`` is the running
+    config, defaults filled in."""
+
+    file: str
+    config: Dict[str, Any]
+    restart_required: List[str] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
+    errors: List[str] = field(default_factory=list)
+
+
+@dataclass
+class Health:
+    """The answer to GET /healthz."""
+
+    status: str
+    policies: int
+
+
+T = TypeVar("T")
+
+_FRACTION = re.compile(r"(\.\d{1,6})\d*")
+
+
+def parse_time(s: str) -> _dt.datetime:
+    """Parse an RFC 3339 time as Go writes it (nanoseconds, "Z")."""
+    s = s.strip()
+    if s.endswith("Z") or s.endswith("z"):
+        s = s[:-1] + "+00:00"
+    s = _FRACTION.sub(lambda m: m.group(1), s, count=1)
+    return _dt.datetime.fromisoformat(s)
+
+
+def _decode(tp: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = getattr(tp, "__origin__", None)
+    args = getattr(tp, "__args__", ())
+    if origin is Union:  # Optional[X]
+        inner = [a for a in args if a is not type(None)]
+        return _decode(inner[0], value) if len(inner) == 1 else value
+    if origin in (list, List):
+        return [_decode(args[0], v) for v in value] if args else list(value)
+    if origin in (dict, Dict):
+        return dict(value)
+    if tp is _dt.datetime:
+        return parse_time(value)
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value)
+    if tp is float and isinstance(value, int):
+        return float(value)
+    return value
+
+
+def from_dict(cls: Type[T], data: Dict[str, Any]) -> T:
+    """Build dataclass ``cls`` from a decoded JSON object, ignoring unknown
+    keys and decoding nested dataclasses, lists and times."""
+    if not isinstance(data, dict):
+        raise TypeError(f"{cls.__name__}: want a JSON object, got {type(data).__name__}")
+    hints = get_type_hints(cls, vars(sys.modules[cls.__module__]))
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in data:
+            kwargs[f.name] = _decode(hints[f.name], data[f.name])
+    return cls(**kwargs)

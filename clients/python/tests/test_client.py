@@ -1,0 +1,267 @@
+"""compactd's Python client against a real daemon (see conftest.py)."""
+
+import dataclasses
+import os
+import threading
+
+import pytest
+
+import compactd
+from compactd import types
+from conftest import chat
+
+
+@pytest.fixture
+def client(socket_path):
+    return compactd.Client(socket_path)
+
+
+def test_compact_real_conversation(client, tau):
+    resp = client.compact(tau, policy="sliding", model="gpt-4o", config={"window_size": 4, "step": 1})
+    assert isinstance(resp, compactd.CompactResponse)
+    assert resp.compacted and len(resp.messages) < len(tau)
+    assert resp.messages[0] == tau[0] and resp.messages[-1] == tau[-1]
+    assert resp.stats.tokens_after < resp.stats.tokens_before
+    assert resp.stats.messages_before == len(tau) and resp.stats.encoding == "o200k_base"
+    stage = resp.stats.stages[0]
+    assert isinstance(stage, compactd.Stage) and stage.policy == "sliding" and stage.compacted and stage.dropped
+    assert resp.warnings == [] and resp.conversation_id.startswith("h-")
+    # Kept messages come back as sent.
+    for m in resp.messages:
+        assert m in tau or "earlier entries" in str(m.get("content"))
+
+
+def test_compact_helper_returns_the_messages_to_send(tau):
+    # The module-level helper finds the daemon through $COMPACTD_SOCKET.
+    out = compactd.compact(tau, policy="lastn", config={"n": 3})
+    assert isinstance(out, list) and out[0] == tau[0] and out[-3:] == tau[-3:]
+    assert len(out) < 8  # lastn extends the tail to a whole tool-call unit
+    unchanged = compactd.compact(chat(1), "lastn", config={"n": 50})
+    assert unchanged == chat(1)
+
+
+def test_pipeline_and_target(client):
+    resp = client.compact(chat(6), pipeline=["lastn", "sliding"], config={"lastn": {"n": 3}}, target_tokens=100000)
+    assert [s.policy for s in resp.stats.stages] == ["lastn", "sliding"]
+    assert resp.stats.stages[0].skipped.startswith("fits the target")
+    assert resp.messages == chat(6)
+
+
+def test_plugin_failure_keeps_the_input(client):
+    msgs = chat(2)
+    resp = client.compact(msgs, policy="gohostile", config={"mode": "exit"})
+    assert resp.messages == msgs and not resp.compacted
+    assert len(resp.warnings) == 1 and "trapped" in resp.warnings[0]
+    assert resp.stats.stages[0].error
+
+
+@pytest.mark.parametrize(
+    "kwargs,exc,code,status",
+    [
+        ({"policy": "nope"}, compactd.UnknownPolicy, "unknown_policy", 404),
+        ({"policy": "lastn", "config": {"n": 0}}, compactd.InvalidConfig, "invalid_config", 400),
+        ({"policy": "lastn", "config": {"bogus": 1}}, compactd.InvalidConfig, "invalid_config", 400),
+        ({}, compactd.NoPolicy, "no_policy", 400),
+        ({"policy": "Not A Name"}, compactd.BadRequest, "bad_request", 400),
+        ({"policy": "lastn", "conversation_id": "x" * 300}, compactd.BadRequest, "bad_request", 400),
+    ],
+)
+def test_errors_carry_the_api_code(client, kwargs, exc, code, status):
+    with pytest.raises(exc) as info:
+        client.compact(chat(1), **kwargs)
+    e = info.value
+    assert isinstance(e, compactd.APIError) and isinstance(e, compactd.CompactdError)
+    assert e.code == code and e.status == status and e.message
+    assert code in str(e)
+
+
+@pytest.mark.parametrize(
+    "messages,exc",
+    [
+        ([], compactd.InvalidConversation),
+        ([{"role": "robot", "content": "hi"}], compactd.InvalidConversation),
+        ([{"role": "user", "content": "a"}, {"role": "tool", "tool_call_id": "x", "content": "b"}], compactd.InvalidConversation),
+        ([1, 2], compactd.InvalidConversation),
+    ],
+)
+def test_invalid_conversations(client, messages, exc):
+    with pytest.raises(exc) as info:
+        client.compact(messages, policy="lastn")
+    assert info.value.code == "invalid_conversation"
+
+
+def test_raw_requests_map_every_error(client):
+    with pytest.raises(compactd.MethodNotAllowed):
+        client.request("DELETE", "/v1/config")
+    with pytest.raises(compactd.NotFound):
+        client.request("GET", "/v2/nothing")
+    with pytest.raises(compactd.InvalidJSON):
+        client.request("POST", "/v1/compact", {"policy": "lastn", "mesages": []})
+
+
+def test_policies(client):
+    policies = {p.name: p for p in client.policies()}
+    assert {"sliding", "lastn", "gohostile"} <= set(policies)
+    sliding = policies["sliding"]
+    assert sliding.serving and sliding.path == "fast" and sliding.version and sliding.calls >= 1
+    assert isinstance(sliding.limits, compactd.Limits) and sliding.limits.call_timeout
+    assert isinstance(sliding.config_schema, dict) and sliding.loaded_at is not None and sliding.error is None
+    assert client.policy("lastn").path == "extism"
+    with pytest.raises(compactd.UnknownPolicy):
+        client.policy("nope")
+
+
+def test_status_and_last_compaction(client):
+    client.compact(chat(4), policy="lastn", config={"n": 2}, conversation_id="py-status", model="gpt-4o")
+    st = client.status(limit=50)
+    assert isinstance(st, compactd.Status) and st.policies.serving >= 3 and st.uptime_seconds > 0
+    ids = [c.id for c in st.conversations]
+    assert "py-status" in ids
+    assert all(c.last_compaction is None for c in st.conversations)
+    c = client.conversation("py-status")
+    assert c.messages == 10 and c.messages_after == 3 and c.context_window == 128000
+    assert c.usage_ratio == pytest.approx(c.tokens / 128000)
+    assert c.last_seen >= c.first_seen and c.last_compacted is not None
+    d = c.last_compaction
+    assert isinstance(d, compactd.CompactionDetail) and d.pipeline == ["lastn"]
+    assert [r.kind for r in d.rows] == ["kept", "dropped", "kept", "kept"]
+    assert d.rows[1].before[0].index == 1 and d.rows[-1].before[0].text == "last question"
+    assert len(client.status(limit=1).conversations) == 1
+    with pytest.raises(compactd.NotFound):
+        client.conversation("no-such-conversation")
+    with pytest.raises(compactd.BadRequest):
+        client.status(limit=0)
+
+
+def test_config(client):
+    doc = client.config()
+    assert isinstance(doc.config, dict) and doc.config["limits"]["max_messages"] == 10000 and doc.file
+    with pytest.raises(compactd.InvalidConfig) as info:
+        client.update_config({"policies": {"lastn": {"n": 0}}})
+    assert "lastn" in info.value.message
+    with pytest.raises(compactd.InvalidConfig):
+        client.update_config({"limits": {"max_mesages": 1}})
+    up = client.update_config({"log_level": "warn"})
+    assert up.config["log_level"] == "warn"
+    client.update_config({"log_level": None})
+    assert client.config().config["log_level"] == "info"
+
+
+def test_health_metrics_openapi(client):
+    h = client.health()
+    assert h.status == "ok" and h.policies >= 3
+    assert "compactd_http_requests_total" in client.metrics()
+    doc = client.openapi()
+    assert doc["openapi"].startswith("3.1") and "/v1/compact" in doc["paths"]
+
+
+def test_tcp_with_token(tcp, token):
+    c = compactd.Client(tcp=tcp, token=token)
+    assert c.health().status == "ok"
+    assert len(c.compact(chat(3), policy="lastn", config={"n": 1}).messages) == 2
+    for bad in (None, "wrong"):
+        with pytest.raises(compactd.Unauthorized) as info:
+            compactd.Client(tcp=tcp, token=bad).health()
+        assert info.value.status == 401
+
+
+def test_socket_discovery(socket_path, monkeypatch, tmp_path):
+    env = {"COMPACTD_SOCKET": "/a.sock", "XDG_RUNTIME_DIR": "/run/user/7", "HOME": "/home/u"}
+    assert compactd.default_socket_path(env) == "/a.sock"
+    del env["COMPACTD_SOCKET"]
+    assert compactd.default_socket_path(env) == "/run/user/7/compactd.sock"
+    del env["XDG_RUNTIME_DIR"]
+    assert compactd.default_socket_path(env) == "/home/u/.local/state/compactd/compactd.sock"
+    env["XDG_STATE_HOME"] = "/state"
+    assert compactd.default_socket_path(env) == "/state/compactd/compactd.sock"
+    # With no argument the client finds the daemon as the CLI does.
+    assert compactd.Client().socket_path == socket_path
+    monkeypatch.delenv("COMPACTD_SOCKET")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    assert compactd.Client().socket_path == str(tmp_path / "compactd.sock")
+
+
+def test_daemon_unavailable(tmp_path):
+    c = compactd.Client(str(tmp_path / "none.sock"), timeout=2)
+    with pytest.raises(compactd.DaemonUnavailable) as info:
+        c.health()
+    assert isinstance(info.value, compactd.CompactdError) and "none.sock" in str(info.value)
+    with pytest.raises(compactd.DaemonUnavailable):
+        compactd.Client(tcp="127.0.0.1:1", timeout=2).health()
+    with pytest.raises(ValueError):
+        compactd.Client("/x.sock", tcp="127.0.0.1:1")
+
+
+def test_shared_between_threads(client):
+    errors = []
+
+    def work(i):
+        try:
+            out = client.compact(chat(3 + i % 3), policy="lastn", config={"n": 2}, conversation_id=f"py-thread-{i}")
+            assert len(out.messages) == 3
+        except Exception as e:  # noqa: BLE001 - collected and reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_error_codes_match_the_spec(client):
+    schema = client.openapi()["components"]["schemas"]["ErrorCode"]
+    assert set(schema["enum"]) == set(compactd.ERROR_CODES)
+    assert schema["x-status"] == compactd.ERROR_CODES
+    for code, status in compactd.ERROR_CODES.items():
+        e = compactd.errors.error_for(status, code, "m")
+        assert type(e) is not compactd.APIError and e.code == code
+
+
+# Each dataclass and the spec schema it decodes.
+SCHEMAS = {
+    "CompactResponse": types.CompactResponse,
+    "Stats": types.Stats,
+    "Stage": types.Stage,
+    "Policy": types.Policy,
+    "Limits": types.Limits,
+    "LoadError": types.LoadError,
+    "Status": types.Status,
+    "Conversation": types.Conversation,
+    "CompactionDetail": types.CompactionDetail,
+    "CompactionRow": types.CompactionRow,
+    "MessagePreview": types.MessagePreview,
+    "ConfigDocument": types.ConfigDocument,
+    "Health": types.Health,
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+def test_dataclasses_match_the_spec(client, name):
+    schema = client.openapi()["components"]["schemas"][name]
+    cls = SCHEMAS[name]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    assert set(fields) == set(schema["properties"]), f"{cls.__name__} fields differ from the {name} schema"
+    required = {n for n, f in fields.items() if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    assert required == set(schema.get("required", [])), f"{cls.__name__}'s required fields differ from the {name} schema"
+
+
+def test_status_nested_schemas_match(client):
+    props = client.openapi()["components"]["schemas"]["Status"]["properties"]
+    for key, cls in (("policies", types.PolicyCounts), ("totals", types.Totals), ("store", types.StoreDescriptor)):
+        assert {f.name for f in dataclasses.fields(cls)} == set(props[key]["properties"])
+
+
+def test_parse_time():
+    t = types.parse_time("2026-11-23T20:44:15.477747464Z")
+    assert t.microsecond == 477747 and t.utcoffset().total_seconds() == 0
+    assert types.parse_time("2026-01-02T03:04:05+02:00").hour == 3
+
+
+def test_installed_copy_is_what_runs():
+    # go test ./clients also installs the package with pip (offline) and
+    # runs this file against the installed copy.
+    want = os.environ.get("COMPACTD_TEST_EXPECT_INSTALLED")
+    if want:
+        assert compactd.__file__.startswith(want), compactd.__file__
