@@ -180,8 +180,11 @@ func TestPythonClient(t *testing.T) {
 		target := filepath.Join(tmp, "site")
 		run(t, env, tmp, py, "-m", "pip", "install", "--quiet", "--no-build-isolation", "--no-index", "--no-deps",
 			"--no-cache-dir", "--target", target, filepath.Join(tmp, "src"))
+		// The tests alone, away from the source (python -m puts the
+		// working directory first on sys.path).
+		copyTree(t, filepath.Join(src, "tests"), filepath.Join(tmp, "tests"))
 		env := append(d.env(t), "PYTHONPATH="+target, "PYTHONDONTWRITEBYTECODE=1", "COMPACTD_TEST_EXPECT_INSTALLED="+target)
-		out := run(t, env, filepath.Join(tmp, "src"), py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", filepath.Join(tmp, "src"), "tests")
+		out := run(t, env, tmp, py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests")
 		reportCount(t, "python (installed)", out)
 	})
 }
