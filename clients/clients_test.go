@@ -233,3 +233,30 @@ func copyTree(t *testing.T, src, dst string) {
 		t.Fatal(err)
 	}
 }
+
+func TestTypeScriptClient(t *testing.T) {
+	node := need(t, "node", "node")
+	root, _ := filepath.Abs("..")
+	src := filepath.Join(root, "clients", "ts")
+	tsc := filepath.Join(src, "node_modules", "typescript", "bin", "tsc")
+	if _, err := os.Stat(tsc); err != nil {
+		if testing.Short() {
+			t.Skip("clients/ts has no node_modules (make deps runs npm ci there)")
+		}
+		t.Fatalf("clients/ts/node_modules has no typescript: run `make deps` (it runs npm ci in clients/ts): %v", err)
+	}
+	if out, err := exec.Command(node, "-e", "process.exit(Number(process.versions.node.split('.')[0]) >= 18 ? 0 : 1)").CombinedOutput(); err != nil {
+		t.Fatalf("node ≥ 18 needed: %v %s", err, out)
+	}
+	d := startDaemon(t)
+	// Type-check the client and its tests against the types generated from
+	// openapi.yaml, and compile them.
+	out := filepath.Join(t.TempDir(), "dist")
+	run(t, os.Environ(), src, node, tsc, "-p", ".", "--outDir", out)
+	os.WriteFile(filepath.Join(out, "package.json"), []byte(`{"type":"module"}`), 0o644)
+	res := run(t, d.env(t), out, node, "--test", "--test-reporter=tap", filepath.Join(out, "test", "client.test.js"))
+	reportCount(t, "typescript", res)
+	if !regexp.MustCompile(`(?m)^# fail 0$`).MatchString(res) {
+		t.Error("node --test reported failures")
+	}
+}

@@ -1,0 +1,471 @@
+// Code generated from api/openapi.yaml by `go test ./api -run TestTypeScriptTypes -update`. DO NOT EDIT.
+
+export interface CompactRequest {
+  messages: Message[];
+  /**
+   * Config overrides for this request. With `policy`: that policy's
+   * keys (`{"window_size": 4}`). With `pipeline`: one object per
+   * policy name (`{"sliding": {...}, "llm": {...}}`).
+   */
+  config?: Record<string, unknown>;
+  /**
+   * overrides the model's context window
+   */
+  context_window?: number;
+  /**
+   * default a stable hash of the leading system messages and the first user message
+   */
+  conversation_id?: string;
+  /**
+   * the agent's model; picks the tokenizer and the context window
+   */
+  model?: string;
+  /**
+   * the policies to run, in order (not with `policy`)
+   */
+  pipeline?: string[];
+  /**
+   * the policy to run (not with `pipeline`); neither means the config's default
+   */
+  policy?: string;
+  /**
+   * a pipeline stops once the conversation is at most this many tokens
+   */
+  target_tokens?: number;
+}
+
+export interface CompactResponse {
+  /**
+   * whether any stage changed the conversation
+   */
+  compacted: boolean;
+  conversation_id: string;
+  /**
+   * the compacted conversation; kept messages byte for byte
+   */
+  messages: Message[];
+  stats: Stats;
+  /**
+   * what the stages did, "policy: summary; ..."
+   */
+  summary: string;
+  /**
+   * plugin failures (the input was kept) and other non-fatal problems
+   */
+  warnings: string[];
+}
+
+/**
+ * What a compaction did, message by message, for people (GET
+ * /v1/status?conversation_id=ID and the status page). Rows pair the
+ * input messages (`before`) with the output messages (`after`) they
+ * became: `kept` (the same message on both sides), `masked` (its
+ * content replaced in place), `summarized` (folded into the new
+ * messages beside it), `dropped` (gone), `added` (a new message with
+ * nothing removed), `elided` (messages not listed, to keep the record
+ * small: long runs of kept messages, or the middle of a very long
+ * conversation). Texts are previews; the record is bounded.
+ */
+export interface CompactionDetail {
+  at: string;
+  messages_after: number;
+  messages_before: number;
+  pipeline: string[];
+  rows: CompactionRow[];
+  stages: Stage[];
+  tokens_after: number;
+  tokens_before: number;
+  model?: string;
+  summary?: string;
+  /**
+   * previews were shortened further to bound the record
+   */
+  truncated?: boolean;
+}
+
+export interface CompactionRow {
+  kind: "kept" | "masked" | "summarized" | "dropped" | "added" | "elided";
+  after?: MessagePreview[];
+  before?: MessagePreview[];
+  /**
+   * for `elided`, how many input messages the row stands for
+   */
+  elided?: number;
+  /**
+   * for `elided`, the first input index it stands for
+   */
+  first?: number;
+  /**
+   * messages of this row not listed in before and after (a long run folded into one summary)
+   */
+  omitted?: number;
+}
+
+/**
+ * the running config, defaults filled in (README, "Config file")
+ */
+export interface Config {
+  cache_dir: string;
+  limits: {
+    idle_timeout: string;
+    max_body_bytes: number;
+    max_messages: number;
+    plugin: PluginLimits;
+    read_timeout: string;
+    request_timeout: string;
+    shutdown_timeout: string;
+    write_timeout: string;
+    plugins?: Record<string, PluginLimits>;
+  };
+  log_level: "trace" | "debug" | "info" | "warn" | "error" | "off";
+  plugins_dir: string;
+  socket: string;
+  state: {
+    max_conversations: number;
+    max_state_bytes: number;
+    ttl: string;
+  };
+  state_dir: string;
+  tcp: {
+    listen?: string;
+    token_file?: string;
+  };
+  compact?: {
+    max_tokens?: number;
+    message_threshold?: number;
+    model?: string;
+    prompt?: string;
+    retention_window?: number;
+    summary_tag?: string;
+    token_threshold?: number;
+    turn_threshold?: number;
+  };
+  /**
+   * the LLM provider block (README, "LLM summarization")
+   */
+  llm?: Record<string, unknown> | null;
+  pipeline?: string[];
+  policies?: Record<string, unknown>;
+  policy?: string;
+}
+
+export interface ConfigDocument {
+  config: Config;
+  /**
+   * the config file's path (it may not exist yet)
+   */
+  file: string;
+  /**
+   * (GET) problems that would reject the running config now: it no
+   * longer passes the loaded plugins' schemas, or the config file was
+   * changed and its last reload (SIGHUP) failed
+   */
+  errors?: string[];
+  /**
+   * (PUT) changed settings that apply only on restart
+   */
+  restart_required?: string[];
+  /**
+   * non-fatal problems, e.g. config for a policy that is not loaded
+   */
+  warnings?: string[];
+}
+
+/**
+ * one tracked conversation's status (its last request, and counters over all of them)
+ */
+export interface Conversation {
+  /**
+   * requests that changed the conversation
+   */
+  compactions: number;
+  /**
+   * requests where a stage failed (the input was kept)
+   */
+  failures: number;
+  first_seen: string;
+  id: string;
+  last_seen: string;
+  /**
+   * messages in the last request
+   */
+  messages: number;
+  /**
+   * messages the last request returned
+   */
+  messages_after: number;
+  pipeline: string[] | null;
+  requests: number;
+  /**
+   * tokens in the last request
+   */
+  tokens: number;
+  /**
+   * tokens the last request returned
+   */
+  tokens_after: number;
+  /**
+   * tokens removed, over all requests
+   */
+  tokens_saved: number;
+  /**
+   * tokens / context_window (0 when the window is unknown)
+   */
+  usage_ratio: number;
+  context_window?: number;
+  last_compacted?: string;
+  last_compaction?: CompactionDetail;
+  model?: string;
+}
+
+/**
+ * every error answer
+ */
+export interface ErrorBody {
+  error: {
+    code: ErrorCode;
+    /**
+     * what went wrong, for people
+     */
+    message: string;
+  };
+}
+
+export type ErrorBadRequest = ErrorBody;
+
+/**
+ * The stable `code` of an error answer, with its HTTP status:
+ *
+ * | code | status | meaning |
+ * | --- | --- | --- |
+ * | `invalid_json` | 400 | the body is not the JSON the endpoint takes |
+ * | `bad_request` | 400 | the request is not what the endpoint takes |
+ * | `invalid_conversation` | 400 | the messages are malformed or structurally invalid |
+ * | `invalid_config` | 400 | a policy config or config update is invalid |
+ * | `no_policy` | 400 | no policy named and no default configured |
+ * | `unauthorized` | 401 | the TCP listener without the bearer token |
+ * | `unknown_policy` | 404 | no plugin serves that policy |
+ * | `not_found` | 404 | no such endpoint or conversation |
+ * | `method_not_allowed` | 405 | the endpoint does not take the method |
+ * | `request_too_large` | 413 | the body is over `limits.max_body_bytes` |
+ * | `too_many_messages` | 413 | the conversation is over `limits.max_messages` |
+ * | `internal` | 500 | a bug in compactd |
+ */
+export type ErrorCode = "invalid_json" | "bad_request" | "invalid_conversation" | "invalid_config" | "no_policy" | "unauthorized" | "unknown_policy" | "not_found" | "method_not_allowed" | "request_too_large" | "too_many_messages" | "internal";
+
+/** The HTTP status of each ErrorCode. */
+export const ERROR_CODE_STATUS: Readonly<Record<ErrorCode, number>> = {
+  invalid_json: 400,
+  bad_request: 400,
+  invalid_conversation: 400,
+  invalid_config: 400,
+  no_policy: 400,
+  unauthorized: 401,
+  unknown_policy: 404,
+  not_found: 404,
+  method_not_allowed: 405,
+  request_too_large: 413,
+  too_many_messages: 413,
+  internal: 500,
+};
+
+export type ErrorNotFound = ErrorBody;
+
+export type ErrorUnknownPolicy = ErrorBody;
+
+export interface Health {
+  /**
+   * policies serving
+   */
+  policies: number;
+  status: "ok";
+}
+
+/**
+ * a plugin's runtime limits
+ */
+export interface Limits {
+  /**
+   * a Go duration, e.g. 10s
+   */
+  call_timeout: string;
+  max_instances: number;
+  max_memory_bytes: number;
+  max_output_bytes: number;
+}
+
+/**
+ * the file's last failed load; the version above (if any) keeps serving
+ */
+export interface LoadError {
+  message: string;
+  at?: string;
+  /**
+   * the bad bytes' hash (the same bytes are not tried again)
+   */
+  sha256?: string;
+}
+
+/**
+ * An OpenAI chat message. compactd reads `role`, `content`, `name`,
+ * `tool_calls` and `tool_call_id`; other fields are kept, and a
+ * message a policy keeps comes back byte for byte.
+ */
+export interface Message {
+  role: "system" | "developer" | "user" | "assistant" | "tool";
+  /**
+   * text, an array of content parts, or null (an assistant message with tool calls)
+   */
+  content?: string | unknown[] | null;
+  name?: string;
+  tool_call_id?: string;
+  tool_calls?: {
+    function: {
+      name: string;
+      arguments?: string;
+      [key: string]: unknown;
+    };
+    id: string;
+    type?: string;
+    [key: string]: unknown;
+  }[];
+  [key: string]: unknown;
+}
+
+export interface MessagePreview {
+  /**
+   * the full text's length in bytes
+   */
+  bytes: number;
+  /**
+   * the message's index in the input (before) or the output (after)
+   */
+  index: number;
+  role: string;
+  /**
+   * the text content, possibly cut (see bytes)
+   */
+  text: string;
+  tokens: number;
+  name?: string;
+  tool_call_id?: string;
+  /**
+   * the names of the functions called
+   */
+  tool_calls?: string[];
+}
+
+export interface PluginLimits {
+  call_timeout?: string;
+  max_instances?: number;
+  max_memory_mb?: number;
+  max_output_bytes?: number;
+}
+
+/**
+ * one plugin file and the policy it serves
+ */
+export interface Policy {
+  calls: number;
+  failures: number;
+  file: string;
+  /**
+   * the policy name (the file name when the file never loaded)
+   */
+  name: string;
+  /**
+   * whether a version of this file serves the policy
+   */
+  serving: boolean;
+  abi?: string;
+  /**
+   * the policy's config as a JSON Schema
+   */
+  config_schema?: Record<string, unknown>;
+  defaults?: Record<string, unknown>;
+  description?: string;
+  error?: LoadError;
+  exports?: string[];
+  limits?: Limits;
+  loaded_at?: string;
+  path?: "fast" | "extism";
+  sha256?: string;
+  version?: string;
+}
+
+export interface PolicyList {
+  policies: Policy[];
+}
+
+/**
+ * one policy's run in a compaction
+ */
+export interface Stage {
+  compacted: boolean;
+  duration_ns: number;
+  messages_after: number;
+  messages_before: number;
+  policy: string;
+  tokens_after: number;
+  tokens_before: number;
+  /**
+   * the stage's input indices it did not keep
+   */
+  dropped?: number[];
+  entries_summarized?: number;
+  /**
+   * the plugin's failure (its input was kept)
+   */
+  error?: string;
+  path?: "fast" | "extism";
+  /**
+   * the stage's input indices the plugin replaced by a new message
+   */
+  rewritten?: number[];
+  /**
+   * why the stage did not run
+   */
+  skipped?: string;
+  summary?: string;
+  version?: string;
+}
+
+export interface Stats {
+  duration_ns: number;
+  /**
+   * the tokenizer, e.g. o200k_base
+   */
+  encoding: string;
+  messages_after: number;
+  messages_before: number;
+  stages: Stage[];
+  tokens_after: number;
+  tokens_before: number;
+}
+
+export interface Status {
+  abi: string;
+  conversations: Conversation[];
+  policies: {
+    /**
+     * files whose last load failed
+     */
+    failed: number;
+    serving: number;
+  };
+  started_at: string;
+  store: {
+    max_conversations: number;
+    path: string;
+    ttl: string;
+  };
+  totals: {
+    compactions: number;
+    conversations: number;
+    failures: number;
+    requests: number;
+    tokens_saved: number;
+  };
+  uptime_seconds: number;
+  version: string;
+}

@@ -1,0 +1,217 @@
+// compactd's TypeScript client against a real daemon, which the Go test
+// clients/clients_test.go starts (`go test ./clients`, part of `make
+// test`): $COMPACTD_SOCKET is a socket that validates every answer against
+// api/openapi.yaml on its way; $COMPACTD_TEST_TCP and $COMPACTD_TEST_TOKEN
+// are the daemon's TCP listener.
+
+import assert from "node:assert/strict";
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { after, describe, test } from "node:test";
+
+import {
+  APIError,
+  Client,
+  CompactdError,
+  DaemonUnavailable,
+  ERROR_CODES,
+  compact,
+  defaultSocketPath,
+  type CompactionDetail,
+  type ErrorCode,
+  type Message,
+} from "../src/index.js";
+
+function need(name: string): string {
+  const v = process.env[name];
+  if (!v) throw new Error(`$${name} is not set: these tests need a daemon; run them with \`go test ./clients\` (or \`make test\`)`);
+  return v;
+}
+
+const socketPath = need("COMPACTD_SOCKET");
+const tcp = need("COMPACTD_TEST_TCP");
+const token = need("COMPACTD_TEST_TOKEN");
+const fixtures = need("COMPACTD_TEST_FIXTURES");
+
+const client = new Client({ socketPath });
+after(() => client.close());
+
+function chat(turns: number): Message[] {
+  const msgs: Message[] = [{ role: "system", content: "You are terse." }];
+  for (let i = 0; i < turns; i++) {
+    msgs.push({ role: "user", content: `question ${i}` }, { role: "assistant", content: `answer ${i}` });
+  }
+  msgs.push({ role: "user", content: "last question" });
+  return msgs;
+}
+
+/** The longest tau-bench airline conversation of the fixture. */
+function tau(): Message[] {
+  const lines = fs.readFileSync(path.join(fixtures, "tau_bench_gpt4o_airline.jsonl"), "utf8").split("\n").filter((l) => l.trim());
+  return lines.map((l) => (JSON.parse(l) as { messages: Message[] }).messages).reduce((a, b) => (b.length > a.length ? b : a));
+}
+
+async function rejectsWith(p: Promise<unknown>, code: ErrorCode, status: number): Promise<APIError> {
+  try {
+    await p;
+  } catch (e) {
+    assert.ok(e instanceof APIError && e instanceof CompactdError, `${String(e)} is not an APIError`);
+    assert.equal(e.code, code);
+    assert.equal(e.status, status);
+    assert.ok(APIError.is(e, code));
+    return e;
+  }
+  assert.fail(`no ${code} error`);
+}
+
+describe("compact", () => {
+  test("a real conversation", async () => {
+    const msgs = tau();
+    const resp = await client.compact(msgs, { policy: "sliding", model: "gpt-4o", config: { window_size: 4, step: 1 } });
+    assert.ok(resp.compacted && resp.messages.length < msgs.length);
+    assert.deepEqual(resp.messages[0], msgs[0]);
+    assert.deepEqual(resp.messages.at(-1), msgs.at(-1));
+    assert.ok(resp.stats.tokens_after < resp.stats.tokens_before);
+    assert.equal(resp.stats.encoding, "o200k_base");
+    const stage = resp.stats.stages[0];
+    assert.ok(stage && stage.policy === "sliding" && stage.compacted && (stage.dropped ?? []).length > 0);
+    assert.deepEqual(resp.warnings, []);
+  });
+
+  test("the helper returns the messages to send", async () => {
+    const msgs = tau();
+    const out = await compact(msgs, { policy: "lastn", config: { n: 3 } }); // finds the daemon through $COMPACTD_SOCKET
+    assert.deepEqual(out.slice(-3), msgs.slice(-3));
+    assert.deepEqual(out[0], msgs[0]);
+    assert.ok(out.length < 8);
+    assert.deepEqual(await compact(chat(1), { policy: "lastn", config: { n: 50 }, client }), chat(1));
+  });
+
+  test("a pipeline that stops at the target", async () => {
+    const resp = await client.compact(chat(6), { pipeline: ["lastn", "sliding"], config: { lastn: { n: 3 } }, target_tokens: 100000 });
+    assert.deepEqual(resp.stats.stages.map((s) => s.policy), ["lastn", "sliding"]);
+    assert.match(resp.stats.stages[0]?.skipped ?? "", /^fits the target/);
+    assert.deepEqual(resp.messages, chat(6));
+  });
+
+  test("a failing plugin keeps the input", async () => {
+    const resp = await client.compact(chat(2), { policy: "gohostile", config: { mode: "exit" } });
+    assert.deepEqual(resp.messages, chat(2));
+    assert.equal(resp.warnings.length, 1);
+    assert.match(resp.warnings[0] ?? "", /trapped/);
+  });
+
+  const errors: [string, Parameters<Client["compact"]>[1], Message[], ErrorCode, number][] = [
+    ["unknown policy", { policy: "nope" }, chat(1), "unknown_policy", 404],
+    ["invalid config", { policy: "lastn", config: { n: 0 } }, chat(1), "invalid_config", 400],
+    ["no policy", {}, chat(1), "no_policy", 400],
+    ["bad policy name", { policy: "Not A Name" }, chat(1), "bad_request", 400],
+    ["empty conversation", { policy: "lastn" }, [], "invalid_conversation", 400],
+    ["orphan tool result", { policy: "lastn" }, [{ role: "user", content: "a" }, { role: "tool", tool_call_id: "x", content: "b" }], "invalid_conversation", 400],
+  ];
+  for (const [name, options, messages, code, status] of errors) {
+    test(`error: ${name}`, async () => {
+      const e = await rejectsWith(client.compact(messages, options), code, status);
+      assert.ok(e.detail.length > 0 && e.message.includes(code));
+    });
+  }
+});
+
+describe("status and config", () => {
+  test("policies", async () => {
+    const policies = await client.policies();
+    const byName = new Map(policies.map((p) => [p.name, p]));
+    for (const n of ["sliding", "lastn", "gohostile"]) assert.ok(byName.get(n)?.serving, n);
+    const sliding = await client.policy("sliding");
+    assert.equal(sliding.path, "fast");
+    assert.ok(sliding.limits && sliding.limits.call_timeout && sliding.calls >= 1);
+    await rejectsWith(client.policy("nope"), "unknown_policy", 404);
+  });
+
+  test("status and the last compaction", async () => {
+    await client.compact(chat(4), { policy: "lastn", config: { n: 2 }, conversation_id: "ts status/é", model: "gpt-4o" });
+    const st = await client.status(50);
+    assert.ok(st.conversations.some((c) => c.id === "ts status/é"));
+    assert.ok(st.policies.serving >= 3 && st.uptime_seconds > 0);
+    const c = await client.conversation("ts status/é");
+    assert.equal(c.messages, 10);
+    assert.equal(c.messages_after, 3);
+    assert.equal(c.context_window, 128000);
+    const d = c.last_compaction as CompactionDetail;
+    assert.deepEqual(d.rows.map((r) => r.kind), ["kept", "dropped", "kept", "kept"]);
+    assert.equal(d.rows.at(-1)?.before?.[0]?.text, "last question");
+    assert.equal((await client.status(1)).conversations.length, 1);
+    await rejectsWith(client.conversation("no-such-conversation"), "not_found", 404);
+    await rejectsWith(client.status(0), "bad_request", 400);
+  });
+
+  test("config", async () => {
+    const doc = await client.config();
+    assert.equal(doc.config.limits.max_messages, 10000);
+    await rejectsWith(client.updateConfig({ policies: { lastn: { n: 0 } } }), "invalid_config", 400);
+    const up = await client.updateConfig({ log_level: "warn" });
+    assert.equal(up.config.log_level, "warn");
+    await client.updateConfig({ log_level: null });
+    assert.equal((await client.config()).config.log_level, "info");
+  });
+
+  test("health, metrics, the OpenAPI document", async () => {
+    assert.equal((await client.health()).status, "ok");
+    assert.match(await client.metrics(), /compactd_http_requests_total/);
+    const doc = (await client.openapi()) as { openapi: string; components: { schemas: Record<string, { enum?: string[]; "x-status"?: Record<string, number> }> } };
+    assert.match(doc.openapi, /^3\.1/);
+    // The generated ErrorCode type and its statuses are the document's.
+    const spec = doc.components.schemas.ErrorCode;
+    assert.deepEqual(Object.keys(ERROR_CODES).sort(), [...(spec?.enum ?? [])].sort());
+    assert.deepEqual({ ...ERROR_CODES }, spec?.["x-status"]);
+  });
+
+  test("raw requests map errors", async () => {
+    await rejectsWith(client.request("DELETE", "/v1/config"), "method_not_allowed", 405);
+    await rejectsWith(client.request("GET", "/v2/nothing"), "not_found", 404);
+    await rejectsWith(client.request("POST", "/v1/compact", { policy: "lastn", mesages: [] }), "invalid_json", 400);
+  });
+});
+
+describe("connections", () => {
+  test("TCP with the token", async () => {
+    const c = new Client({ tcp, token });
+    try {
+      assert.equal((await c.health()).status, "ok");
+      assert.equal((await c.compact(chat(3), { policy: "lastn", config: { n: 1 } })).messages.length, 2);
+    } finally {
+      c.close();
+    }
+    for (const bad of [undefined, "wrong"]) {
+      const c = new Client({ tcp, token: bad });
+      await rejectsWith(c.health(), "unauthorized", 401);
+      c.close();
+    }
+  });
+
+  test("socket discovery, as the CLI does it", () => {
+    assert.equal(defaultSocketPath({ COMPACTD_SOCKET: "/a.sock", XDG_RUNTIME_DIR: "/run/user/7" }), "/a.sock");
+    assert.equal(defaultSocketPath({ XDG_RUNTIME_DIR: "/run/user/7", HOME: "/home/u" }), "/run/user/7/compactd.sock");
+    assert.equal(defaultSocketPath({ HOME: "/home/u" }), "/home/u/.local/state/compactd/compactd.sock");
+    assert.equal(defaultSocketPath({ HOME: "/home/u", XDG_STATE_HOME: "/state" }), "/state/compactd/compactd.sock");
+    assert.equal(new Client().socketPath, socketPath);
+    assert.throws(() => new Client({ socketPath: "/x.sock", tcp: "127.0.0.1:1" }), TypeError);
+  });
+
+  test("an absent daemon", async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "cd-"));
+    for (const c of [new Client({ socketPath: path.join(dir, "none.sock") }), new Client({ tcp: "127.0.0.1:1" })]) {
+      await assert.rejects(c.health(), (e: unknown) => e instanceof DaemonUnavailable && e instanceof CompactdError && e.message.includes(c.address));
+      c.close();
+    }
+    fs.rmSync(dir, { recursive: true });
+  });
+
+  test("concurrent requests share a client", async () => {
+    const results = await Promise.all(
+      Array.from({ length: 24 }, (_, i) => client.compact(chat(3 + (i % 3)), { policy: "lastn", config: { n: 2 }, conversation_id: `ts-par-${i}` })),
+    );
+    for (const r of results) assert.equal(r.messages.length, 3);
+  });
+});
