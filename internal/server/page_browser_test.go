@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"flag"
-	"fmt"
 	"html"
 	"image/png"
 	"os"
@@ -274,5 +273,5 @@ func checkScreenshot(t *testing.T, path string) {
 	if b.Dx() < 1000 || b.Dy() < 700 || len(colors) < 20 {
 		t.Errorf("%s: %dx%d with %d colors: not a rendered page", path, b.Dx(), b.Dy(), len(colors))
 	}
-	t.Log(fmt.Sprintf("screenshot %s: %dx%d", path, b.Dx(), b.Dy()))
+	t.Logf("screenshot %s: %dx%d", path, b.Dx(), b.Dy())
 }
