@@ -229,9 +229,11 @@ type MessagePreview struct {
 	ToolCallID string   `json:"tool_call_id,omitempty"`
 	ToolCalls  []string `json:"tool_calls,omitempty"` // the functions called
 	Tokens     int      `json:"tokens"`
-	// Text is the text content (for a message with only tool calls, the
-	// calls), cut to a preview; Bytes is its full length.
+	// Text is the text content and the tool calls, cut to a preview (Cut
+	// says it was); Bytes is the size of the content and the calls'
+	// arguments as sent.
 	Text  string `json:"text"`
+	Cut   bool   `json:"cut,omitempty"`
 	Bytes int    `json:"bytes"`
 }
 

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"time"
@@ -74,17 +75,32 @@ func compactionDetail(in *chat.Conversation, resp *compactor.Response, model str
 			break
 		}
 		rows = append(rows, client.CompactionRow{Kind: client.RowKept,
-			Before: []client.MessagePreview{preview(&in.Messages[anchor], anchor, keptPreview)},
-			After:  []client.MessagePreview{preview(&out.Messages[next], next, keptPreview)}})
+			Before: []client.MessagePreview{{Index: anchor}}, After: []client.MessagePreview{{Index: next}}})
 		i, j = anchor+1, next+1
 	}
+	// Previews are made only for the rows that stay listed: a long
+	// conversation's kept runs cost nothing.
 	d.Rows = boundRows(elideKeptRuns(rows), maxRows)
-	if detailSize(d) > maxDetailBytes {
+	for r := range d.Rows {
+		limit := changedPreview
+		if d.Rows[r].Kind == client.RowKept {
+			limit = keptPreview
+		}
+		for k, m := range d.Rows[r].Before {
+			d.Rows[r].Before[k] = preview(&in.Messages[m.Index], m.Index, limit)
+		}
+		for k, m := range d.Rows[r].After {
+			d.Rows[r].After[k] = preview(&out.Messages[m.Index], m.Index, limit)
+		}
+	}
+	if estimateSize(d) > maxDetailBytes/2 && detailSize(d) > maxDetailBytes {
 		d.Truncated = true
 		for r := range d.Rows {
 			for _, side := range [][]client.MessagePreview{d.Rows[r].Before, d.Rows[r].After} {
 				for k := range side {
-					side[k].Text = cut(side[k].Text, tightPreview)
+					if t := cut(side[k].Text, tightPreview); t != side[k].Text {
+						side[k].Text, side[k].Cut = t, true
+					}
 				}
 			}
 		}
@@ -93,6 +109,24 @@ func compactionDetail(in *chat.Conversation, resp *compactor.Response, model str
 		}
 	}
 	return d
+}
+
+// estimateSize is a cheap upper estimate of a record's JSON size: its
+// texts, escaped at worst, and room for the other fields.
+func estimateSize(d *client.CompactionDetail) int {
+	n := 4096
+	for _, r := range d.Rows {
+		n += 64
+		for _, side := range [][]client.MessagePreview{r.Before, r.After} {
+			for _, m := range side {
+				n += 2*len(m.Text) + len(m.Name) + len(m.ToolCallID) + 160
+				for _, c := range m.ToolCalls {
+					n += len(c) + 4
+				}
+			}
+		}
+	}
+	return n
 }
 
 func detailSize(d *client.CompactionDetail) int {
@@ -108,11 +142,11 @@ func changedRows(in, out *chat.Conversation, i, a, j, b int, rewritten map[int]b
 	}
 	removed := make([]client.MessagePreview, 0, a-i)
 	for k := i; k < a; k++ {
-		removed = append(removed, preview(&in.Messages[k], k, changedPreview))
+		removed = append(removed, client.MessagePreview{Index: k})
 	}
 	added := make([]client.MessagePreview, 0, b-j)
 	for k := j; k < b; k++ {
-		added = append(added, preview(&out.Messages[k], k, changedPreview))
+		added = append(added, client.MessagePreview{Index: k})
 	}
 	switch {
 	case len(removed) == 0:
@@ -230,8 +264,8 @@ func firstInput(rows []client.CompactionRow) int {
 
 // preview describes message m at index i, its text cut to limit bytes.
 func preview(m *abi.Message, i, limit int) client.MessagePreview {
-	p := client.MessagePreview{Index: i, Role: m.Role, Name: m.Name, ToolCallID: m.ToolCallID, Tokens: m.Tokens}
-	text := m.Text()
+	p := client.MessagePreview{Index: i, Role: m.Role, Name: m.Name, ToolCallID: m.ToolCallID, Tokens: m.Tokens, Bytes: m.Content.Len()}
+	text, more := contentPrefix(m.Content, limit)
 	if len(m.ToolCalls) > 0 {
 		var calls strings.Builder
 		for _, c := range m.ToolCalls {
@@ -240,12 +274,40 @@ func preview(m *abi.Message, i, limit int) client.MessagePreview {
 				calls.WriteByte('\n')
 			}
 			calls.WriteString("→ " + c.Function.Name + "(" + c.Function.Arguments + ")")
+			p.Bytes += len(c.Function.Arguments)
 		}
 		text += calls.String()
 	}
-	p.Bytes = len(text)
 	p.Text = cut(text, limit)
+	p.Cut = more || p.Text != text
+	if more && !strings.HasSuffix(p.Text, "…") {
+		p.Text += "…"
+	}
 	return p
+}
+
+// contentPrefix returns the content's text, or for a long string content
+// enough of its beginning to make a preview of limit bytes (more reports
+// the text goes on): decoding a
+// large tool output whole to show its first lines would cost most of the
+// record.
+func contentPrefix(c abi.Content, limit int) (text string, more bool) {
+	raw := c.Raw()
+	// A JSON escape is at most 6 bytes for at least one byte of text.
+	n := 6*limit + 8
+	if len(raw) <= n || raw[0] != '"' {
+		return c.Text(), false
+	}
+	// Cut before any escape that the cut would split.
+	head := raw[:n]
+	if k := bytes.LastIndexByte(head[len(head)-12:], '\\'); k >= 0 {
+		head = head[:len(head)-12+k]
+	}
+	var s string
+	if err := json.Unmarshal(append(append([]byte{}, head...), '"'), &s); err != nil {
+		return c.Text(), false
+	}
+	return s, true
 }
 
 // cut shortens s to at most limit bytes on a rune boundary, marking the

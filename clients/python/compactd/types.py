@@ -105,14 +105,15 @@ class Policy:
 
 @dataclass
 class MessagePreview:
-    """One message of a CompactionRow; ``text`` is cut to a preview of
-    ``bytes`` bytes."""
+    """One message of a CompactionRow; ``text`` is a preview (``cut`` says
+    it was shortened), ``bytes`` the size of the content as sent."""
 
     index: int
     role: str
     tokens: int
     text: str
     bytes: int
+    cut: bool = False
     name: str = ""
     tool_call_id: str = ""
     tool_calls: List[str] = field(default_factory=list)

@@ -334,7 +334,7 @@ export interface Message {
 
 export interface MessagePreview {
   /**
-   * the full text's length in bytes
+   * the size of the content (its JSON) and the calls' arguments, as sent
    */
   bytes: number;
   /**
@@ -343,10 +343,14 @@ export interface MessagePreview {
   index: number;
   role: string;
   /**
-   * the text content, possibly cut (see bytes)
+   * the text content and the tool calls, cut to a preview
    */
   text: string;
   tokens: number;
+  /**
+   * the text was cut
+   */
+  cut?: boolean;
   name?: string;
   tool_call_id?: string;
   /**
