@@ -1,12 +1,15 @@
 #!/bin/sh
 # deps.sh installs what building and testing compactd needs on Debian 12
 # (bookworm): the single list of system and npm packages. `make deps` runs
-# it; .ci/run runs it with FORCE=1 so every CI run executes the install.
+# it (so do `make run` and `make test`); .ci/run runs it with FORCE=1 so
+# every CI run executes the install.
 #
 #   scripts/deps.sh           install only what is missing
 #   FORCE=1 scripts/deps.sh   run the install commands even when all is present
 #
-# As root it calls apt-get directly; as another user it uses sudo.
+# As root it calls apt-get directly; as another user it uses sudo (which
+# asks for a password if yours needs one). It waits for another apt or
+# dpkg (unattended-upgrades, say) to finish rather than failing on its lock.
 set -eu
 
 cd "$(dirname "$0")/.."
@@ -15,52 +18,129 @@ cd "$(dirname "$0")/.."
 DEB_PKGS="
 clang lld wasi-libc libclang-rt-14-dev-wasm32
 wabt binaryen
+gcc libc6-dev
+curl
 chromium
 python3 python3-pytest python3-setuptools python3-pip
 "
-# The status page's browser test: chromium (above).
-# The Python client's tests (pytest) and its offline install (setuptools, pip).
-# The TypeScript client's tests: node ≥ 18 and npm. A machine that has a node
-# (e.g. from NodeSource, with its own npm) keeps it; Debian's otherwise.
-command -v node >/dev/null 2>&1 || DEB_PKGS="$DEB_PKGS nodejs npm"
+# clang lld wasi-libc libclang-rt-14-dev-wasm32: C plugins (plugins/lastn, the hostile test plugins)
+# wabt binaryen: wat2wasm and wasm-opt for hand-written test modules
+# gcc libc6-dev: cgo, which `go test -race` needs
+# curl: the README's API examples, which readme_test.go runs
+# chromium: the status page's browser test
+# python3-*: the Python client's tests (pytest) and its offline install (setuptools, pip)
 
-# Commands and files whose presence means the packages above are installed.
-have_all() {
-	for c in clang wasm-ld wat2wasm wasm-opt; do
+# Node.js and npm run the TypeScript client's tests (node >= 18). A machine
+# that already has a node (e.g. from NodeSource, with its own npm) keeps it;
+# Debian's is installed otherwise.
+NODE_PKGS="nodejs npm"
+
+# npm projects, one line per reason: each has a committed package-lock.json
+# and gets `npm ci` (exact pinned versions; node_modules is not tracked).
+NPM_DIRS="
+clients/ts
+"
+# clients/ts: the TypeScript client's dev dependencies (typescript, @types/node)
+
+# Commands (or paths) whose presence means the Debian packages are installed.
+TOOLS="clang wasm-ld wat2wasm wasm-opt gcc curl chromium node npm"
+
+# How long to wait for another package manager's lock, in seconds.
+LOCK_WAIT=${LOCK_WAIT:-600}
+
+say() { printf 'deps: %s\n' "$*" >&2; }
+
+debs_ok() {
+	for c in $TOOLS; do
 		command -v "$c" >/dev/null 2>&1 || return 1
 	done
 	[ -e /usr/lib/wasm32-wasi/libc.a ] || [ -e /usr/lib/wasm32-wasip1/libc.a ] || return 1
-	command -v chromium >/dev/null 2>&1 || return 1
+	[ -e /usr/include/stdio.h ] || return 1
 	/usr/bin/python3 -c 'import pytest, setuptools, pip' >/dev/null 2>&1 || return 1
-	command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || return 1
 	return 0
 }
 
-# npm_deps installs the TypeScript client's pinned dev dependencies
-# (typescript, @types/node: clients/ts/package-lock.json) without running
-# package scripts.
-npm_deps() {
-	echo "deps: npm ci in clients/ts"
-	(cd clients/ts && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+# npm ci writes node_modules/.package-lock.json; one older than the lock
+# file means the pins changed.
+npm_ok() {
+	for d in $NPM_DIRS; do
+		[ "$d/node_modules/.package-lock.json" -nt "$d/package-lock.json" ] || return 1
+	done
+	return 0
 }
 
-if [ "${FORCE:-}" != 1 ] && have_all; then
-	[ -e clients/ts/node_modules/typescript/package.json ] || npm_deps
-	exit 0
-fi
+# apt_get runs apt-get as root, waiting up to LOCK_WAIT seconds for a lock
+# another apt or dpkg holds. DPkg::Lock::Timeout covers dpkg's lock; the
+# lists lock that `apt-get update` takes is retried here.
+apt_get() {
+	waited=0
+	while :; do
+		out=$(as_root apt-get -o DPkg::Lock::Timeout="$LOCK_WAIT" "$@" 2>&1) && { [ -z "$out" ] || printf '%s\n' "$out"; return 0; }
+		rc=$?
+		case "$out" in
+		*"Could not get lock"* | *"Unable to lock"* | *"is another process using it"*)
+			if [ "$waited" -ge "$LOCK_WAIT" ]; then
+				printf '%s\n' "$out" >&2
+				say "another apt or dpkg still holds its lock after ${LOCK_WAIT}s; wait for it to finish (ps aux | grep -E 'apt|dpkg') and run 'make deps' again"
+				return "$rc"
+			fi
+			[ "$waited" -gt 0 ] || say "another apt or dpkg holds its lock (unattended-upgrades?); waiting up to ${LOCK_WAIT}s"
+			sleep 5
+			waited=$((waited + 5))
+			;;
+		*)
+			printf '%s\n' "$out" >&2
+			say "apt-get $* failed (exit $rc)"
+			return "$rc"
+			;;
+		esac
+	done
+}
 
-if [ "$(id -u)" = 0 ]; then
-	as_root() { env DEBIAN_FRONTEND=noninteractive "$@"; }
-elif command -v sudo >/dev/null 2>&1; then
-	as_root() { sudo env DEBIAN_FRONTEND=noninteractive "$@"; }
-else
-	echo "deps: not root and no sudo; install these Debian packages by hand:" $DEB_PKGS >&2
-	exit 1
-fi
+install_debs() {
+	# shellcheck disable=SC2086 # the list is split on purpose
+	pkgs=$(echo $DEB_PKGS)
+	command -v node >/dev/null 2>&1 || pkgs="$pkgs $NODE_PKGS"
+	if ! command -v apt-get >/dev/null 2>&1; then
+		say "apt-get not found: this script installs Debian 12 packages."
+		say "On another system install the equivalents of: $pkgs"
+		exit 1
+	fi
+	if [ "$(id -u)" = 0 ]; then
+		as_root() { env DEBIAN_FRONTEND=noninteractive "$@"; }
+	elif command -v sudo >/dev/null 2>&1; then
+		say "not root: installing with sudo (it may ask for your password)"
+		as_root() { sudo env DEBIAN_FRONTEND=noninteractive "$@"; }
+	else
+		say "not root and sudo is not installed. As root, run:"
+		say "  apt-get update && apt-get install -y --no-install-recommends $pkgs"
+		say "or install sudo and give $(id -un) the right to use it, then run 'make deps' again."
+		exit 1
+	fi
+	say "installing Debian packages: $pkgs"
+	apt_get update -qq
+	# shellcheck disable=SC2086
+	apt_get install -y -qq --no-install-recommends $pkgs >/dev/null
+	if ! debs_ok; then
+		say "the packages installed, but a tool is still missing:"
+		for c in $TOOLS; do
+			command -v "$c" >/dev/null 2>&1 || say "  $c not on PATH ($PATH)"
+		done
+		exit 1
+	fi
+}
 
-echo "deps: installing Debian packages:" $DEB_PKGS
-as_root apt-get update -qq
-# shellcheck disable=SC2086 # the list is split on purpose
-as_root apt-get install -y -qq --no-install-recommends $DEB_PKGS >/dev/null
-have_all || { echo "deps: packages installed but a tool is still missing" >&2; exit 1; }
-npm_deps
+install_npm() {
+	for d in $NPM_DIRS; do
+		say "npm ci in $d"
+		(cd "$d" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error) || { say "npm ci failed in $d"; exit 1; }
+	done
+	npm_ok || { say "npm ci ran but a project is still not installed"; exit 1; }
+}
+
+if [ "${FORCE:-}" = 1 ] || ! debs_ok; then
+	install_debs
+fi
+if [ "${FORCE:-}" = 1 ] || ! npm_ok; then
+	install_npm
+fi
