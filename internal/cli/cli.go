@@ -55,6 +55,7 @@ func commands() map[string]command {
 		"eval":     {"measure policies on recorded conversations: tokens, cache, cost, retention", runEval},
 		"version":  {"print the version and the ABI version", runVersion},
 		"serve":    {"run the daemon: the HTTP/JSON API on a Unix socket", runServe},
+		"new":      {"write a new policy project (go, c, rust, assemblyscript)", runNew},
 	}
 }
 
