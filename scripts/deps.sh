@@ -22,6 +22,7 @@ gcc libc6-dev
 curl
 chromium
 python3 python3-pytest python3-setuptools python3-pip
+rustc cargo libstd-rust-dev-wasm32 librust-serde-json-dev
 "
 # clang lld wasi-libc libclang-rt-14-dev-wasm32: C plugins (plugins/lastn, the hostile test plugins)
 # wabt binaryen: wat2wasm and wasm-opt for hand-written test modules
@@ -29,6 +30,7 @@ python3 python3-pytest python3-setuptools python3-pip
 # curl: the README's API examples, which readme_test.go runs
 # chromium: the status page's browser test
 # python3-*: the Python client's tests (pytest) and its offline install (setuptools, pip)
+# rustc cargo libstd-rust-dev-wasm32 librust-serde-json-dev: the Rust kit (kits/rust), offline
 
 # Node.js and npm run the TypeScript client's tests (node >= 18). A machine
 # that already has a node (e.g. from NodeSource, with its own npm) keeps it;
@@ -39,8 +41,12 @@ NODE_PKGS="nodejs npm"
 # and gets `npm ci` (exact pinned versions; node_modules is not tracked).
 NPM_DIRS="
 clients/ts
+kits/assemblyscript
 "
 # clients/ts: the TypeScript client's dev dependencies (typescript, @types/node)
+# kits/assemblyscript: the AssemblyScript compiler and JSON library; `npm ci`
+#   fills npm's cache, so projects from `compactd new assemblyscript` install
+#   them without a download
 
 # Commands (or paths) whose presence means the Debian packages are installed.
 TOOLS="clang wasm-ld wat2wasm wasm-opt gcc curl chromium node npm"
@@ -56,6 +62,8 @@ debs_ok() {
 	done
 	[ -e /usr/lib/wasm32-wasi/libc.a ] || [ -e /usr/lib/wasm32-wasip1/libc.a ] || return 1
 	[ -e /usr/include/stdio.h ] || return 1
+	[ -x /usr/bin/rustc ] && [ -x /usr/bin/cargo ] && [ -d /usr/lib/rustlib/wasm32-wasi ] || return 1
+	ls /usr/share/cargo/registry 2>/dev/null | grep -q '^serde_json-' || return 1
 	/usr/bin/python3 -c 'import pytest, setuptools, pip' >/dev/null 2>&1 || return 1
 	return 0
 }
@@ -133,7 +141,7 @@ install_debs() {
 install_npm() {
 	for d in $NPM_DIRS; do
 		say "npm ci in $d"
-		(cd "$d" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error) || { say "npm ci failed in $d"; exit 1; }
+		(cd "$d" && npm ci --prefer-offline --ignore-scripts --no-audit --no-fund --loglevel=error) || { say "npm ci failed in $d"; exit 1; }
 	done
 	npm_ok || { say "npm ci ran but a project is still not installed"; exit 1; }
 }
