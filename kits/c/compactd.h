@@ -1045,107 +1045,244 @@ CD_API int cd__jstr(cd_str v, cd_str *out, cd_arena *arena)
 	return 1;
 }
 
-/* cd_decode_json decodes the Extism path's JSON CompactRequest. */
+/* cd_json_iter walks the members of a JSON object or the elements of an
+ * array, once, in order: cd_json_next returns 1 with the next key token
+ * (with its quotes; empty for arrays) and value, 0 at the end, -1 when the
+ * container is not valid JSON. */
+typedef struct {
+	cd__scan sc;
+	int object, started, done;
+} cd_json_iter;
+
+CD_API int cd_json_iter_init(cd_json_iter *it, cd_str container)
+{
+	memset(it, 0, sizeof *it);
+	it->sc = (cd__scan){container.ptr, container.len, 0, 0};
+	cd__ws(&it->sc);
+	int c = cd__peek(&it->sc);
+	if (c != '{' && c != '[')
+		return -1;
+	it->object = c == '{';
+	it->sc.i++;
+	return 0;
+}
+
+CD_API int cd_json_next(cd_json_iter *it, cd_str *key, cd_str *value)
+{
+	cd__scan *sc = &it->sc;
+	if (it->done)
+		return 0;
+	cd__ws(sc);
+	int c = cd__peek(sc);
+	if (c == (it->object ? '}' : ']')) {
+		sc->i++;
+		it->done = 1;
+		return 0;
+	}
+	if (it->started) {
+		if (c != ',')
+			return -1;
+		sc->i++;
+		cd__ws(sc);
+	}
+	it->started = 1;
+	*key = (cd_str){sc->s + sc->i, 0};
+	if (it->object) {
+		size_t ks = sc->i;
+		if (!cd__skip_string(sc, NULL))
+			return -1;
+		*key = (cd_str){sc->s + ks, sc->i - ks};
+		cd__ws(sc);
+		if (cd__peek(sc) != ':')
+			return -1;
+		sc->i++;
+		cd__ws(sc);
+	}
+	size_t vs = sc->i;
+	if (!cd__skip_value(sc))
+		return -1;
+	*value = (cd_str){sc->s + vs, sc->i - vs};
+	return 1;
+}
+
+/* cd_json_key_is reports whether the key token (with quotes) decodes to lit. */
+CD_API int cd_json_key_is(cd_str tok, const char *lit)
+{
+	if (tok.len < 2)
+		return 0;
+	if (memchr(tok.ptr, '\\', tok.len) == NULL)
+		return cd_str_eq((cd_str){tok.ptr + 1, tok.len - 2}, lit);
+	cd_buf b = {0};
+	cd_json_unescape(&b, tok);
+	int eq = !b.oom && cd_str_eq((cd_str){b.ptr, b.len}, lit);
+	cd_buf_free(&b);
+	return eq;
+}
+
+CD_API int cd__is_null(cd_str v) { return v.len == 4 && memcmp(v.ptr, "null", 4) == 0; }
+
+/* cd__decode_call reads one tool call object. */
+CD_API int cd__decode_call(cd_str obj, cd_tool_call *c, cd_arena *arena)
+{
+	cd_json_iter it, fit;
+	cd_str k, v, fk, fv;
+	int r;
+	if (cd_json_iter_init(&it, obj) < 0 || !it.object)
+		return 0;
+	while ((r = cd_json_next(&it, &k, &v)) == 1) {
+		if (cd_json_key_is(k, "id")) {
+			if (cd__jstr(v, &c->id, arena) < 0)
+				return -1;
+		} else if (cd_json_key_is(k, "type")) {
+			if (cd__jstr(v, &c->type, arena) < 0)
+				return -1;
+		} else if (cd_json_key_is(k, "function") && cd_json_iter_init(&fit, v) == 0 && fit.object) {
+			while (cd_json_next(&fit, &fk, &fv) == 1) {
+				if (cd_json_key_is(fk, "name") && cd__jstr(fv, &c->name, arena) < 0)
+					return -1;
+				if (cd_json_key_is(fk, "arguments") && cd__jstr(fv, &c->arguments, arena) < 0)
+					return -1;
+			}
+		}
+	}
+	return r == 0;
+}
+
+/* cd__decode_message reads one message object: 1, 0 (invalid), -1 (oom). */
+CD_API int cd__decode_message(cd_str obj, cd_message *m, cd_arena *arena)
+{
+	cd_json_iter it;
+	cd_str k, v;
+	int r, has_role = 0;
+	int64_t num;
+	if (cd_json_iter_init(&it, obj) < 0 || !it.object)
+		return 0;
+	while ((r = cd_json_next(&it, &k, &v)) == 1) {
+		if (cd_json_key_is(k, "role")) {
+			int got = cd__jstr(v, &m->role, arena);
+			if (got < 0)
+				return -1;
+			has_role = got == 1 && m->role.len > 0;
+		} else if (cd_json_key_is(k, "tokens")) {
+			if (cd_json_int(v, &num) && num >= 0 && num <= UINT32_MAX)
+				m->tokens = (uint32_t)num;
+		} else if (cd_json_key_is(k, "content")) {
+			m->content_kind = CD_CONTENT_NULL;
+			m->content = (cd_str){NULL, 0};
+			if (v.len && v.ptr[0] == '"') {
+				m->content_kind = CD_CONTENT_TEXT;
+				if (cd__jstr(v, &m->content, arena) < 0)
+					return -1;
+			} else if (!cd__is_null(v)) {
+				m->content_kind = CD_CONTENT_JSON;
+				m->content = v;
+			}
+		} else if (cd_json_key_is(k, "name")) {
+			if (cd__jstr(v, &m->name, arena) < 0)
+				return -1;
+		} else if (cd_json_key_is(k, "tool_call_id")) {
+			if (cd__jstr(v, &m->tool_call_id, arena) < 0)
+				return -1;
+		} else if (cd_json_key_is(k, "tool_calls") && !cd__is_null(v)) {
+			cd_json_iter ci;
+			cd_str ck, cv;
+			size_t n = 0;
+			if (cd_json_iter_init(&ci, v) < 0 || ci.object)
+				return 0;
+			while (cd_json_next(&ci, &ck, &cv) == 1)
+				n++;
+			m->n_tool_calls = 0;
+			if (n == 0)
+				continue;
+			m->tool_calls = cd__keep(arena, calloc(n, sizeof *m->tool_calls));
+			if (m->tool_calls == NULL)
+				return -1;
+			cd_json_iter_init(&ci, v);
+			while (cd_json_next(&ci, &ck, &cv) == 1) {
+				int cr = cd__decode_call(cv, &m->tool_calls[m->n_tool_calls++], arena);
+				if (cr <= 0)
+					return cr;
+			}
+		}
+	}
+	return r == 0 && has_role;
+}
+
+/* cd_decode_json decodes the Extism path's JSON CompactRequest, in one
+ * pass over the text. Strings are unescaped into the arena. */
 CD_API int cd_decode_json(const char *in, size_t n, cd_request *req, cd_arena *arena, cd_error *err)
 {
-	cd_str doc = {in, n}, v, ctx, msgs;
+	cd_str doc = {in, n}, k, v, msgs = {NULL, 0};
+	cd_json_iter it;
+	int r;
 	memset(req, 0, sizeof *req);
 #define CD__FAIL(msg) return cd_fail(err, CD_INVALID_REQUEST, msg)
 #define CD__OOM() return cd_fail(err, CD_INTERNAL, "out of memory")
 	if (!cd_json_valid(doc))
 		CD__FAIL("the request is not valid JSON");
-	if (cd_json_get(doc, "config", &v) == 1 && !(v.len == 4 && memcmp(v.ptr, "null", 4) == 0))
-		req->config = v;
-	if (cd_json_get(doc, "context", &ctx) == 1) {
-		int64_t num;
-		if (cd_json_get(ctx, "model", &v) == 1 && cd__jstr(v, &req->model, arena) < 0)
-			CD__OOM();
-		if (cd_json_get(ctx, "encoding", &v) == 1 && cd__jstr(v, &req->encoding, arena) < 0)
-			CD__OOM();
-		if (cd_json_get(ctx, "conversation_id", &v) == 1 && cd__jstr(v, &req->conversation_id, arena) < 0)
-			CD__OOM();
-		if (cd_json_get(ctx, "context_window", &v) == 1 && cd_json_int(v, &num))
-			req->context_window = (uint32_t)num;
-		if (cd_json_get(ctx, "total_tokens", &v) == 1 && cd_json_int(v, &num))
-			req->total_tokens = (uint32_t)num;
-		if (cd_json_get(ctx, "state", &v) == 1 && !(v.len == 4 && memcmp(v.ptr, "null", 4) == 0))
-			req->state = v;
+	if (cd_json_iter_init(&it, doc) < 0 || !it.object)
+		CD__FAIL("the request is not a JSON object");
+	while ((r = cd_json_next(&it, &k, &v)) == 1) {
+		if (cd_json_key_is(k, "config")) {
+			req->config = cd__is_null(v) ? (cd_str){NULL, 0} : v;
+		} else if (cd_json_key_is(k, "messages")) {
+			msgs = v;
+		} else if (cd_json_key_is(k, "context") && !cd__is_null(v)) {
+			cd_json_iter ct;
+			cd_str ck, cv;
+			int64_t num;
+			if (cd_json_iter_init(&ct, v) < 0 || !ct.object)
+				CD__FAIL("context is not an object");
+			while (cd_json_next(&ct, &ck, &cv) == 1) {
+				int got = 1;
+				if (cd_json_key_is(ck, "model"))
+					got = cd__jstr(cv, &req->model, arena);
+				else if (cd_json_key_is(ck, "encoding"))
+					got = cd__jstr(cv, &req->encoding, arena);
+				else if (cd_json_key_is(ck, "conversation_id"))
+					got = cd__jstr(cv, &req->conversation_id, arena);
+				else if (cd_json_key_is(ck, "context_window") && cd_json_int(cv, &num) && num >= 0 && num <= UINT32_MAX)
+					req->context_window = (uint32_t)num;
+				else if (cd_json_key_is(ck, "total_tokens") && cd_json_int(cv, &num) && num >= 0 && num <= UINT32_MAX)
+					req->total_tokens = (uint32_t)num;
+				else if (cd_json_key_is(ck, "state"))
+					req->state = cd__is_null(cv) ? (cd_str){NULL, 0} : cv;
+				if (got < 0)
+					CD__OOM();
+			}
+		}
 	}
-	if (cd_json_get(doc, "messages", &msgs) != 1)
-		CD__FAIL("the request has no messages");
-	size_t count = 0;
-	cd_str item;
-	for (size_t i = 0;; i++) {
-		int r = cd_json_index(msgs, i, &item);
-		if (r < 0)
-			CD__FAIL("messages is not an array");
-		if (r == 0)
-			break;
-		count++;
+	if (r < 0)
+		CD__FAIL("the request is not valid JSON");
+	if (msgs.ptr == NULL || cd_json_iter_init(&it, msgs) < 0 || it.object)
+		CD__FAIL("the request has no messages array");
+	size_t cap = 0;
+	while ((r = cd_json_next(&it, &k, &v)) == 1) {
+		if (req->n_messages == cap) {
+			size_t ncap = cap ? cap * 2 : 64;
+			cd_message *nm = realloc(req->messages, ncap * sizeof *nm);
+			if (nm == NULL) {
+				free(req->messages);
+				req->messages = NULL;
+				CD__OOM();
+			}
+			req->messages = nm;
+			cap = ncap;
+		}
+		cd_message *m = &req->messages[req->n_messages++];
+		memset(m, 0, sizeof *m);
+		int mr = cd__decode_message(v, m, arena);
+		if (mr < 0) {
+			cd__keep(arena, req->messages);
+			CD__OOM();
+		}
+		if (mr == 0) {
+			cd__keep(arena, req->messages);
+			CD__FAIL("a message is not an object with a role");
+		}
 	}
-	req->messages = cd__keep(arena, calloc(count ? count : 1, sizeof *req->messages));
-	if (req->messages == NULL)
+	if (req->messages && cd__keep(arena, req->messages) == NULL)
 		CD__OOM();
-	req->n_messages = count;
-	/* Walk the array once more, message by message. */
-	cd__scan sc = {msgs.ptr, msgs.len, 0, 0};
-	cd__ws(&sc);
-	sc.i++;
-	for (size_t i = 0; i < count; i++) {
-		cd__ws(&sc);
-		size_t vs = sc.i;
-		cd__skip_value(&sc);
-		cd_str mj = {msgs.ptr + vs, sc.i - vs};
-		cd__ws(&sc);
-		sc.i++; /* , or ] */
-		cd_message *m = &req->messages[i];
-		int64_t num;
-		if (cd_json_get(mj, "role", &v) != 1 || cd__jstr(v, &m->role, arena) == 0)
-			CD__FAIL("a message has no role");
-		if (cd_json_get(mj, "tokens", &v) == 1 && cd_json_int(v, &num) && num >= 0)
-			m->tokens = (uint32_t)num;
-		if (cd_json_get(mj, "content", &v) == 1) {
-			if (v.len && v.ptr[0] == '"') {
-				m->content_kind = CD_CONTENT_TEXT;
-				if (cd__jstr(v, &m->content, arena) < 0)
-					CD__OOM();
-			} else if (!(v.len == 4 && memcmp(v.ptr, "null", 4) == 0)) {
-				m->content_kind = CD_CONTENT_JSON;
-				m->content = v;
-			}
-		}
-		if (cd_json_get(mj, "name", &v) == 1 && cd__jstr(v, &m->name, arena) < 0)
-			CD__OOM();
-		if (cd_json_get(mj, "tool_call_id", &v) == 1 && cd__jstr(v, &m->tool_call_id, arena) < 0)
-			CD__OOM();
-		cd_str calls;
-		if (cd_json_get(mj, "tool_calls", &calls) == 1) {
-			size_t nc = 0;
-			while (cd_json_index(calls, nc, &item) == 1)
-				nc++;
-			if (nc) {
-				m->tool_calls = cd__keep(arena, calloc(nc, sizeof *m->tool_calls));
-				if (m->tool_calls == NULL)
-					CD__OOM();
-				m->n_tool_calls = nc;
-				for (size_t k = 0; k < nc; k++) {
-					cd_tool_call *c = &m->tool_calls[k];
-					cd_str fn;
-					cd_json_index(calls, k, &item);
-					if (cd_json_get(item, "id", &v) == 1 && cd__jstr(v, &c->id, arena) < 0)
-						CD__OOM();
-					if (cd_json_get(item, "type", &v) == 1 && cd__jstr(v, &c->type, arena) < 0)
-						CD__OOM();
-					if (cd_json_get(item, "function", &fn) == 1) {
-						if (cd_json_get(fn, "name", &v) == 1 && cd__jstr(v, &c->name, arena) < 0)
-							CD__OOM();
-						if (cd_json_get(fn, "arguments", &v) == 1 && cd__jstr(v, &c->arguments, arena) < 0)
-							CD__OOM();
-					}
-				}
-			}
-		}
-	}
 #undef CD__FAIL
 #undef CD__OOM
 	return 0;
