@@ -273,6 +273,15 @@ func sameOutput(t *testing.T, wasm map[string]string) {
 	if compacted == 0 {
 		t.Fatal("no conversation was compacted: the comparison proves nothing")
 	}
+	// A bad config is the same error everywhere (the daemon checks configs
+	// against the schema first; a plugin must still refuse one).
+	for _, r := range runners {
+		_, err := r.p.Compact(ctx, &host.Request{Conversation: convs[0], Config: json.RawMessage(`{"keep_units":0,"mask_units":1,"step":1}`)})
+		pe, ok := host.IsPluginError(err)
+		if !ok || pe.Code != "invalid_config" {
+			t.Errorf("%s: a bad config gave %v, want an invalid_config error", r.label, err)
+		}
+	}
 	t.Logf("%d results identical across %d runners (%d compacted)", len(convs)*len(configs), len(runners), compacted)
 }
 

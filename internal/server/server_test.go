@@ -209,7 +209,7 @@ func TestPolicies(t *testing.T) {
 	if broken.Name != "broken" || broken.Serving || broken.Error == nil || !strings.Contains(broken.Error.Message, "not a valid compactd plugin module") || broken.Error.SHA256 == "" {
 		t.Errorf("broken = %+v", broken)
 	}
-	if !lastn.Serving || lastn.Path != "extism" || lastn.ABI != "1.0" || lastn.Limits == nil || lastn.Limits.CallTimeout != "10s" || len(lastn.SHA256) != 64 || lastn.LoadedAt.IsZero() {
+	if !lastn.Serving || lastn.Path != "fast" || lastn.ABI != "1.0" || lastn.Limits == nil || lastn.Limits.CallTimeout != "10s" || len(lastn.SHA256) != 64 || lastn.LoadedAt.IsZero() {
 		t.Errorf("lastn = %+v", lastn)
 	}
 	if sliding.Path != "fast" || len(sliding.ConfigSchema) == 0 || len(sliding.Defaults) == 0 || sliding.Calls == 0 /* the smoke test */ {

@@ -63,10 +63,11 @@ func Go(ctx context.Context, pkgDir, out string) error {
 	return run(cmd, "go build "+pkgDir)
 }
 
-// CFlags are the flags every C plugin is built with.
+// cFlags are the flags every C plugin is built with. Plugins name their
+// exports with __attribute__((export_name(...))), as the C kit does.
 var cFlags = []string{
 	"--target=wasm32-wasi", "--sysroot=/usr", "-O2", "-mexec-model=reactor",
-	"-Wall", "-Werror", "-Wl,--export=describe", "-Wl,--export=compact",
+	"-Wall", "-Werror",
 }
 
 // C builds the C plugin source src to out with clang. defines are passed

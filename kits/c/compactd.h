@@ -616,8 +616,9 @@ CD_API int cd_json_index(cd_str arr, size_t i, cd_str *value)
 }
 
 /* cd_json_int reads an integer (JSON Schema's sense: 8, 8.0 and 0.8e1 are
- * integers) into *out. It returns 0 if the value is not an integer or does
- * not fit in an int64_t. */
+ * integers) into *out. It returns 1, or 0 if the value is not an integer,
+ * or -1 if it is an integer too large for an int64_t (then *out is
+ * INT64_MAX or INT64_MIN, for callers that clamp). */
 CD_API int cd_json_int(cd_str v, int64_t *out)
 {
 	cd__scan sc = {v.ptr, v.len, 0, 0};
@@ -673,18 +674,26 @@ CD_API int cd_json_int(cd_str v, int64_t *out)
 		*out = 0;
 		return 1;
 	}
-	if (exp < 0 || (int64_t)(nd - first) + exp > 19)
+	if (exp < 0)
 		return 0;
+	if ((int64_t)(nd - first) + exp > 19) {
+		*out = neg ? INT64_MIN : INT64_MAX;
+		return -1;
+	}
 	uint64_t u = 0;
 	for (size_t k = first; k < nd; k++)
 		u = u * 10 + (uint64_t)(digits[k] - '0');
 	for (int64_t k = 0; k < exp; k++) {
-		if (u > UINT64_MAX / 10)
-			return 0;
+		if (u > UINT64_MAX / 10) {
+			*out = neg ? INT64_MIN : INT64_MAX;
+			return -1;
+		}
 		u *= 10;
 	}
-	if (u > (uint64_t)INT64_MAX + (uint64_t)neg)
-		return 0;
+	if (u > (uint64_t)INT64_MAX + (uint64_t)neg) {
+		*out = neg ? INT64_MIN : INT64_MAX;
+		return -1;
+	}
 	*out = neg ? (int64_t)(0 - u) : (int64_t)u;
 	return 1;
 }
@@ -734,11 +743,12 @@ CD_API int cd_config_int(const cd_request *req, const char *key, int64_t min, in
 		return 0;
 	char msg[160];
 	int64_t n;
-	if (!cd_json_int(v, &n)) {
+	int r2 = cd_json_int(v, &n);
+	if (r2 == 0) {
 		snprintf(msg, sizeof msg, "config: %s must be an integer", key);
 		return cd_fail(err, CD_INVALID_CONFIG, msg);
 	}
-	if (n < min || n > max) {
+	if (r2 < 0 || n < min || n > max) {
 		snprintf(msg, sizeof msg, "config: %s must be between %lld and %lld", key, (long long)min, (long long)max);
 		return cd_fail(err, CD_INVALID_CONFIG, msg);
 	}
@@ -1164,7 +1174,7 @@ CD_API int cd__decode_message(cd_str obj, cd_message *m, cd_arena *arena)
 				return -1;
 			has_role = got == 1 && m->role.len > 0;
 		} else if (cd_json_key_is(k, "tokens")) {
-			if (cd_json_int(v, &num) && num >= 0 && num <= UINT32_MAX)
+			if (cd_json_int(v, &num) == 1 && num >= 0 && num <= UINT32_MAX)
 				m->tokens = (uint32_t)num;
 		} else if (cd_json_key_is(k, "content")) {
 			m->content_kind = CD_CONTENT_NULL;
@@ -1241,9 +1251,9 @@ CD_API int cd_decode_json(const char *in, size_t n, cd_request *req, cd_arena *a
 					got = cd__jstr(cv, &req->encoding, arena);
 				else if (cd_json_key_is(ck, "conversation_id"))
 					got = cd__jstr(cv, &req->conversation_id, arena);
-				else if (cd_json_key_is(ck, "context_window") && cd_json_int(cv, &num) && num >= 0 && num <= UINT32_MAX)
+				else if (cd_json_key_is(ck, "context_window") && cd_json_int(cv, &num) == 1 && num >= 0 && num <= UINT32_MAX)
 					req->context_window = (uint32_t)num;
-				else if (cd_json_key_is(ck, "total_tokens") && cd_json_int(cv, &num) && num >= 0 && num <= UINT32_MAX)
+				else if (cd_json_key_is(ck, "total_tokens") && cd_json_int(cv, &num) == 1 && num >= 0 && num <= UINT32_MAX)
 					req->total_tokens = (uint32_t)num;
 				else if (cd_json_key_is(ck, "state"))
 					req->state = cd__is_null(cv) ? (cd_str){NULL, 0} : cv;
@@ -1438,6 +1448,7 @@ enum { CD_FN_PING = 0, CD_FN_DESCRIBE = 1, CD_FN_COMPACT = 2, CD_FN_SHOULD_COMPA
 CD_API int cd_run(const char *describe, cd_compact_fn compact, int fn, const char *in, size_t n, int fast, cd_buf *out)
 {
 	cd_error err = {0};
+	size_t base = out->len; /* the fast path's status byte comes first */
 	if (fn == CD_FN_DESCRIBE) {
 		cd_buf_lit(out, describe);
 		return 0;
@@ -1458,7 +1469,7 @@ CD_API int cd_run(const char *describe, cd_compact_fn compact, int fn, const cha
 	if (rc == 0) {
 		cd_result_json(out, &res);
 		if (out->oom || res.items.oom || res.summary.oom || res.rewritten.oom || res.warnings.oom || res.state.oom) {
-			out->len = 0;
+			out->len = base;
 			out->oom = 0;
 			rc = cd_fail(&err, CD_INTERNAL, "out of memory writing the result");
 		}
@@ -1466,7 +1477,7 @@ CD_API int cd_run(const char *describe, cd_compact_fn compact, int fn, const cha
 	if (rc != 0) {
 		if (err.code == NULL)
 			cd_fail(&err, CD_INTERNAL, "the policy failed without an error");
-		out->len = 0;
+		out->len = base;
 		cd_error_body(out, &err);
 	}
 	cd_result_free(&res);
