@@ -93,7 +93,7 @@ func ExampleClient_Policy() {
 		return
 	}
 	fmt.Println(p.Name, p.Version, p.Serving, p.Path)
-	// Output: lastn 0.1.0 true extism
+	// Output: lastn 0.1.0 true fast
 }
 
 func ExampleIsCode() {
