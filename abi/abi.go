@@ -19,7 +19,7 @@ import (
 // every minor version up to its own; see README.md, "Versioning".
 const (
 	Major = 1
-	Minor = 0
+	Minor = 1
 )
 
 // Version is the ABI version string the host sends and the plugins declare.
@@ -201,7 +201,8 @@ type Context struct {
 	Model string `json:"model,omitempty"`
 	// Encoding is the tokenizer the host counted with, e.g. "o200k_base".
 	Encoding string `json:"encoding,omitempty"`
-	// ContextWindow is the model's context window in tokens (0 if unknown).
+	// ContextWindow is the model's context window in tokens (the models.dev
+	// catalog's, else its family's, else 8,192; 0 when no model is named).
 	ContextWindow int `json:"context_window,omitempty"`
 	// TotalTokens is the sum of the messages' tokens fields.
 	TotalTokens int `json:"total_tokens"`
@@ -234,7 +235,17 @@ type CompactResult struct {
 	State json.RawMessage `json:"state,omitempty"`
 	// Warnings are non-fatal problems (e.g. "LLM failed; used fallback").
 	Warnings []string `json:"warnings,omitempty"`
+	// CacheBreakpoints (ABI 1.1) are positions in Messages the policy
+	// marks as prompt-cache breakpoints: at most MaxCacheBreakpoints
+	// distinct indices, each in range. The host applies them only when
+	// the caller asked for breakpoints (README.md, "Cache breakpoints").
+	CacheBreakpoints []int `json:"cache_breakpoints,omitempty"`
 }
+
+// MaxCacheBreakpoints is how many messages a result may mark as cache
+// breakpoints. Anthropic allows four per request; the fourth is the
+// caller's (usually on the newest message).
+const MaxCacheBreakpoints = 3
 
 // ShouldCompactResult is the output of the optional should_compact export.
 type ShouldCompactResult struct {

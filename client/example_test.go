@@ -78,8 +78,9 @@ func Example() {
 		fmt.Println(string(m)) // kept messages come back byte for byte
 	}
 	// Output:
-	// true 6 → 3 messages
+	// true 6 → 4 messages
 	// {"role":"system","content":"You are terse."}
+	// {"role":"user","content":"Book a flight to Boston."}
 	// {"role":"assistant","content":"Morning or evening?"}
 	// {"role":"user",  "content":"Morning.", "x_client_id": 7}
 }
@@ -93,7 +94,7 @@ func ExampleClient_Policy() {
 		return
 	}
 	fmt.Println(p.Name, p.Version, p.Serving, p.Path)
-	// Output: lastn 0.1.0 true fast
+	// Output: lastn 0.2.0 true fast
 }
 
 func ExampleIsCode() {
@@ -114,7 +115,7 @@ func ExampleClient_UpdateConfig() {
 	defer c.Close()
 	ctx := context.Background()
 	// Make lastn the default policy and keep 1 message after the system
-	// messages. The daemon checks the update against the plugin's config
+	// messages and the task. The daemon checks the update against the plugin's config
 	// schema and writes it to its config file.
 	_, err := c.UpdateConfig(ctx, map[string]any{
 		"policy":   "lastn",
@@ -138,7 +139,7 @@ func ExampleClient_UpdateConfig() {
 	// Undo: null deletes a key.
 	c.UpdateConfig(ctx, map[string]any{"policy": nil, "policies": nil})
 	// Output:
-	// 1 lastn
+	// 2 lastn
 	// true
 }
 

@@ -26,8 +26,13 @@ type CompactRequest struct {
 	ContextWindow int `json:"context_window,omitempty"`
 	// TargetTokens stops a pipeline early once the conversation fits.
 	TargetTokens int `json:"target_tokens,omitempty"`
+	// CacheBreakpoints asks for the policy's prompt-cache breakpoints (up
+	// to 3 messages) as Anthropic's "cache_control": {"type": "ephemeral"}
+	// on the marked messages (on their last content block when the
+	// content is an array). Off by default: OpenAI rejects the key.
+	CacheBreakpoints bool `json:"cache_breakpoints,omitempty"`
 	// Messages are OpenAI chat messages. The ones a policy keeps come back
-	// byte for byte.
+	// byte for byte (except the cache_control a breakpoint adds).
 	Messages []json.RawMessage `json:"messages"`
 }
 
@@ -40,7 +45,10 @@ type CompactResponse struct {
 	Summary        string            `json:"summary"`
 	ConversationID string            `json:"conversation_id"`
 	Warnings       []string          `json:"warnings"`
-	Stats          Stats             `json:"stats"`
+	// CacheBreakpoints lists the messages that carry a cache_control
+	// breakpoint (indices into Messages), when the request asked for them.
+	CacheBreakpoints []int `json:"cache_breakpoints,omitempty"`
+	Stats            Stats `json:"stats"`
 }
 
 // Stats sum up a compaction.

@@ -113,3 +113,122 @@ func TestCheckResult(t *testing.T) {
 		})
 	}
 }
+
+func TestCheckAnthropic(t *testing.T) {
+	tests := []struct {
+		name, conv, wantErr string
+	}{
+		{"plain chat", conv(sys, user, asst, user), ""},
+		{"tool loop", conv(sys, user, call1, res1, asst), ""},
+		{"consecutive users merge", conv(user, user, asst), ""},
+		{"consecutive assistants merge", conv(user, asst, asst, user), ""},
+		{"tool result then user text", conv(user, call1, res1, user), ""},
+		{"final assistant may be empty", conv(user, `{"role":"assistant","content":""}`), ""},
+		{"assistant with calls and no text", conv(user, call1, res1), ""},
+		{"content parts", conv(user, `{"role":"assistant","content":[{"type":"text","text":"x"}]}`), ""},
+		{"assistant first", conv(sys, asst, user), "first message after the system prompt is the assistant's"},
+		{"only system", conv(sys), "no message after the system prompt"},
+		{"system in the middle", conv(user, sys, asst), "message 1: Anthropic: a system message after the conversation's start"},
+		{"empty user text", conv(user, asst, `{"role":"user","content":""}`, asst), "message 2: Anthropic: a user message without content"},
+		{"null content", conv(user, `{"role":"assistant","content":null}`, user), "without content"},
+		{"empty parts", conv(user, `{"role":"assistant","content":[ ]}`, user), "without content"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := CheckAnthropic(msgs(t, tt.conv))
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("err = %v, want %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestTaskAndPinned(t *testing.T) {
+	tests := []struct {
+		name       string
+		conv       string
+		task       int
+		keep, drop int
+	}{
+		{"system then task", conv(sys, user, asst, user), 1, 2, 1},
+		{"no system", conv(user, asst, user), 0, 1, 0},
+		{"task is the final message", conv(sys, user), 1, 1, 1},
+		{"no user at all", conv(sys, asst), -1, 1, 1},
+		{"greeting before the task", conv(sys, asst, user, asst), 2, 3, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := msgs(t, tt.conv)
+			if got := Task(m); got != tt.task {
+				t.Errorf("Task = %d, want %d", got, tt.task)
+			}
+			if got := Pinned(m, true); got != tt.keep {
+				t.Errorf("Pinned(keep) = %d, want %d", got, tt.keep)
+			}
+			if got := Pinned(m, false); got != tt.drop {
+				t.Errorf("Pinned(drop) = %d, want %d", got, tt.drop)
+			}
+		})
+	}
+}
+
+func TestFinalReplacement(t *testing.T) {
+	in := msgs(t, conv(user, call1, `{"role":"tool","tool_call_id":"c1","name":"f","content":"a long tool result"}`))
+	ref := func(i int) abi.Item { return abi.Ref(i) }
+	tool := func(id, name, text string) abi.Item {
+		return abi.New(abi.Message{Role: abi.RoleTool, ToolCallID: id, Name: name, Content: abi.TextContent(text)})
+	}
+	tests := []struct {
+		name    string
+		items   []abi.Item
+		wantErr string
+	}{
+		{"shortened", []abi.Item{ref(0), ref(1), tool("c1", "f", "short")}, ""},
+		{"same length", []abi.Item{ref(0), ref(1), tool("c1", "f", "a long tool resulT")}, ""},
+		{"longer", []abi.Item{ref(0), ref(1), tool("c1", "f", "a longer tool result!")}, "longer than the original"},
+		{"other id", []abi.Item{ref(0), ref(1), tool("c2", "f", "x")}, `tool_call_id "c2" replaces "c1"`},
+		{"other name", []abi.Item{ref(0), ref(1), tool("c1", "g", "x")}, "name"},
+		{"not a tool message", []abi.Item{ref(0), ref(1), abi.New(abi.Message{Role: abi.RoleUser, Content: abi.TextContent("x")})}, "a user message replaces"},
+		{"final ref and a new message after it", []abi.Item{ref(0), ref(1), ref(2), tool("c1", "f", "x")}, "must be"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := CheckResult(in, tt.items)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("err = %v, want %q", err, tt.wantErr)
+			}
+		})
+	}
+	// Only a tool result may be replaced.
+	chat := msgs(t, conv(user, asst, user))
+	if err := CheckItems(chat, []abi.Item{ref(0), ref(1), abi.New(abi.Message{Role: abi.RoleUser, Content: abi.TextContent("x")})}); err == nil {
+		t.Fatal("a changed final user message was accepted")
+	}
+}
+
+func TestCheckBreakpoints(t *testing.T) {
+	tests := []struct {
+		marks   []int
+		wantErr string
+	}{
+		{nil, ""}, {[]int{0, 4, 2}, ""},
+		{[]int{0, 1, 2, 3}, "at most 3"},
+		{[]int{5}, "out of range"}, {[]int{-1}, "out of range"},
+		{[]int{1, 1}, "twice"},
+	}
+	for _, tt := range tests {
+		err := CheckBreakpoints(5, tt.marks)
+		switch {
+		case tt.wantErr == "" && err != nil:
+			t.Errorf("%v: unexpected error: %v", tt.marks, err)
+		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+			t.Errorf("%v: err = %v, want %q", tt.marks, err, tt.wantErr)
+		}
+	}
+}

@@ -250,6 +250,9 @@ type Response struct {
 	Dropped []int
 	// NewMessages lists the output indices of new messages.
 	NewMessages []int
+	// Refs maps each output index to the input message it keeps (-1 for
+	// a new message).
+	Refs []int
 	// Duration is the time the call took, encoding and checks included.
 	Duration time.Duration
 }

@@ -22,18 +22,23 @@ func decodeResult(in *chat.Conversation, out []byte) (*Response, *PluginError) {
 	if err := convo.CheckItems(in.Messages, items); err != nil {
 		return nil, &PluginError{Kind: ErrInvalidResult, Detail: err.Error(), Err: err}
 	}
+	if err := convo.CheckBreakpoints(len(items), res.CacheBreakpoints); err != nil {
+		return nil, &PluginError{Kind: ErrInvalidResult, Detail: err.Error(), Err: err}
+	}
 
 	n := in.Len()
 	raw := make([]json.RawMessage, len(items))
 	msgs := make([]abi.Message, len(items))
-	resp := &Response{Result: res}
+	resp := &Response{Result: res, Refs: make([]int, len(items))}
 	kept := make([]bool, n)
 	for i, it := range items {
 		if it.IsRef() {
 			raw[i], msgs[i] = in.Raw[it.Ref], in.Messages[it.Ref]
 			kept[it.Ref] = true
+			resp.Refs[i] = it.Ref
 			continue
 		}
+		resp.Refs[i] = -1
 		m := *it.Message
 		m.Tokens = 0
 		b, err := marshalMessage(&m)

@@ -67,6 +67,16 @@ func appendResult(dst []byte, res *abi.CompactResult) ([]byte, error) {
 		}
 		dst = append(dst, ']')
 	}
+	if len(res.CacheBreakpoints) > 0 {
+		dst = append(dst, `,"cache_breakpoints":[`...)
+		for i, n := range res.CacheBreakpoints {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = strconv.AppendInt(dst, int64(n), 10)
+		}
+		dst = append(dst, ']')
+	}
 	return append(dst, '}'), nil
 }
 

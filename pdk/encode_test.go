@@ -65,6 +65,7 @@ func TestAppendResultMatchesEncodingJSON(t *testing.T) {
 			},
 			Compacted: true, Summary: "did \"things\"\n", EntriesSummarized: 4, Rewritten: []int{2, 5},
 			State: json.RawMessage(`{"cycle":3,"tiers":["a"]}`), Warnings: []string{"w1", "w<2>"},
+			CacheBreakpoints: []int{1, 4},
 		},
 	}
 	for i, res := range results {

@@ -15,7 +15,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/convo"
 	"github.com/compactd/compactd/host"
+	"github.com/compactd/compactd/internal/cli"
 	"github.com/compactd/compactd/internal/conform"
 	"github.com/compactd/compactd/internal/dataset"
 	"github.com/compactd/compactd/internal/tokens"
@@ -144,7 +147,7 @@ func TestBuiltinsOnRealData(t *testing.T) {
 					if !bytes.Equal(before, in.Encode()) {
 						t.Fatalf("%s prefix %d: the input changed", c.ID, n)
 					}
-					checkRefs(t, c.ID, in.Raw, resp)
+					checkRefs(t, c.ID, in.Raw, in.Messages, resp)
 				}
 			}
 			t.Logf("%s: %d prefixes of %d conversations, %d compacted", p.Name(), calls, len(convs), compacted)
@@ -154,8 +157,9 @@ func TestBuiltinsOnRealData(t *testing.T) {
 
 // checkRefs verifies that every output message that is not new is a
 // byte-identical copy of an input message, in input order, and that the
-// final message is the input's final message.
-func checkRefs(t *testing.T, id string, in []json.RawMessage, resp *host.Response) {
+// final message is the input's final message (or, the one exception, the
+// same tool result shortened).
+func checkRefs(t *testing.T, id string, in []json.RawMessage, inMsgs []abi.Message, resp *host.Response) {
 	t.Helper()
 	out := resp.Conversation.Raw
 	isNew := map[int]bool{}
@@ -176,6 +180,156 @@ func checkRefs(t *testing.T, id string, in []json.RawMessage, resp *host.Respons
 		j++
 	}
 	if !bytes.Equal(out[len(out)-1], in[len(in)-1]) {
-		t.Fatalf("%s: the final message changed", id)
+		// The one exception: a final tool result, shortened (toolresult).
+		last := len(out) - 1
+		if !isNew[last] || convo.FinalReplacement(&inMsgs[len(in)-1], &resp.Conversation.Messages[last]) != nil {
+			t.Fatalf("%s: the final message changed", id)
+		}
 	}
+}
+
+// TestEvalCheckFixtures runs `compactd eval --check --policy all` on the
+// fixture conversations with every built-in plugin: no policy may send an
+// invalid request or drop the task. A policy told to drop the task
+// (recap's keep_task: false, the Playbooks design) fails the check.
+func TestEvalCheckFixtures(t *testing.T) {
+	dir := t.TempDir()
+	for _, rel := range builtins(t) {
+		src := wasmbuild.ForTest(t, rel)
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(src)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := dataset.FixtureDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eval := func(args ...string) (int, string) {
+		var stdout, stderr bytes.Buffer
+		args = append([]string{"eval", "--check", "--plugins", dir, "--cache-dir", wasmbuild.TestCacheDir(t), "--data", data, "--out", ""}, args...)
+		code := cli.Main(args, strings.NewReader(""), &stdout, &stderr)
+		return code, stdout.String() + stderr.String()
+	}
+	code, out := eval("--policy", "all")
+	if code != cli.ExitOK {
+		t.Fatalf("eval --check --policy all: exit %d\n%s", code, out)
+	}
+	for _, rel := range builtins(t) {
+		name := strings.TrimSuffix(filepath.Base(rel), ".c")
+		if !strings.Contains(out, "\n"+name+" ") {
+			t.Errorf("the report has no row for %s", name)
+		}
+	}
+	code, out = eval("--policy", "recap", "--set", "keep_task=false", "--set", "min_preserved_assistant_messages=1", "--set", "batch_size=1")
+	if code != cli.ExitPluginFailed || !strings.Contains(out, "dropped the task") {
+		t.Fatalf("recap without its task: exit %d, want %d\n%s", code, cli.ExitPluginFailed, out)
+	}
+}
+
+// TestTaskKeptOnEveryPrefix is the task's property test: every built-in
+// plugin, with its default config, keeps the leading system messages and
+// the task (the first user message) verbatim on every prefix of every
+// fixture conversation that is itself a valid conversation; and a
+// conversation Anthropic's API accepts stays one it accepts
+// (convo.CheckAnthropic), cache breakpoints included. With -short, every
+// third prefix.
+func TestTaskKeptOnEveryPrefix(t *testing.T) {
+	files, err := dataset.FixtureFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var convs []dataset.Conversation
+	for _, f := range files {
+		cs, err := dataset.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		convs = append(convs, cs...)
+	}
+	counter := tokens.New(tokens.Options{})
+	tok := counter.ForModel("gpt-4o")
+	for _, c := range convs {
+		tok.CountMessages(c.Chat.Messages)
+	}
+	engine, err := host.NewEngine(host.Config{CacheDir: wasmbuild.TestCacheDir(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer engine.Close(context.Background())
+	ctx := context.Background()
+	stride := 1
+	if testing.Short() {
+		stride = 3
+	}
+	for _, rel := range builtins(t) {
+		t.Run(filepath.Base(rel), func(t *testing.T) {
+			t.Parallel()
+			wasm, err := os.ReadFile(wasmbuild.ForTest(t, rel))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := engine.Load(ctx, wasm, host.LoadOptions{Source: rel})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close(ctx)
+			cfg, err := p.Schema().Resolve()
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls, compacted := 0, 0
+			for _, c := range convs {
+				task := convo.Task(c.Chat.Messages)
+				for n := 1; n <= c.Chat.Len(); n += stride {
+					in := dataset.Prefix(c.Chat, n)
+					if in.Validate() != nil {
+						continue // a prefix that cuts a tool block in the middle
+					}
+					resp, err := p.Compact(ctx, &host.Request{Conversation: in, Config: cfg,
+						Context: abi.Context{Model: "gpt-4o", ContextWindow: 128000}, Env: host.CallEnv{CountTokens: tok.Count}})
+					if err != nil {
+						t.Fatalf("%s prefix %d: %v", c.ID, n, err)
+					}
+					calls++
+					if resp.Compacted {
+						compacted++
+					}
+					out := resp.Conversation
+					for i := 0; i < convo.LeadingSystem(in.Messages); i++ {
+						if !bytes.Equal(out.Raw[i], in.Raw[i]) {
+							t.Fatalf("%s prefix %d: system message %d not kept first", c.ID, n, i)
+						}
+					}
+					if task >= 0 && task < n && !containsRaw(out.Raw, in.Raw[task]) {
+						t.Fatalf("%s prefix %d: the task (message %d) was dropped or changed:\n%s", c.ID, n, task, out.Encode())
+					}
+					if convo.CheckAnthropic(in.Messages) == nil {
+						if err := convo.CheckAnthropic(out.Messages); err != nil {
+							t.Fatalf("%s prefix %d: the output is not valid for Anthropic: %v", c.ID, n, err)
+						}
+					}
+					if err := convo.CheckBreakpoints(out.Len(), resp.Result.CacheBreakpoints); err != nil {
+						t.Fatalf("%s prefix %d: %v", c.ID, n, err)
+					}
+				}
+			}
+			t.Logf("%s: %d prefixes, %d compacted", p.Name(), calls, compacted)
+			if calls == 0 {
+				t.Fatal("no prefix was checked")
+			}
+		})
+	}
+}
+
+func containsRaw(list []json.RawMessage, raw json.RawMessage) bool {
+	for _, r := range list {
+		if bytes.Equal(r, raw) {
+			return true
+		}
+	}
+	return false
 }

@@ -24,6 +24,7 @@ func runCompact(ctx context.Context, env *Env, args []string) int {
 	model := fs.String("model", "", "the agent's `model` (selects the tokenizer and context window)")
 	convID := fs.String("conversation-id", "", "conversation `id` (default: derived from the system messages and first user message)")
 	target := fs.Int("target-tokens", 0, "pipelines: stop once the conversation fits in `n` tokens")
+	breakpoints := fs.Bool("cache-breakpoints", false, "mark the policy's prompt-cache breakpoints with Anthropic's \"cache_control\" (up to 3 messages)")
 	var sets setFlags
 	fs.Var(&sets, "set", "config override `key=value` (repeatable; policy.key=value in a pipeline)")
 	fs.Usage = func() {
@@ -93,7 +94,14 @@ func runCompact(ctx context.Context, env *Env, args []string) int {
 		fmt.Fprintln(env.Stderr, "compactd compact:", err)
 		return exitFor(err)
 	}
-	out := resp.Conversation.Encode()
+	conv = resp.Conversation
+	if *breakpoints {
+		if conv, err = conv.WithCacheBreakpoints(resp.CacheBreakpoints); err != nil {
+			fmt.Fprintln(env.Stderr, "compactd compact: cache breakpoints:", err)
+			return ExitFailure
+		}
+	}
+	out := conv.Encode()
 	if _, err := env.Stdout.Write(append(out, '\n')); err != nil {
 		fmt.Fprintln(env.Stderr, "compactd compact: writing output:", err)
 		return ExitFailure

@@ -60,6 +60,8 @@ func runEval(ctx context.Context, env *Env, args []string) int {
 	maxConvs := fs.Int("max-conversations", 0, "use only the first `n` conversations of each file (0 = all)")
 	jobs := fs.Int("jobs", 0, "conversations replayed at once (default GOMAXPROCS)")
 	progress := fs.Bool("progress", false, "draw a progress bar on stderr even when it is not a terminal")
+	breakpoints := fs.Bool("cache-breakpoints", true, "requests ask for the policies' cache breakpoints, and Anthropic-style caches are priced with them (false: the agent marks only its system prompt and each request's end)")
+	check := fs.Bool("check", false, "exit 4 when a policy drops the task (the first user message) from a request, as well as when it sends an invalid one")
 	llm := fs.String("llm", "none", "what answers plugins' llm_complete: none (every call fails with no_provider) or stub (offline fixed-ratio summaries, for call counts and cost only)")
 	fs.Usage = func() {
 		fmt.Fprintln(env.Stderr, `usage: compactd eval [--data FILE.jsonl|DIR ...] [--policy P|all ...] [--pipeline a,b ...] [flags]
@@ -166,7 +168,7 @@ flags:`)
 
 	opts := eval.Options{
 		Policies: reg, Tokens: tok, Config: envConfig{getenv: env.Getenv}, Logger: logger, LLM: completer,
-		Specs: specs, Model: *model, ContextWindow: *window, TargetTokens: *target,
+		Specs: specs, Model: *model, ContextWindow: *window, TargetTokens: *target, CacheBreakpoints: *breakpoints,
 		Pricing: table, CostModels: costModels, MaxConversations: *maxConvs, Workers: *jobs,
 	}
 	if *progress || isTerminal(env.Stderr) {
@@ -194,15 +196,20 @@ flags:`)
 		}
 		fmt.Fprintf(env.Stderr, "wrote %s\n", strings.Join(written, ", "))
 	}
+	code := ExitOK
 	for _, f := range rep.Files {
 		for _, p := range f.Policies {
 			if p.Validity.Valid < p.Validity.Turns {
 				fmt.Fprintf(env.Stderr, "compactd eval: %s sent %d invalid requests on %s\n", p.Policy, p.Validity.Turns-p.Validity.Valid, f.File)
-				return ExitPluginFailed
+				code = ExitPluginFailed
+			}
+			if *check && p.Task.Kept < p.Task.Turns {
+				fmt.Fprintf(env.Stderr, "compactd eval: %s dropped the task from %d of %d requests on %s\n", p.Policy, p.Task.Turns-p.Task.Kept, p.Task.Turns, f.File)
+				code = ExitPluginFailed
 			}
 		}
 	}
-	return ExitOK
+	return code
 }
 
 // dataFiles expands --data values (files or directories of .jsonl files);

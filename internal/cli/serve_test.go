@@ -168,7 +168,8 @@ func TestServe(t *testing.T) {
 	d.signal(t, syscall.SIGHUP)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if r, err := c.Compact(ctx, &client.CompactRequest{Messages: msgs}); err == nil && len(r.Messages) == 2 {
+		// lastn, n 1: the system message, the task and the last message.
+		if r, err := c.Compact(ctx, &client.CompactRequest{Messages: msgs}); err == nil && len(r.Messages) == 3 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -183,8 +184,8 @@ func TestServe(t *testing.T) {
 	if !strings.Contains(d.log(), `unknown key \"unknown_key\"`) && !strings.Contains(d.log(), `unknown key "unknown_key"`) {
 		t.Errorf("the reload error does not name the key:\n%s", d.log())
 	}
-	if n := count(); n != 2 {
-		t.Errorf("after a bad reload: %d messages, want 2", n)
+	if n := count(); n != 3 {
+		t.Errorf("after a bad reload: %d messages, want 3", n)
 	}
 
 	// SIGTERM drains and exits 0, removing the socket.

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -154,6 +155,15 @@ type Response struct {
 	// Rewritten lists the input messages a policy reported it replaced by
 	// a new message in place (masked, shortened), in increasing order.
 	Rewritten []int
+	// CacheBreakpoints are the messages of Conversation the policies
+	// marked as prompt-cache breakpoints (indices, ascending, at most
+	// abi.MaxCacheBreakpoints). Conversation's bytes do not carry them:
+	// the caller applies them when its request asked for breakpoints
+	// (chat.Conversation.WithCacheBreakpoints). In a pipeline, a mark
+	// follows its message through later stages that keep it; when there
+	// are more than allowed, a later stage's own marks win, then the
+	// newest messages'.
+	CacheBreakpoints []int
 }
 
 // Compact runs req. It returns an error only for a request that cannot be
@@ -232,6 +242,7 @@ func (c *Compactor) Compact(ctx context.Context, req Request) (*Response, error)
 	}
 	rewritten := map[int]bool{}
 	cur := conv
+	var marks []int
 	for _, plan := range plans {
 		p := plan.plugin
 		st := Stage{Policy: p.Name(), Version: p.Version(), Path: p.Path(), TokensBefore: cur.TotalTokens(), MessagesBefore: cur.Len()}
@@ -242,25 +253,29 @@ func (c *Compactor) Compact(ctx context.Context, req Request) (*Response, error)
 			continue
 		}
 		stageStart := time.Now()
-		out, newMessages, warnings := c.runStage(ctx, p, cur, plan.config, abi.Context{
+		run := c.runStage(ctx, p, cur, plan.config, abi.Context{
 			Model: req.Model, Encoding: tok.Encoding(), ContextWindow: window, ConversationID: id,
 		}, env, &st)
 		st.Duration = time.Since(stageStart)
-		resp.Warnings = append(resp.Warnings, warnings...)
-		if out != nil {
+		resp.Warnings = append(resp.Warnings, run.warnings...)
+		if run.ok {
+			marks = mergeMarks(run.marks, marks, run.refs)
+		}
+		if out := run.out; out != nil {
 			tok.CountMessages(out.Messages)
 			for _, r := range st.Rewritten {
 				if r >= 0 && r < len(resp.Origin) && resp.Origin[r] >= 0 {
 					rewritten[resp.Origin[r]] = true
 				}
 			}
-			resp.Origin = composeOrigin(resp.Origin, st.Dropped, newMessages, out.Len())
+			resp.Origin = composeOrigin(resp.Origin, st.Dropped, run.newMessages, out.Len())
 			cur = out
 			st.TokensAfter, st.MessagesAfter = cur.TotalTokens(), cur.Len()
 		}
 		resp.Stats.Stages = append(resp.Stats.Stages, st)
 	}
 	resp.Conversation = cur
+	resp.CacheBreakpoints = marks
 	for i := range rewritten {
 		resp.Rewritten = append(resp.Rewritten, i)
 	}
@@ -313,10 +328,56 @@ func composeOrigin(origin, dropped, newMessages []int, outLen int) []int {
 	return out
 }
 
-// runStage runs one policy. It returns the new conversation (nil when the
-// stage changed nothing or failed), the output indices of the messages
-// the policy wrote, and warnings; it fills st.
-func (c *Compactor) runStage(ctx context.Context, p *host.Plugin, in *chat.Conversation, cfg json.RawMessage, actx abi.Context, env host.CallEnv, st *Stage) (*chat.Conversation, []int, []string) {
+// stageRun is what one stage did.
+type stageRun struct {
+	// out is the new conversation, nil when the stage changed nothing or
+	// failed; newMessages are the output indices of the messages the
+	// policy wrote.
+	out         *chat.Conversation
+	newMessages []int
+	// ok: the stage ran and its result was checked (refs and marks are
+	// meaningful; refs nil means every message kept in place).
+	ok       bool
+	refs     []int
+	marks    []int
+	warnings []string
+}
+
+// mergeMarks combines a stage's cache breakpoints with the earlier
+// stages' (prev, indices into the stage's input, carried to the output
+// through refs; nil refs keep indices as they are): the stage's own first,
+// then the carried ones from the newest message back, at most
+// abi.MaxCacheBreakpoints, ascending.
+func mergeMarks(own, prev, refs []int) []int {
+	out := slices.Clone(own)
+	var carried []int
+	for _, p := range prev {
+		if refs == nil {
+			carried = append(carried, p)
+			continue
+		}
+		if i := slices.Index(refs, p); i >= 0 {
+			carried = append(carried, i)
+		}
+	}
+	slices.Sort(carried)
+	for k := len(carried) - 1; k >= 0; k-- {
+		if !slices.Contains(out, carried[k]) {
+			out = append(out, carried[k])
+		}
+	}
+	if len(out) > abi.MaxCacheBreakpoints {
+		out = out[:abi.MaxCacheBreakpoints]
+	}
+	slices.Sort(out)
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// runStage runs one policy and fills st.
+func (c *Compactor) runStage(ctx context.Context, p *host.Plugin, in *chat.Conversation, cfg json.RawMessage, actx abi.Context, env host.CallEnv, st *Stage) stageRun {
 	var warnings []string
 	if c.opts.State != nil {
 		state, err := c.opts.State.LoadState(ctx, actx.ConversationID, p.Name())
@@ -331,18 +392,18 @@ func (c *Compactor) runStage(ctx context.Context, p *host.Plugin, in *chat.Conve
 		if err != nil {
 			st.Error = err.Error()
 			c.logger.Warn("should_compact failed; input kept", "policy", p.Name(), "error", err)
-			return nil, nil, append(warnings, err.Error()+" (input kept unchanged)")
+			return stageRun{warnings: append(warnings, err.Error()+" (input kept unchanged)")}
 		}
 		if !should.Compact {
 			st.Skipped = "should_compact: " + should.Reason
-			return nil, nil, warnings
+			return stageRun{warnings: warnings}
 		}
 	}
 	out, err := p.Compact(ctx, req)
 	if err != nil {
 		st.Error = err.Error()
 		c.logger.Warn("compaction failed; input kept", "policy", p.Name(), "error", err)
-		return nil, nil, append(warnings, err.Error()+" (input kept unchanged)")
+		return stageRun{warnings: append(warnings, err.Error()+" (input kept unchanged)")}
 	}
 	res := out.Result
 	for _, w := range res.Warnings {
@@ -355,10 +416,12 @@ func (c *Compactor) runStage(ctx context.Context, p *host.Plugin, in *chat.Conve
 	}
 	st.Compacted, st.Summary, st.EntriesSummarized = out.Compacted, res.Summary, res.EntriesSummarized
 	st.Dropped, st.Rewritten = out.Dropped, res.Rewritten
+	run := stageRun{ok: true, marks: res.CacheBreakpoints, warnings: warnings}
 	if !out.Compacted {
-		return nil, nil, warnings
+		return run
 	}
-	return out.Conversation, out.NewMessages, warnings
+	run.out, run.newMessages, run.refs = out.Conversation, out.NewMessages, out.Refs
+	return run
 }
 
 // ConversationID derives a stable id from the leading system messages and

@@ -430,10 +430,10 @@ func TestRecapConfigPrecedence(t *testing.T) {
 // indices the host found dropped; the messages carry no extra fields.
 func TestSummaryMetadata(t *testing.T) {
 	c := newCompactor(t, compactor.Options{})
-	in := recapConversation(t, 7) // S, then U1 A1 … U7 A7
+	in := recapConversation(t, 7) // S, then U1 A1 … U7 A7; U1 is the task, kept
 	resp := compact(t, c, compactor.Request{Conversation: in, Pipeline: []string{"recap"}})
 	s := resp.Stats.Stages[0]
-	if fmt.Sprint(s.Rewritten) != "[2 4 6 8]" || fmt.Sprint(s.Dropped) != "[1 2 3 4 5 6 7 8]" || s.EntriesSummarized != 8 || !strings.Contains(s.Summary, "removed 4 user messages") {
+	if fmt.Sprint(s.Rewritten) != "[2 4 6 8]" || fmt.Sprint(s.Dropped) != "[2 3 4 5 6 7 8]" || s.EntriesSummarized != 7 || !strings.Contains(s.Summary, "removed 3 user messages") {
 		t.Fatalf("stage %+v", s)
 	}
 	out := string(resp.Conversation.Encode())

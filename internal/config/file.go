@@ -36,7 +36,8 @@ type Config struct {
 	// LogLevel is trace, debug, info, warn, error or off (default info).
 	LogLevel string `yaml:"log_level,omitempty" json:"log_level"`
 
-	// Policy is the policy a request that names none gets.
+	// Policy is the policy a request that names none gets (DefaultPolicy
+	// when neither it nor Pipeline is set; see DefaultPipeline).
 	Policy string `yaml:"policy,omitempty" json:"policy,omitempty"`
 	// Pipeline is the pipeline a request that names none gets (exclusive
 	// with Policy).
@@ -69,6 +70,10 @@ type Compact struct {
 	Prompt           *string `yaml:"prompt,omitempty" json:"prompt,omitempty"`
 	SummaryTag       *string `yaml:"summary_tag,omitempty" json:"summary_tag,omitempty"`
 }
+
+// DefaultPolicy is the policy a request that names none gets when the
+// config file sets neither policy nor pipeline.
+const DefaultPolicy = "ledger"
 
 // LLMPolicy is the policy the `compact:` block configures.
 const LLMPolicy = "llm"
@@ -230,12 +235,15 @@ func (c *Config) WithDefaults(base Config) *Config {
 }
 
 // DefaultPipeline returns the policies a request without policy or
-// pipeline runs (nil when the config names none).
+// pipeline runs: the config's policy or pipeline, else DefaultPolicy.
 func (c *Config) DefaultPipeline() []string {
-	if c.Policy != "" {
+	switch {
+	case c.Policy != "":
 		return []string{c.Policy}
+	case len(c.Pipeline) > 0:
+		return c.Pipeline
 	}
-	return c.Pipeline
+	return []string{DefaultPolicy}
 }
 
 // Layers returns the config layers c and the environment give policy,
@@ -265,7 +273,12 @@ func (c *Config) ConfiguredPolicies() []string {
 	for name := range c.Policies {
 		set[name] = true
 	}
-	for _, n := range c.DefaultPipeline() {
+	// The policies the file names; the implicit DefaultPolicy is not
+	// "configured" (no warning when it is not loaded).
+	if c.Policy != "" {
+		set[c.Policy] = true
+	}
+	for _, n := range c.Pipeline {
 		set[n] = true
 	}
 	if c.Compact != nil {

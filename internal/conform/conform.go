@@ -8,8 +8,10 @@ package conform
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 
+	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/host"
 	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/tokens"
@@ -89,7 +91,8 @@ func Smoke(ctx context.Context, p *host.Plugin, tok *tokens.Tokenizer) error {
 // Run checks p on the samples and on extra conversations (e.g. real data
 // prefixes): every call succeeds with the default config, its result
 // passes the host's checks (which Compact enforces), the input is left
-// untouched, and a second identical call returns identical bytes.
+// untouched, a second identical call returns identical bytes, and cache
+// breakpoints, if the result marks any, apply cleanly.
 func Run(ctx context.Context, p *host.Plugin, tok *tokens.Tokenizer, extra []*chat.Conversation) *Report {
 	r := &Report{Plugin: p.Name() + "@" + p.Version()}
 	d := p.Description()
@@ -133,6 +136,9 @@ func Run(ctx context.Context, p *host.Plugin, tok *tokens.Tokenizer, extra []*ch
 			r.add("deterministic: "+names[i], fmt.Errorf("two identical calls returned different conversations"))
 			continue
 		}
+		if marks := first.Result.CacheBreakpoints; len(marks) > 0 {
+			r.add("cache breakpoints: "+names[i], checkMarks(first.Conversation, marks))
+		}
 		if p.HasShouldCompact() {
 			should, err := p.ShouldCompact(ctx, req)
 			if err == nil && !should.Compact && first.Compacted {
@@ -143,4 +149,25 @@ func Run(ctx context.Context, p *host.Plugin, tok *tokens.Tokenizer, extra []*ch
 		r.add("compact: "+names[i], nil)
 	}
 	return r
+}
+
+// checkMarks checks a result's cache breakpoints as a caller that asked
+// for them gets them: at most abi.MaxCacheBreakpoints messages in range
+// (the host checked that), each still a JSON message with the same role
+// and text once its cache_control is added.
+func checkMarks(out *chat.Conversation, marks []int) error {
+	marked, err := out.WithCacheBreakpoints(marks)
+	if err != nil {
+		return err
+	}
+	for _, i := range marks {
+		var m abi.Message
+		if err := json.Unmarshal(marked.Raw[i], &m); err != nil {
+			return fmt.Errorf("message %d with its breakpoint: %v", i, err)
+		}
+		if m.Role != out.Messages[i].Role || m.Text() != out.Messages[i].Text() {
+			return fmt.Errorf("message %d changed beyond its cache_control", i)
+		}
+	}
+	return nil
 }

@@ -3,6 +3,8 @@ package eval
 import (
 	"bytes"
 	"encoding/json"
+
+	"github.com/compactd/compactd/abi"
 )
 
 // Rules are a provider's prompt-cache rules (see the Cache* modes).
@@ -28,16 +30,29 @@ type Request struct {
 	Prefix int
 	// First is true for a session's first request.
 	First bool
-	// PrevTokens is the previous request's messages' tokens.
-	PrevTokens int
-	// PrevIsPrefix reports that every message of the previous request is
-	// the same, in the same place, in this one.
-	PrevIsPrefix bool
-	// System is the tokens of the leading system/developer messages.
-	System int
 	// Output is the tokens of the model's reply.
 	Output int
+
+	// The rest describes the request's shape for breakpoint caches.
+
+	// Messages holds each message's tokens (their sum is Tokens) and
+	// Blocks each message's content blocks (see Blocks).
+	Messages, Blocks []int
+	// Breakpoints are the prefix lengths, in messages, after which the
+	// request marks a cache breakpoint, ascending; the last one is
+	// len(Messages).
+	Breakpoints []int
+	// PrefixMessages is how many leading messages are identical to the
+	// previous request's (Prefix's messages).
+	PrefixMessages int
+	// Alive are the cache entries the previous request left, as prefix
+	// lengths in messages (Rules.Entries of the previous request).
+	Alive []int
 }
+
+// Lookback is how far back from a breakpoint, in content blocks,
+// Anthropic looks for an earlier cache entry ("about 20 blocks").
+const Lookback = 20
 
 // Usage is one request's tokens split the way a provider bills them.
 // Input + CacheRead + CacheWrite is the request's whole input.
@@ -66,19 +81,19 @@ func (u Usage) TotalInput() int { return u.Input + u.CacheRead + u.CacheWrite }
 // to MinTokens + k×Increment tokens; nothing under MinTokens is served.
 // Writing costs nothing.
 //
-// Breakpoints (Anthropic): the agent marks two cache breakpoints in every
-// request, after the leading system messages and after the last message
-// (both a documented Anthropic pattern; up to 4 are allowed). The cache
-// then holds two entries that matter: the system prefix and the previous
-// request as a whole. A request reads the longer of them that is a prefix
-// of it (the previous request only when all its messages are unchanged
-// at the start of this one; a partial match reads nothing from that
-// entry, because Anthropic only matches a prefix that ends at a
-// breakpoint), and writes everything from there to its last message. A
-// request shorter than MinTokens is neither read from nor written to the
-// cache. Entries are assumed alive for the whole session (the 5-minute
-// TTL is refreshed by each hit; agent turns are seconds apart); entries
-// of requests before the previous one are assumed expired.
+// Breakpoints (Anthropic): the request marks cache breakpoints
+// (Breakpoints: the policy's marks, the request's end, and — when there
+// is room among Anthropic's four — the end of the leading system
+// messages; see docs/eval.md). Each breakpoint whose prefix reaches
+// MinTokens writes a cache entry, or refreshes it. A request reads the
+// longest alive entry it can reach: an entry the previous request left
+// (Alive), whose messages this request still starts with, at most
+// Lookback content blocks before one of this request's breakpoints
+// (Anthropic looks back from each breakpoint block by block). It writes
+// everything after what it read, up to its end. A request shorter than
+// MinTokens is neither read from nor written to the cache. Entries of
+// requests before the previous one are assumed expired unless the
+// previous request refreshed them (its breakpoints).
 func (r Rules) Split(q Request) Usage {
 	u := Usage{Output: q.Output}
 	switch r.Mode {
@@ -92,18 +107,82 @@ func (r Rules) Split(q Request) Usage {
 		}
 		read := 0
 		if !q.First {
-			if q.System >= r.MinTokens && q.System <= q.Tokens {
-				read = q.System
-			}
-			if q.PrevIsPrefix && q.PrevTokens >= r.MinTokens && q.PrevTokens > read {
-				read = q.PrevTokens
-			}
+			read = r.read(q)
 		}
 		u.CacheRead = read
 		u.CacheWrite = q.Tokens - read
 	}
 	u.Input = q.Tokens + q.Priming - u.CacheRead - u.CacheWrite
 	return u
+}
+
+// read is the tokens a breakpoint request reads from the cache.
+func (r Rules) read(q Request) int {
+	cum := make([]int, len(q.Messages)+1)
+	blocks := make([]int, len(q.Messages)+1)
+	for i, n := range q.Messages {
+		cum[i+1] = cum[i] + n
+		b := 1
+		if i < len(q.Blocks) {
+			b = q.Blocks[i]
+		}
+		blocks[i+1] = blocks[i] + b
+	}
+	best := 0
+	for _, e := range q.Alive {
+		if e <= 0 || e > q.PrefixMessages || e > len(q.Messages) || cum[e] < r.MinTokens {
+			continue
+		}
+		for _, b := range q.Breakpoints {
+			if b >= e && b <= len(q.Messages) && blocks[b]-blocks[e] <= Lookback {
+				best = max(best, cum[e])
+				break
+			}
+		}
+	}
+	return best
+}
+
+// Entries returns the cache entries a breakpoint request leaves for the
+// next one: its breakpoints (prefix lengths in messages) whose prefix
+// reaches MinTokens. Other modes leave none (automatic caches need no
+// entries: Prefix says it all).
+func (r Rules) Entries(q Request) []int {
+	if r.Mode != CacheBreakpoints || q.Tokens < r.MinTokens {
+		return nil
+	}
+	var out []int
+	sum, i := 0, 0
+	for _, b := range q.Breakpoints {
+		for ; i < b && i < len(q.Messages); i++ {
+			sum += q.Messages[i]
+		}
+		if sum >= r.MinTokens && sum > 0 {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// Blocks is how many content blocks a message is on Anthropic's side:
+// one per text (a non-empty string, or each element of an array) and one
+// per tool call; a tool result is one block; at least one.
+func Blocks(m *abi.Message) int {
+	n := len(m.ToolCalls)
+	switch {
+	case m.Role == abi.RoleTool:
+		n = 1
+	case m.Content.IsString():
+		if string(m.Content.Raw()) != `""` {
+			n++
+		}
+	case !m.Content.IsNull():
+		var parts []json.RawMessage
+		if json.Unmarshal(m.Content.Raw(), &parts) == nil {
+			n += len(parts)
+		}
+	}
+	return max(n, 1)
 }
 
 // cached rounds a shared prefix down to what an automatic cache serves.

@@ -3,7 +3,10 @@ package eval
 import (
 	"encoding/json"
 	"math"
+	"slices"
 	"testing"
+
+	"github.com/compactd/compactd/abi"
 )
 
 var (
@@ -44,33 +47,64 @@ func TestSplitAutomatic(t *testing.T) {
 	}
 }
 
+// shape builds a breakpoint request of messages with these tokens, one
+// block each.
+func shape(toks []int, prefixMessages int, breaks, alive []int) Request {
+	q := Request{Messages: toks, Blocks: make([]int, len(toks)), Breakpoints: breaks, PrefixMessages: prefixMessages, Alive: alive}
+	for i, n := range toks {
+		q.Tokens += n
+		q.Blocks[i] = 1
+		if i < prefixMessages {
+			q.Prefix += n
+		}
+	}
+	return q
+}
+
 func TestSplitBreakpoints(t *testing.T) {
+	// A system prompt of 2,000 tokens and turns of 1,000.
 	tests := []struct {
-		name string
-		req  Request
-		want Usage
+		name    string
+		req     Request
+		want    Usage
+		entries []int
 	}{
 		{"first request writes everything up to the last message",
-			Request{Tokens: 5000, First: true, System: 2000},
-			Usage{Input: 3, CacheWrite: 5000}},
+			func() Request {
+				q := shape([]int{2000, 1000, 1000, 1000}, 0, []int{1, 4}, nil)
+				q.First = true
+				return q
+			}(),
+			Usage{Input: 3, CacheWrite: 5000}, []int{1, 4}},
 		{"previous request unchanged: read it, write the new messages",
-			Request{Tokens: 6000, Prefix: 5000, PrevTokens: 5000, PrevIsPrefix: true, System: 2000},
-			Usage{Input: 3, CacheRead: 5000, CacheWrite: 1000}},
+			shape([]int{2000, 1000, 1000, 1000, 1000}, 4, []int{1, 5}, []int{1, 4}),
+			Usage{Input: 3, CacheRead: 5000, CacheWrite: 1000}, []int{1, 5}},
 		{"compacted: only the system breakpoint matches",
-			Request{Tokens: 3000, Prefix: 2500, PrevTokens: 6000, PrevIsPrefix: false, System: 2000},
-			Usage{Input: 3, CacheRead: 2000, CacheWrite: 1000}},
+			shape([]int{2000, 500, 500}, 2, []int{1, 3}, []int{1, 6}),
+			Usage{Input: 3, CacheRead: 2000, CacheWrite: 1000}, []int{1, 3}},
 		{"compacted with a system prompt under the minimum: nothing read",
-			Request{Tokens: 3000, Prefix: 2500, PrevTokens: 6000, System: 800},
-			Usage{Input: 3, CacheWrite: 3000}},
+			shape([]int{800, 1000, 1000, 200}, 3, []int{1, 4}, []int{6}),
+			Usage{Input: 3, CacheWrite: 3000}, []int{4}},
 		{"request under the minimum: plain input",
-			Request{Tokens: 1000, Prefix: 900, PrevTokens: 900, PrevIsPrefix: true, System: 500},
-			Usage{Input: 1003}},
-		{"previous request was under the minimum, so it was not written",
-			Request{Tokens: 1500, Prefix: 900, PrevTokens: 900, PrevIsPrefix: true, System: 500},
-			Usage{Input: 3, CacheWrite: 1500}},
+			shape([]int{500, 300, 200}, 3, []int{1, 3}, []int{1, 2}),
+			Usage{Input: 1003}, nil},
+		{"previous request was under the minimum, so it left no entry",
+			shape([]int{500, 400, 600}, 2, []int{1, 3}, nil),
+			Usage{Input: 3, CacheWrite: 1500}, []int{3}},
 		{"same request again: all read, nothing written",
-			Request{Tokens: 4000, Prefix: 4000, PrevTokens: 4000, PrevIsPrefix: true, System: 1000},
-			Usage{Input: 3, CacheRead: 4000}},
+			shape([]int{1000, 1000, 1000, 1000}, 4, []int{1, 4}, []int{1, 4}),
+			Usage{Input: 3, CacheRead: 4000}, []int{4}},
+		{"a policy's mark: the prefix up to it is read after a rewrite behind it",
+			// Previous: S T L1 [old tail…] with a mark after L1 (3); now
+			// S T L1 L2 last: L1's entry is reached from the mark after L2.
+			shape([]int{2000, 1000, 1000, 1500, 500}, 3, []int{1, 4, 5}, []int{1, 3, 8}),
+			Usage{Input: 3, CacheRead: 4000, CacheWrite: 2000}, []int{1, 4, 5}},
+		{"without the mark the same rewrite falls back to the system prompt",
+			shape([]int{2000, 1000, 1000, 1500, 500}, 3, []int{1, 5}, []int{1, 8}),
+			Usage{Input: 3, CacheRead: 2000, CacheWrite: 4000}, []int{1, 5}},
+		{"an alive entry past the common prefix is not read",
+			shape([]int{2000, 1000, 1000}, 2, []int{1, 3}, []int{3}),
+			Usage{Input: 3, CacheWrite: 4000}, []int{1, 3}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -78,7 +112,76 @@ func TestSplitBreakpoints(t *testing.T) {
 			if u := anthropic.Split(tt.req); u != tt.want {
 				t.Errorf("Split = %+v, want %+v", u, tt.want)
 			}
+			if e := anthropic.Entries(tt.req); !slices.Equal(e, tt.entries) {
+				t.Errorf("Entries = %v, want %v", e, tt.entries)
+			}
 		})
+	}
+}
+
+func TestSplitBreakpointsLookback(t *testing.T) {
+	// 30 messages of 100 tokens, the first 25 as before; the only entry
+	// is after message 24 (prefix 25).
+	toks := make([]int, 30)
+	for i := range toks {
+		toks[i] = 100
+	}
+	q := shape(toks, 25, []int{30}, []int{25})
+	if u := anthropic.Split(q); u.CacheRead != 2500 {
+		t.Fatalf("5 blocks back: read %d, want 2500", u.CacheRead)
+	}
+	// The same entry 21 blocks back from the only breakpoint is not found.
+	q.Blocks[26] = 17
+	if u := anthropic.Split(q); u.CacheRead != 0 {
+		t.Fatalf("21 blocks back: read %d, want 0", u.CacheRead)
+	}
+	// A mark closer to it finds it again.
+	q.Breakpoints = []int{26, 30}
+	if u := anthropic.Split(q); u.CacheRead != 2500 {
+		t.Fatalf("with a mark: read %d, want 2500", u.CacheRead)
+	}
+}
+
+func TestBreakpoints(t *testing.T) {
+	tests := []struct {
+		n, lead int
+		marks   []int
+		want    []int
+	}{
+		{5, 1, nil, []int{1, 5}},
+		{5, 0, nil, []int{5}},
+		{5, 1, []int{2}, []int{1, 3, 5}},
+		{5, 1, []int{4}, []int{1, 5}},
+		{9, 1, []int{2, 4, 6}, []int{1, 3, 5, 7, 9}[1:]},
+		{9, 2, []int{1, 4}, []int{2, 5, 9}},
+	}
+	for _, tt := range tests {
+		if got := Breakpoints(tt.n, tt.lead, tt.marks); !slices.Equal(got, tt.want) {
+			t.Errorf("Breakpoints(%d, %d, %v) = %v, want %v", tt.n, tt.lead, tt.marks, got, tt.want)
+		}
+	}
+}
+
+func TestBlocks(t *testing.T) {
+	tests := []struct {
+		msg  string
+		want int
+	}{
+		{`{"role":"user","content":"hi"}`, 1},
+		{`{"role":"assistant","content":"","tool_calls":[{"id":"a","type":"function","function":{"name":"f"}},{"id":"b","type":"function","function":{"name":"g"}}]}`, 2},
+		{`{"role":"assistant","content":"let me look","tool_calls":[{"id":"a","type":"function","function":{"name":"f"}}]}`, 2},
+		{`{"role":"tool","tool_call_id":"a","content":"x"}`, 1},
+		{`{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url"},{"type":"text","text":"b"}]}`, 3},
+		{`{"role":"assistant","content":null}`, 1},
+	}
+	for _, tt := range tests {
+		var m abi.Message
+		if err := json.Unmarshal([]byte(tt.msg), &m); err != nil {
+			t.Fatal(err)
+		}
+		if got := Blocks(&m); got != tt.want {
+			t.Errorf("Blocks(%s) = %d, want %d", tt.msg, got, tt.want)
+		}
 	}
 }
 

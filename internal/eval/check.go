@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
@@ -20,7 +21,10 @@ import (
 //   - the input's leading system/developer messages come first, byte for
 //     byte, and no new system/developer message appears after them
 //     (Anthropic's API accepts system text only at the start);
-//   - the last message is the input's last message, byte for byte;
+//   - the last message is the input's last message, byte for byte, or
+//     (convo.FinalReplacement) the same tool result shortened;
+//   - when the input is valid for Anthropic's API (convo.CheckAnthropic),
+//     so is the output;
 //   - messages kept from the input keep their order and appear once (an
 //     output message byte-identical to an input message before the last
 //     one kept is an error), and every other (new) message without tool
@@ -76,8 +80,69 @@ func Check(in, out *chat.Conversation) error {
 			return fmt.Errorf("message %d: leading system message %d changed or moved", i, i)
 		}
 	}
-	if !bytes.Equal(out.Raw[out.Len()-1], in.Raw[n-1]) {
-		return fmt.Errorf("message %d: the final message changed", out.Len()-1)
+	if last := out.Len() - 1; !bytes.Equal(out.Raw[last], in.Raw[n-1]) {
+		// The one exception: a final tool result, shortened.
+		if next == n || convo.FinalReplacement(&in.Messages[n-1], &parsed[last]) != nil {
+			return fmt.Errorf("message %d: the final message changed", last)
+		}
+	}
+	if convo.CheckAnthropic(in.Messages) == nil {
+		if err := convo.CheckAnthropic(parsed); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// CheckMarks checks a policy's cache breakpoints on a request as sent: at
+// most abi.MaxCacheBreakpoints distinct messages in range, and each marked
+// message, with its cache_control added (chat.MarkCacheBreakpoint), still
+// a message that reads the same (role, text, tool calls).
+func CheckMarks(out *chat.Conversation, marks []int) error {
+	if err := convo.CheckBreakpoints(out.Len(), marks); err != nil {
+		return err
+	}
+	marked, err := out.WithCacheBreakpoints(marks)
+	if err != nil {
+		return err
+	}
+	for _, i := range marks {
+		var m abi.Message
+		if err := json.Unmarshal(marked.Raw[i], &m); err != nil {
+			return fmt.Errorf("message %d: marked as a cache breakpoint, it is not a message: %v", i, err)
+		}
+		o := &out.Messages[i]
+		if m.Role != o.Role || m.Text() != o.Text() || len(m.ToolCalls) != len(o.ToolCalls) || m.ToolCallID != o.ToolCallID {
+			return fmt.Errorf("message %d: marking it as a cache breakpoint changed what it says", i)
+		}
+	}
+	return nil
+}
+
+// TaskKept reports whether out still holds in's task: the text of its
+// first user message, in a message of its own or within a message's text
+// (a summary that quotes it whole). It returns nil when in has no user
+// message.
+func TaskKept(in, out *chat.Conversation) *bool {
+	t := convo.Task(in.Messages)
+	if t < 0 {
+		return nil
+	}
+	kept := false
+	for i := range out.Raw {
+		if bytes.Equal(out.Raw[i], in.Raw[t]) {
+			kept = true
+			break
+		}
+	}
+	if !kept {
+		text := in.Messages[t].Text()
+		for i := range out.Messages {
+			if text != "" && strings.Contains(messageText(&out.Messages[i]), text) {
+				kept = true
+				break
+			}
+		}
+	}
+	return &kept
 }

@@ -86,6 +86,9 @@ type Options struct {
 	// TargetTokens is passed to every request (pipelines stop once the
 	// conversation fits).
 	TargetTokens int
+	// CacheBreakpoints: every request asks for the policies' cache
+	// breakpoints, and breakpoint caches (Anthropic) are priced with them.
+	CacheBreakpoints bool
 
 	// Pricing is the pricing table; nil means the shipped default.
 	Pricing *Pricing
@@ -350,6 +353,12 @@ type Turn struct {
 	LLM       *LLMUsage `json:"llm,omitempty"`
 	// Invalid says why the request as sent is not a valid conversation.
 	Invalid string `json:"invalid,omitempty"`
+	// TaskKept: the request still holds the task (see TaskKept); nil when
+	// the conversation has no user message.
+	TaskKept *bool `json:"task_kept,omitempty"`
+	// CacheBreakpoints are the messages the policy marked (with
+	// Options.CacheBreakpoints).
+	CacheBreakpoints []int `json:"cache_breakpoints,omitempty"`
 	// Errors are stage failures (the stage's input was kept).
 	Errors   []string `json:"errors,omitempty"`
 	Warnings int      `json:"warnings,omitempty"`
@@ -360,8 +369,10 @@ type Turn struct {
 
 // sent is the previous request as sent, for prefix comparisons.
 type sent struct {
-	raw    []json.RawMessage
-	tokens []int // per cost model: the request's messages' tokens
+	raw []json.RawMessage
+	// alive holds, per cost model, the cache entries the request left
+	// (Rules.Entries).
+	alive [][]int
 }
 
 func (r *runner) replayConversation(ctx context.Context, df *dataFile, ci int) error {
@@ -422,6 +433,7 @@ func (r *runner) replay(ctx context.Context, c dataset.Conversation, turns []int
 		in := dataset.Prefix(c.Chat, at)
 		t := Turn{At: at}
 		out := in
+		var marks []int
 		if compact != nil {
 			start := time.Now()
 			resp, err := compact(ctx, compactor.Request{
@@ -449,13 +461,21 @@ func (r *runner) replay(ctx context.Context, c dataset.Conversation, turns []int
 			if err := Check(in, out); err != nil {
 				t.Invalid = err.Error()
 			}
+			if r.opts.CacheBreakpoints {
+				marks = resp.CacheBreakpoints
+				t.CacheBreakpoints = marks
+				if err := CheckMarks(out, marks); err != nil && t.Invalid == "" {
+					t.Invalid = err.Error()
+				}
+			}
 		} else {
 			r.tok.CountMessages(in.Messages)
 		}
 		t.Messages = out.Len()
 		t.TokensIn = in.TotalTokens()
 		t.Tokens = r.countSent(out)
-		prev = r.bill(&t, prev, ti == 0, out, &c.Chat.Messages[at])
+		t.TaskKept = TaskKept(in, out)
+		prev = r.bill(&t, prev, ti == 0, out, marks, &c.Chat.Messages[at])
 		res.Turns = append(res.Turns, t)
 		if ti == len(turns)-1 {
 			res.Retention = Retain(probes, out.Messages)
@@ -477,19 +497,48 @@ func (r *runner) countSent(out *chat.Conversation) int {
 	return n
 }
 
+// maxBreakpoints is how many cache breakpoints Anthropic allows in one
+// request.
+const maxBreakpoints = 4
+
+// Breakpoints returns where a request of n messages marks cache
+// breakpoints, as prefix lengths in messages, ascending: after each
+// message the policy marked (marks, indices), at the end, and — while
+// Anthropic's four allow it — after the lead leading system messages (the
+// agent's own breakpoint on its system prompt).
+func Breakpoints(n, lead int, marks []int) []int {
+	out := make([]int, 0, len(marks)+2)
+	for _, m := range marks {
+		if m >= 0 && m < n && !slices.Contains(out, m+1) {
+			out = append(out, m+1)
+		}
+	}
+	if n > 0 && !slices.Contains(out, n) {
+		out = append(out, n)
+	}
+	if lead > 0 && lead < n && len(out) < maxBreakpoints && !slices.Contains(out, lead) {
+		out = append(out, lead)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // bill fills t's prefix figures and bills, and returns out as the
-// previous request for the next turn.
-func (r *runner) bill(t *Turn, prev *sent, first bool, out *chat.Conversation, reply *abi.Message) *sent {
-	cur := &sent{raw: out.Raw, tokens: make([]int, len(r.costs))}
+// previous request for the next turn. marks are the messages the policy
+// marked as cache breakpoints (nil when the request did not ask).
+func (r *runner) bill(t *Turn, prev *sent, first bool, out *chat.Conversation, marks []int, reply *abi.Message) *sent {
+	cur := &sent{raw: out.Raw, alive: make([][]int, len(r.costs))}
 	evalTokens := make([]int, out.Len())
+	blocks := make([]int, out.Len())
 	for i := range out.Messages {
 		evalTokens[i] = out.Messages[i].Tokens
+		blocks[i] = Blocks(&out.Messages[i])
 	}
 	if prev != nil {
 		t.PrefixMessages, t.Prefix = CommonPrefix(prev.raw, out.Raw, evalTokens)
 		t.PrevKept = t.PrefixMessages == len(prev.raw)
 	}
-	lead := convo.LeadingSystem(out.Messages)
+	breaks := Breakpoints(out.Len(), convo.LeadingSystem(out.Messages), marks)
 	t.Bills = make([]Usage, len(r.costs))
 	for k, cm := range r.costs {
 		toks := evalTokens
@@ -499,21 +548,19 @@ func (r *runner) bill(t *Turn, prev *sent, first bool, out *chat.Conversation, r
 				toks[i] = cm.tok.CountMessage(&out.Messages[i])
 			}
 		}
-		q := Request{Priming: tokens.ReplyPrimingTokens, First: first, Output: cm.tok.CountMessage(reply)}
+		q := Request{Priming: tokens.ReplyPrimingTokens, First: first, Output: cm.tok.CountMessage(reply),
+			Messages: toks, Blocks: blocks, Breakpoints: breaks, PrefixMessages: t.PrefixMessages}
 		for i, n := range toks {
 			q.Tokens += n
-			if i < lead {
-				q.System += n
-			}
 			if i < t.PrefixMessages {
 				q.Prefix += n
 			}
 		}
-		cur.tokens[k] = q.Tokens
 		if prev != nil {
-			q.PrevTokens, q.PrevIsPrefix = prev.tokens[k], t.PrevKept
+			q.Alive = prev.alive[k]
 		}
 		t.Bills[k] = cm.Rules.Split(q)
+		cur.alive[k] = cm.Rules.Entries(q)
 	}
 	return cur
 }

@@ -80,6 +80,7 @@ type PolicyReport struct {
 	Pipeline  []string        `json:"pipeline,omitempty"`
 	Tokens    TokenStats      `json:"tokens"`
 	Validity  Validity        `json:"validity"`
+	Task      TaskStats       `json:"task"`
 	Prefix    PrefixStats     `json:"prefix"`
 	Costs     []CostReport    `json:"costs"`
 	Retention RetentionReport `json:"retention"`
@@ -120,6 +121,17 @@ type Validity struct {
 	Failures []Failure `json:"failures,omitempty"`
 }
 
+// TaskStats count requests that still hold the conversation's task (its
+// first user message; see TaskKept).
+type TaskStats struct {
+	// Turns counts requests of conversations that have a task.
+	Turns int     `json:"turns"`
+	Kept  int     `json:"kept"`
+	Share float64 `json:"share"`
+	// Dropped lists up to 20 requests without their task.
+	Dropped []Failure `json:"dropped,omitempty"`
+}
+
 // Failure is one invalid request.
 type Failure struct {
 	Conversation string `json:"conversation"`
@@ -158,6 +170,15 @@ type CostReport struct {
 	TotalUSD      float64 `json:"total_usd"`
 	// VsNone is TotalUSD over the baseline's.
 	VsNone float64 `json:"vs_none"`
+	// InputVsNone compares what the policy controls: the input's cost
+	// (uncached input, cache reads and writes, and the summarizer's
+	// calls), without the output, which is the same for every policy.
+	InputVsNone float64 `json:"input_vs_none"`
+}
+
+// InputUSDTotal is the cost of the input side: everything but the output.
+func (c CostReport) InputUSDTotal() float64 {
+	return c.InputUSD + c.CacheReadUSD + c.CacheWriteUSD + c.SummarizerUSD
 }
 
 // RetentionReport sums the probes of every conversation.
@@ -286,6 +307,14 @@ func (r *runner) aggregate(spec Spec, convs []*ConvResult, base *PolicyReport) P
 			} else if len(pr.Validity.Failures) < 20 {
 				pr.Validity.Failures = append(pr.Validity.Failures, Failure{Conversation: c.ID, At: t.At, Reason: t.Invalid})
 			}
+			if t.TaskKept != nil {
+				pr.Task.Turns++
+				if *t.TaskKept {
+					pr.Task.Kept++
+				} else if len(pr.Task.Dropped) < 20 {
+					pr.Task.Dropped = append(pr.Task.Dropped, Failure{Conversation: c.ID, At: t.At, Reason: "the task (first user message) is not in the request"})
+				}
+			}
 			pr.Prefix.Tokens += t.Prefix
 			if ti > 0 {
 				laterTurns++
@@ -325,6 +354,7 @@ func (r *runner) aggregate(spec Spec, convs []*ConvResult, base *PolicyReport) P
 	slices.Sort(peaks)
 	pr.Tokens.MedianPeak = quantile(peaks, 0.5)
 	pr.Validity.Share = ratio(pr.Validity.Valid, pr.Validity.Turns)
+	pr.Task.Share = ratio(pr.Task.Kept, pr.Task.Turns)
 	pr.Prefix.Share = ratio(pr.Prefix.Tokens, pr.Tokens.Sent)
 	pr.Prefix.KeptShare = ratio(pr.Prefix.KeptTurns, laterTurns)
 	pr.Retention.Share = pr.Retention.Retention.Share()
@@ -342,9 +372,12 @@ func (r *runner) aggregate(spec Spec, convs []*ConvResult, base *PolicyReport) P
 		cr.OutputUSD = float64(u.Output) * p.Output / 1e6
 		cr.SummarizerUSD = r.summarizerCost(llm, cm)
 		cr.TotalUSD = cr.InputUSD + cr.CacheReadUSD + cr.CacheWriteUSD + cr.OutputUSD + cr.SummarizerUSD
-		cr.VsNone = 1
+		cr.VsNone, cr.InputVsNone = 1, 1
 		if base != nil && base.Costs[k].TotalUSD > 0 {
 			cr.VsNone = cr.TotalUSD / base.Costs[k].TotalUSD
+		}
+		if base != nil && base.Costs[k].InputUSDTotal() > 0 {
+			cr.InputVsNone = cr.InputUSDTotal() / base.Costs[k].InputUSDTotal()
 		}
 		pr.Costs = append(pr.Costs, cr)
 	}

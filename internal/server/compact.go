@@ -26,11 +26,12 @@ const maxConversationID = 256
 // compactTail is the response after its messages, which are written as
 // the caller's bytes rather than re-encoded.
 type compactTail struct {
-	Compacted      bool            `json:"compacted"`
-	Summary        string          `json:"summary"`
-	ConversationID string          `json:"conversation_id"`
-	Warnings       []string        `json:"warnings"`
-	Stats          compactor.Stats `json:"stats"`
+	Compacted        bool            `json:"compacted"`
+	Summary          string          `json:"summary"`
+	ConversationID   string          `json:"conversation_id"`
+	Warnings         []string        `json:"warnings"`
+	CacheBreakpoints []int           `json:"cache_breakpoints,omitempty"`
+	Stats            compactor.Stats `json:"stats"`
 }
 
 // handleCompact serves POST /v1/compact.
@@ -57,9 +58,10 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	// With "policy" (or a default policy) config holds its keys; with
-	// "pipeline" (or a default pipeline) one object per policy name.
-	keyed := len(req.Pipeline) > 0 || req.Policy == "" && cfg.Policy == ""
+	// With "policy" (or a default policy, the implicit one included)
+	// config holds its keys; with "pipeline" (or a default pipeline) one
+	// object per policy name.
+	keyed := len(req.Pipeline) > 0 || req.Policy == "" && cfg.Policy == "" && len(cfg.Pipeline) > 0
 	overrides, err := splitOverrides(req.Config, pipeline, keyed)
 	if err != nil {
 		return err
@@ -79,6 +81,14 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 
 	tail := compactTail{Compacted: resp.Compacted, Summary: resp.Summary, ConversationID: resp.ConversationID,
 		Warnings: resp.Warnings, Stats: resp.Stats}
+	out := resp.Conversation
+	if req.CacheBreakpoints && len(resp.CacheBreakpoints) > 0 {
+		if marked, err := out.WithCacheBreakpoints(resp.CacheBreakpoints); err != nil {
+			tail.Warnings = append(tail.Warnings, "cache breakpoints not applied: "+err.Error())
+		} else {
+			out, tail.CacheBreakpoints = marked, resp.CacheBreakpoints
+		}
+	}
 	if tail.Warnings == nil {
 		tail.Warnings = []string{}
 	}
@@ -86,7 +96,7 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	msgs := resp.Conversation.MessagesJSON()
+	msgs := out.MessagesJSON()
 	var buf bytes.Buffer
 	buf.Grow(len(msgs) + len(tb) + 16)
 	buf.WriteString(`{"messages":`)
@@ -145,7 +155,7 @@ func jsonProblem(data []byte, err error) string {
 	}
 	msg := strings.TrimPrefix(err.Error(), "json: ")
 	if strings.HasPrefix(msg, "unknown field") {
-		msg += " (fields: policy, pipeline, config, model, conversation_id, context_window, target_tokens, messages)"
+		msg += " (fields: policy, pipeline, config, model, conversation_id, context_window, target_tokens, cache_breakpoints, messages)"
 	}
 	return msg
 }

@@ -92,7 +92,7 @@ func TestHotReloadHammer(t *testing.T) {
 				case err != nil:
 					failures.Add(1)
 					t.Errorf("request failed: %v", err)
-				case len(resp.Warnings) > 0 || len(resp.Stats.Stages) != 1 || resp.Stats.Stages[0].Error != "" || len(resp.Messages) != 5:
+				case len(resp.Warnings) > 0 || len(resp.Stats.Stages) != 1 || resp.Stats.Stages[0].Error != "" || len(resp.Messages) != 6:
 					failures.Add(1)
 					t.Errorf("request degraded: %d messages, warnings %v", len(resp.Messages), resp.Warnings)
 				default:

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/internal/chat"
 )
@@ -71,19 +72,20 @@ func TestCompactVariants(t *testing.T) {
 		warning  string // substring of the one warning, "" for none
 		stages   string // policies run, comma-separated
 	}{
-		{"default policy and its file config", client.CompactRequest{}, 4, "", "lastn"},
-		{"request override beats the file", client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 5}}, 6, "", "lastn"},
+		// lastn keeps the system message, the task and its last n.
+		{"default policy and its file config", client.CompactRequest{}, 5, "", "lastn"},
+		{"request override beats the file", client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 5}}, 7, "", "lastn"},
 		{"pipeline with per-policy config", client.CompactRequest{Pipeline: []string{"sliding", "lastn"},
-			Config: map[string]any{"sliding": map[string]any{"window_size": 6, "step": 1}, "lastn": map[string]any{"n": 2}}}, 3, "", "sliding,lastn"},
+			Config: map[string]any{"sliding": map[string]any{"window_size": 6, "step": 1}, "lastn": map[string]any{"n": 2}}}, 4, "", "sliding,lastn"},
 		{"a pipeline of one takes config by policy name", client.CompactRequest{Pipeline: []string{"lastn"},
-			Config: map[string]any{"lastn": map[string]any{"n": 1}}}, 2, "", "lastn"},
+			Config: map[string]any{"lastn": map[string]any{"n": 1}}}, 3, "", "lastn"},
 		{"pipeline stops at the target", client.CompactRequest{Pipeline: []string{"lastn", "sliding"}, TargetTokens: 1000}, 14, "", "lastn,sliding"},
 		{"plugin traps: input kept, warning", client.CompactRequest{Policy: "gohostile", Config: map[string]any{"mode": "exit"}}, 14, "plugin trapped", "gohostile"},
 		{"plugin panics: input kept, warning", client.CompactRequest{Policy: "gohostile", Config: map[string]any{"mode": "panic"}}, 14, "panicked", "gohostile"},
 		{"plugin reports an error: input kept", client.CompactRequest{Policy: "gohostile", Config: map[string]any{"mode": "error"}}, 14, "gohostile: refusing", "gohostile"},
 		{"invalid result: input kept", client.CompactRequest{Policy: "gohostile", Config: map[string]any{"mode": "badref"}}, 14, "invalid conversation", "gohostile"},
 		{"failed stage in a pipeline is skipped", client.CompactRequest{Pipeline: []string{"gohostile", "lastn"},
-			Config: map[string]any{"gohostile": map[string]any{"mode": "dropsystem"}}}, 4, "gohostile", "gohostile,lastn"},
+			Config: map[string]any{"gohostile": map[string]any{"mode": "dropsystem"}}}, 5, "gohostile", "gohostile,lastn"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -134,7 +136,7 @@ func TestCompactErrors(t *testing.T) {
 		{"wrong type", `{"policy":["lastn"],"messages":[]}`, 400, CodeInvalidJSON, `field "policy"`},
 		{"no messages", `{"policy":"lastn"}`, 400, CodeBadRequest, `"messages" is required`},
 		{"policy and pipeline", `{"policy":"lastn","pipeline":["lastn"],"messages":` + msgs + `}`, 400, CodeBadRequest, "not both"},
-		{"no policy and no default", `{"messages":` + msgs + `}`, 400, CodeNoPolicy, "config file sets no default"},
+		{"no policy: the default, ledger, is not loaded here", `{"messages":` + msgs + `}`, 404, CodeUnknownPolicy, `"ledger"`},
 		{"bad policy name", `{"policy":"Last N","messages":` + msgs + `}`, 400, CodeBadRequest, "not a policy name"},
 		{"unknown policy", `{"policy":"nope","messages":` + msgs + `}`, 404, CodeUnknownPolicy, "available: lastn"},
 		{"invalid config value", `{"policy":"lastn","config":{"n":0},"messages":` + msgs + `}`, 400, CodeInvalidConfig, "n"},
@@ -241,14 +243,14 @@ func TestStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(st.Conversations) != 2 || st.Conversations[0].ID != "conv-b" || st.Totals.Requests != 4 || st.Totals.Compactions != 3 ||
-		st.Policies.Serving != 1 || st.Version != "test" || st.ABI != "1.0" || st.Store.TTL != "168h0m0s" || st.UptimeSeconds <= 0 {
+		st.Policies.Serving != 1 || st.Version != "test" || st.ABI != abi.Version.String() || st.Store.TTL != "168h0m0s" || st.UptimeSeconds <= 0 {
 		t.Errorf("status = %+v", st)
 	}
 	a, err := td.c.Conversation(bg, "conv-a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Requests != 3 || a.Compactions != 3 || a.Messages != 12 || a.MessagesAfter != 3 || a.ContextWindow != 128000 ||
+	if a.Requests != 3 || a.Compactions != 3 || a.Messages != 12 || a.MessagesAfter != 4 || a.ContextWindow != 128000 ||
 		a.UsageRatio <= 0 || a.UsageRatio != float64(a.Tokens)/128000 || a.TokensSaved <= 0 || a.LastCompacted.IsZero() || a.Model != "gpt-4o" {
 		t.Errorf("conv-a = %+v", a)
 	}
@@ -286,7 +288,7 @@ func TestConfigAPI(t *testing.T) {
 		}
 		return len(r.Messages)
 	}
-	if n := count(); n != 4 {
+	if n := count(); n != 5 {
 		t.Fatalf("before the update: %d messages", n)
 	}
 
@@ -329,8 +331,8 @@ func TestConfigAPI(t *testing.T) {
 	if strings.Join(up.RestartRequired, ",") != "socket" || len(up.Warnings) != 1 || !strings.Contains(up.Warnings[0], `"absent" is configured but not loaded`) {
 		t.Errorf("update answer: restart %v, warnings %v", up.RestartRequired, up.Warnings)
 	}
-	if n := count(); n != 6 {
-		t.Errorf("after the update: %d messages, want 6", n)
+	if n := count(); n != 7 {
+		t.Errorf("after the update: %d messages, want 7", n)
 	}
 	b, _ := os.ReadFile(td.config)
 	for _, want := range []string{"# daemon settings", "n: 5 # few", "absent:", "ttl: 1h", "socket: /elsewhere.sock"} {
@@ -347,15 +349,15 @@ func TestConfigAPI(t *testing.T) {
 	if _, err := td.Reload(); err == nil || !strings.Contains(err.Error(), `unknown key "bogus"`) {
 		t.Errorf("Reload of a broken file = %v", err)
 	}
-	if n := count(); n != 6 {
-		t.Errorf("after a failed reload: %d messages, want 6", n)
+	if n := count(); n != 7 {
+		t.Errorf("after a failed reload: %d messages, want 7", n)
 	}
 	os.WriteFile(td.config, []byte("policies: {lastn: {n: 2}}\nlimits: {plugins: {lastn: {call_timeout: 2s}}}\n"), 0o600)
 	if _, err := td.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if n := count(); n != 3 {
-		t.Errorf("after a reload: %d messages, want 3", n)
+	if n := count(); n != 4 {
+		t.Errorf("after a reload: %d messages, want 4", n)
 	}
 	if p, _ := td.c.Policy(bg, "lastn"); p.Limits.CallTimeout != "2s" {
 		t.Errorf("plugin limits not applied on reload: %+v", p.Limits)
@@ -365,7 +367,7 @@ func TestConfigAPI(t *testing.T) {
 	if _, err := td.Reload(); err == nil {
 		t.Error("reload accepted a config the plugin rejects")
 	}
-	if n := count(); n != 3 {
+	if n := count(); n != 4 {
 		t.Errorf("after a rejected reload: %d messages", n)
 	}
 }

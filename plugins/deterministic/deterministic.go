@@ -8,16 +8,18 @@ import (
 )
 
 // version is the plugin's version; bump it when behaviour changes.
-const version = "1.0.0"
+const version = "1.1.0"
 
 // config is the policy's config; its zero value is not the default (see
 // defaults).
 type config struct {
-	MaxEntries          int  `json:"max_entries"`
-	PreserveLastN       int  `json:"preserve_last_n"`
-	IncludeActionCounts bool `json:"include_action_counts"`
-	MaxOutputChars      int  `json:"max_output_chars"`
-	Step                int  `json:"step"`
+	MaxEntries          int    `json:"max_entries"`
+	PreserveLastN       int    `json:"preserve_last_n"`
+	IncludeActionCounts bool   `json:"include_action_counts"`
+	MaxOutputChars      int    `json:"max_output_chars"`
+	Step                int    `json:"step"`
+	KeepTask            bool   `json:"keep_task"`
+	SummaryRole         string `json:"summary_role"`
 }
 
 var defaults = config{
@@ -26,6 +28,8 @@ var defaults = config{
 	IncludeActionCounts: true,
 	MaxOutputChars:      200,
 	Step:                6,
+	KeepTask:            true,
+	SummaryRole:         abi.RoleAssistant,
 }
 
 const schema = `{
@@ -40,7 +44,10 @@ const schema = `{
     "max_output_chars": {"type": "integer", "minimum": 1,
       "description": "each of the (up to 3) key outputs in the summary is cut to this many characters"},
     "step": {"type": "integer", "minimum": 1,
-      "description": "hysteresis: once summarized, the summary is recomputed only when preserve_last_n+step entries follow it, so the prefix changes once every step entries (1 = every entry)"}
+      "description": "hysteresis: once summarized, the summary is recomputed only when preserve_last_n+step entries follow it, so the prefix changes once every step entries (1 = every entry)"},
+    "keep_task": {"type": "boolean",
+      "description": "keep the task (the first user message) verbatim and count entries after it; false: the task is an entry like the others and may be summarized"},
+    "summary_role": ` + steps.SummaryRoleSchema + `
   },
   "additionalProperties": false
 }`
@@ -62,8 +69,8 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 		return nil, err
 	}
 	msgs := req.Messages
-	lead := convo.LeadingSystem(msgs)
-	entries := steps.Entries(msgs, lead, len(msgs))
+	pinned := convo.Pinned(msgs, cfg.KeepTask)
+	entries := steps.Entries(msgs, pinned, len(msgs))
 	cut := summarized(len(entries), cfg)
 	if cut == 0 {
 		return abi.Unchanged(len(msgs), "nothing to summarize"), nil
@@ -73,16 +80,16 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 		OmitActionCounts: !cfg.IncludeActionCounts,
 		MaxOutputChars:   cfg.MaxOutputChars,
 	})
-	// The summary takes the place of the first summarized message, right
-	// after the leading system messages; system messages among the
-	// summarized entries stay, after it.
+	// The summary takes the place of the summarized span, right after
+	// the kept prefix (the system messages and the task); system messages
+	// among the summarized entries stay, after it.
 	keepFrom := entries[cut].Start
-	items := make([]abi.Item, 0, lead+1+len(msgs)-keepFrom)
-	for i := 0; i < lead; i++ {
+	items := make([]abi.Item, 0, pinned+1+len(msgs)-keepFrom)
+	for i := 0; i < pinned; i++ {
 		items = append(items, abi.Ref(i))
 	}
-	items = append(items, abi.New(abi.Message{Role: abi.RoleUser, Content: abi.TextContent(summary)}))
-	for i := lead; i < keepFrom; i++ {
+	items = append(items, abi.New(abi.Message{Role: steps.SummaryRole(cfg.SummaryRole, msgs, items), Content: abi.TextContent(summary)}))
+	for i := pinned; i < keepFrom; i++ {
 		if msgs[i].IsSystem() {
 			items = append(items, abi.Ref(i))
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -50,8 +51,14 @@ func TestCompact(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			// The seed's entries include the task (keep_task: false), so
+			// the summary opens the conversation: a user message.
+			cfg := map[string]any{"keep_task": false}
+			for k, v := range tt.cfg {
+				cfg[k] = v
+			}
 			msgs := plugtest.Build(tt.spec)
-			res := plugtest.Run(t, compact, msgs, tt.cfg, nil)
+			res := plugtest.Run(t, compact, msgs, cfg, nil)
 			if got := plugtest.Shape(res.Messages); got != tt.want {
 				t.Fatalf("got  %s\nwant %s", got, tt.want)
 			}
@@ -74,13 +81,44 @@ func TestCompact(t *testing.T) {
 	}
 }
 
+// TestKeepTask: by default the task stays verbatim, entries are counted
+// after it, and the summary takes the summarized span's place after it,
+// as the assistant's (summary_role).
+func TestKeepTask(t *testing.T) {
+	tests := []struct {
+		name, spec string
+		cfg        map[string]any
+		want, role string
+	}{
+		{"the task stays, the summary follows it", "s" + strings.Repeat("ua", 5), nil, "r0 r1 m r9 r10", abi.RoleAssistant},
+		{"no system message", strings.Repeat("ua", 5) + "u", nil, "r0 m r8 r9 r10", abi.RoleAssistant},
+		{"summary_role user", "s" + strings.Repeat("ua", 5), map[string]any{"summary_role": "user"}, "r0 r1 m r9 r10", abi.RoleUser},
+		{"tool units after the task", "su" + strings.Repeat("ct", 9), map[string]any{"step": 1}, "r0 r1 m r16 r17 r18 r19", abi.RoleAssistant},
+		{"below the trigger once the task is not an entry", "s" + strings.Repeat("ua", 4) + "u", nil, "r0 r1 r2 r3 r4 r5 r6 r7 r8 r9", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			msgs := plugtest.Build(tt.spec)
+			res := plugtest.Run(t, compact, msgs, tt.cfg, nil)
+			if got := plugtest.Shape(res.Messages); got != tt.want {
+				t.Fatalf("got  %s\nwant %s", got, tt.want)
+			}
+			for _, it := range res.Messages {
+				if !it.IsRef() && it.Message.Role != tt.role {
+					t.Errorf("summary role %s, want %s", it.Message.Role, tt.role)
+				}
+			}
+		})
+	}
+}
+
 // TestErrorOutputsSkipped: outputs that mention an error in any case are
 // not key outputs.
 func TestErrorOutputsSkipped(t *testing.T) {
 	msgs := plugtest.Build("s" + strings.Repeat("ct", 9))
 	msgs[2].Content = abi.TextContent("Traceback: ERROR in line 3")
 	msgs[4].Content = abi.TextContent("")
-	res := plugtest.Run(t, compact, msgs, map[string]any{"step": 1}, nil)
+	res := plugtest.Run(t, compact, msgs, map[string]any{"step": 1, "keep_task": false}, nil)
 	want := "Previous 7 steps: f0(7) | Key outputs: result 6; result 8; result 10"
 	if got := res.Messages[1].Message.Text(); got != want {
 		t.Fatalf("summary %q\nwant    %q", got, want)
@@ -92,7 +130,7 @@ func TestErrorOutputsSkipped(t *testing.T) {
 func TestHysteresisMovesInSteps(t *testing.T) {
 	msgs := plugtest.Build("s" + strings.Repeat("ua", 40))
 	for _, step := range []int{1, 3, 6, 10} {
-		cfg := map[string]any{"step": step}
+		cfg := map[string]any{"step": step, "keep_task": false}
 		var prev []abi.Message
 		changes := 0
 		for n := 2; n <= len(msgs); n++ {
@@ -157,13 +195,14 @@ func TestGolden(t *testing.T) {
 
 // TestRealData checks the contract on turn-by-turn prefixes of every
 // conversation in the shared data: valid results; when compacted, the
-// system messages, one user-role summary, then a contiguous suffix of the
-// input holding at least preserve_last_n entries.
+// system messages (and the task), one summary, then a contiguous suffix
+// of the input holding at least preserve_last_n entries.
 func TestRealData(t *testing.T) {
 	configs := []map[string]any{
 		nil,
 		{"step": 1},
-		{"max_entries": 3, "preserve_last_n": 1, "include_action_counts": false, "max_output_chars": 20},
+		{"max_entries": 3, "preserve_last_n": 1, "include_action_counts": false, "max_output_chars": 20, "summary_role": "user"},
+		{"keep_task": false},
 	}
 	plugtest.RealData(t, compact, configs, 10, func(tb testing.TB, id string, in []abi.Message, res *abi.CompactResult, cfg map[string]any) {
 		if !res.Compacted {
@@ -173,7 +212,7 @@ func TestRealData(t *testing.T) {
 		for _, it := range res.Messages {
 			if !it.IsRef() {
 				news++
-				if it.Message.Role != abi.RoleUser || it.Message.Text() == "" {
+				if it.Message.Text() == "" {
 					tb.Fatalf("%s: summary %s %q", id, it.Message.Role, it.Message.Text())
 				}
 			}
@@ -196,4 +235,43 @@ func TestRealData(t *testing.T) {
 // ./plugins/deterministic -run TestReplayReport -v
 func TestReplayReport(t *testing.T) {
 	plugtest.Report(t, "deterministic", compact)
+}
+
+// TestSeedDocument replays the example of rlm-code's compaction policies
+// document (seed 003, SuperagenticAI/rlm-code docs/policies/compaction.md,
+// "DeterministicCompactionPolicy") with its parameter names and defaults:
+// eight steps, six summarized as
+//
+//	Previous 6 steps: code(4), search(2) | Key outputs: Found 42 matching results; Dataset loaded with 1000 rows; Computed optimal value 3.14
+//
+// and the last two kept: [summary, history[-2], history[-1]]. The
+// document compacts its eight steps, so the trigger (more than
+// max_entries) is set one lower than the default 8.
+func TestSeedDocument(t *testing.T) {
+	actions := []string{"code", "code", "search", "code", "search", "code", "code", "search"}
+	outputs := []string{"Found 42 matching results", "Dataset loaded with 1000 rows", "Computed optimal value 3.14", "ValueError: retrying", "x = 3", "done", "step 7", "step 8"}
+	msgs := []abi.Message{
+		{Role: abi.RoleSystem, Content: abi.TextContent("You are an RLM."), Tokens: 10},
+		{Role: abi.RoleUser, Content: abi.TextContent("Solve the optimization problem"), Tokens: 10},
+	}
+	for i, a := range actions {
+		id := fmt.Sprintf("c%d", i)
+		msgs = append(msgs,
+			abi.Message{Role: abi.RoleAssistant, Content: abi.TextContent(""), Tokens: 10,
+				ToolCalls: []abi.ToolCall{{ID: id, Type: "function", Function: abi.FunctionCall{Name: a, Arguments: "{}"}}}},
+			abi.Message{Role: abi.RoleTool, ToolCallID: id, Content: abi.TextContent(outputs[i]), Tokens: 10})
+	}
+	cfg := map[string]any{"max_entries": 7, "preserve_last_n": 2, "max_output_chars": 200, "include_action_counts": true, "step": 1}
+	res := plugtest.Run(t, compact, msgs, cfg, nil)
+	if got := plugtest.Shape(res.Messages); got != "r0 r1 m r14 r15 r16 r17" {
+		t.Fatalf("got %s, want the system message, the task, the summary and the last two steps", got)
+	}
+	want := "Previous 6 steps: code(4), search(2) | Key outputs: Found 42 matching results; Dataset loaded with 1000 rows; Computed optimal value 3.14"
+	if got := res.Messages[2].Message.Text(); got != want || res.EntriesSummarized != 6 {
+		t.Fatalf("summary %q (%d entries)\nwant    %q", got, res.EntriesSummarized, want)
+	}
+	// The defaults are the document's.
+	if defaults.MaxEntries != 8 || defaults.PreserveLastN != 2 || defaults.MaxOutputChars != 200 || !defaults.IncludeActionCounts {
+		t.Fatalf("defaults %+v", defaults)
+	}
 }

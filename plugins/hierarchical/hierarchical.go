@@ -13,16 +13,22 @@ import (
 )
 
 // version is the plugin's version; bump it when behaviour changes.
-const version = "1.0.0"
+const version = "1.1.0"
 
 // config is the policy's config; its zero value is not the default (see
 // defaults).
 type config struct {
-	RecentWindow      int `json:"recent_window"`
-	MediumWindow      int `json:"medium_window"`
-	CompressThreshold int `json:"compress_threshold"`
-	MaxSummaries      int `json:"max_summaries"`
-	MediumOutputChars int `json:"medium_output_chars"`
+	RecentWindow      int    `json:"recent_window"`
+	MediumWindow      int    `json:"medium_window"`
+	CompressThreshold int    `json:"compress_threshold"`
+	MaxSummaries      int    `json:"max_summaries"`
+	MediumOutputChars int    `json:"medium_output_chars"`
+	KeepTask          bool   `json:"keep_task"`
+	SummaryRole       string `json:"summary_role"`
+	Reset             bool   `json:"reset"`
+	// SummaryDetailLevels is rlm-code's (informational there too): accepted
+	// so its configs load, and unused.
+	SummaryDetailLevels *int `json:"summary_detail_levels,omitempty"`
 }
 
 var defaults = config{
@@ -31,6 +37,8 @@ var defaults = config{
 	CompressThreshold: 10,
 	MaxSummaries:      3,
 	MediumOutputChars: 50,
+	KeepTask:          true,
+	SummaryRole:       abi.RoleAssistant,
 }
 
 const schema = `{
@@ -45,7 +53,14 @@ const schema = `{
     "max_summaries": {"type": "integer", "minimum": 1,
       "description": "old-tier summaries kept, one per cycle, newest last"},
     "medium_output_chars": {"type": "integer", "minimum": 1,
-      "description": "characters of each medium-tier entry's output kept in its summary"}
+      "description": "characters of each medium-tier entry's output kept in its summary"},
+    "keep_task": {"type": "boolean",
+      "description": "keep the task (the first user message) verbatim and count entries after it; false: the task is an entry like the others"},
+    "summary_role": ` + steps.SummaryRoleSchema + `,
+    "reset": {"type": "boolean",
+      "description": "rlm-code's reset(): drop the old-tier summaries accumulated so far (the state remembers it; send it on one request)"},
+    "summary_detail_levels": {"type": "integer", "minimum": 1,
+      "description": "rlm-code's key, informational there: accepted and unused"}
   },
   "additionalProperties": false
 }`
@@ -101,8 +116,8 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 		return nil, err
 	}
 	msgs := req.Messages
-	lead := convo.LeadingSystem(msgs)
-	entries := steps.Entries(msgs, lead, len(msgs))
+	pinned := convo.Pinned(msgs, cfg.KeepTask)
+	entries := steps.Entries(msgs, pinned, len(msgs))
 	st, live, resumed, stale := resume(req.Context.State, msgs, entries)
 	adopted := resumed && live == 1 && isSummary(msgs, entries[0])
 	cycles := st.Cycles
@@ -118,9 +133,14 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 		}
 	}
 
+	reset := cfg.Reset && (len(st.Summaries) > 0 || st.OldSteps > 0)
+	if reset {
+		// rlm-code's reset(): the accumulated old tier is forgotten.
+		st.Summaries, st.OldSteps = nil, 0
+	}
 	res := &abi.CompactResult{}
 	switch {
-	case st.Cycles != cycles || (!resumed && st.Cycles > 0):
+	case reset || st.Cycles != cycles || (!resumed && st.Cycles > 0):
 		res.State = encodeState(&st)
 	case stale != "":
 		res.State = json.RawMessage("{}") // clear a state that does not apply
@@ -132,17 +152,17 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 	}
 	text := render(&st)
 	keepFrom := entries[first].Start
-	items := make([]abi.Item, 0, lead+1+len(msgs)-keepFrom)
-	for i := 0; i < lead; i++ {
+	items := make([]abi.Item, 0, pinned+1+len(msgs)-keepFrom)
+	for i := 0; i < pinned; i++ {
 		items = append(items, abi.Ref(i))
 	}
-	start := lead
+	start := pinned
 	if adopted && first == 1 && entries[0].Output == text {
 		// The agent sent back our summary, unchanged since: keep its bytes.
 		items = append(items, abi.Ref(entries[0].Start))
 		start = entries[0].End
 	} else {
-		items = append(items, abi.New(abi.Message{Role: abi.RoleUser, Content: abi.TextContent(text)}))
+		items = append(items, abi.New(abi.Message{Role: steps.SummaryRole(cfg.SummaryRole, msgs, items), Content: abi.TextContent(text)}))
 	}
 	for i := start; i < keepFrom; i++ {
 		if msgs[i].IsSystem() {
@@ -153,8 +173,11 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 		items = append(items, abi.Ref(i))
 	}
 	res.Messages = items
-	res.Compacted = len(items) != len(msgs) || !items[lead].IsRef()
+	res.Compacted = len(items) != len(msgs) || !items[pinned].IsRef()
 	res.Summary = fmt.Sprintf("hierarchical: %d old, %d medium, %d recent%s", st.OldSteps, st.MediumSteps, len(entries)-first, stale)
+	if reset {
+		res.Summary += " (reset: the old tier was dropped)"
+	}
 	if res.Compacted {
 		res.EntriesSummarized = first
 	}
@@ -196,9 +219,10 @@ func resume(raw json.RawMessage, msgs []abi.Message, entries []steps.Entry) (st 
 	return state{}, 0, false, " (the stored state did not match the conversation: recomputed)"
 }
 
-// isSummary reports whether entry e is this policy's summary message.
+// isSummary reports whether entry e is this policy's summary message (a
+// user or an assistant message, as summary_role made it).
 func isSummary(msgs []abi.Message, e steps.Entry) bool {
-	return e.Action == steps.ActionUser && strings.HasPrefix(e.Output, header+"\n")
+	return (e.Action == steps.ActionUser || e.Action == steps.ActionReply) && strings.HasPrefix(e.Output, header+"\n")
 }
 
 // cycle runs one compaction cycle: the previous medium tier and the

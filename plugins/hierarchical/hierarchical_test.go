@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"flag"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -11,6 +12,20 @@ import (
 	"github.com/compactd/compactd/pdk"
 	"github.com/compactd/compactd/plugins/internal/plugtest"
 )
+
+// seed is the config of rlm-code's own behaviour, where every entry, the
+// task included, is history (keep_task: false); most tests here replay the
+// seed's examples.
+var seed = map[string]any{"keep_task": false}
+
+// seeded returns cfg with keep_task: false unless it says otherwise.
+func seeded(cfg map[string]any) map[string]any {
+	out := map[string]any{"keep_task": false}
+	for k, v := range cfg {
+		out[k] = v
+	}
+	return out
+}
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
@@ -62,7 +77,7 @@ func TestCompact(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			msgs := plugtest.Build(tt.spec)
-			res := plugtest.Run(t, compact, msgs, tt.cfg, nil)
+			res := plugtest.Run(t, compact, msgs, seeded(tt.cfg), nil)
 			if got := plugtest.Shape(res.Messages); got != tt.want {
 				t.Fatalf("got  %s\nwant %s", got, tt.want)
 			}
@@ -86,7 +101,7 @@ func TestFirstSeenActions(t *testing.T) {
 	msgs[1].ToolCalls[0].Function.Name = "zeta"
 	msgs[4].ToolCalls[0].Function.Name = "alpha"
 	msgs[7].ToolCalls[0].Function.Name = "zeta"
-	res := plugtest.Run(t, compact, msgs, map[string]any{"medium_window": 1, "recent_window": 1, "compress_threshold": 8}, nil)
+	res := plugtest.Run(t, compact, msgs, seeded(map[string]any{"medium_window": 1, "recent_window": 1, "compress_threshold": 8}), nil)
 	if got := summaryOf(res); !strings.Contains(got, "[7 steps: zeta, user, alpha, reply]") {
 		t.Fatalf("summary %q", got)
 	}
@@ -96,7 +111,7 @@ func TestFirstSeenActions(t *testing.T) {
 // once (rlm-code emitted it alone and again in the historical list).
 func TestNoDuplicateSummary(t *testing.T) {
 	msgs := plugtest.Build("s" + strings.Repeat("ua", 9))
-	res := plugtest.Run(t, compact, msgs, nil, nil)
+	res := plugtest.Run(t, compact, msgs, seed, nil)
 	text := summaryOf(res)
 	for _, s := range []string{"[3 steps: user, reply]", "[7 steps: reply, user]"} {
 		if n := strings.Count(text, s); n != 1 {
@@ -128,8 +143,8 @@ func TestStateGivesTheStatelessResult(t *testing.T) {
 	for _, cfg := range []map[string]any{nil, {"recent_window": 1, "medium_window": 2, "compress_threshold": 4, "max_summaries": 2}} {
 		var state json.RawMessage
 		for _, n := range grow(msgs) {
-			withState := plugtest.Run(t, compact, msgs[:n], cfg, state)
-			without := plugtest.Run(t, compact, msgs[:n], cfg, nil)
+			withState := plugtest.Run(t, compact, msgs[:n], seeded(cfg), state)
+			without := plugtest.Run(t, compact, msgs[:n], seeded(cfg), nil)
 			if a, b := encode(t, withState), encode(t, without); a != b {
 				t.Fatalf("prefix %d: with state\n%s\nwithout\n%s", n, a, b)
 			}
@@ -140,7 +155,7 @@ func TestStateGivesTheStatelessResult(t *testing.T) {
 			// gives the same result again.
 			if withState.State != nil {
 				state = withState.State
-				again := plugtest.Run(t, compact, msgs[:n], cfg, state)
+				again := plugtest.Run(t, compact, msgs[:n], seeded(cfg), state)
 				if a, b := encode(t, again), encode(t, withState); a != b {
 					t.Fatalf("prefix %d: a retry with the new state differs:\n%s\n%s", n, a, b)
 				}
@@ -161,12 +176,12 @@ func TestAdoptedHistory(t *testing.T) {
 	for _, n := range grow(full) {
 		// The agent's request: what it kept, plus the new messages.
 		in := append(append([]abi.Message(nil), kept...), full[prevN:n]...)
-		res := plugtest.Run(t, compact, in, nil, state)
+		res := plugtest.Run(t, compact, in, seed, state)
 		if strings.Contains(res.Summary, "(") {
 			t.Fatalf("prefix %d: %s", n, res.Summary)
 		}
 		out, _ := convo.Resolve(in, res.Messages)
-		ref := plugtest.Run(t, compact, full[:n], nil, nil)
+		ref := plugtest.Run(t, compact, full[:n], seed, nil)
 		want, _ := convo.Resolve(full[:n], ref.Messages)
 		if len(out) != len(want) {
 			t.Fatalf("prefix %d: %d messages, want %d", n, len(out), len(want))
@@ -189,7 +204,7 @@ func TestAdoptedHistory(t *testing.T) {
 
 func TestStaleState(t *testing.T) {
 	other := plugtest.Build("s" + strings.Repeat("ua", 9))
-	first := plugtest.Run(t, compact, other, nil, nil)
+	first := plugtest.Run(t, compact, other, seed, nil)
 	msgs := plugtest.Build("s" + strings.Repeat("au", 9))
 	tests := []struct {
 		name  string
@@ -204,8 +219,8 @@ func TestStaleState(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res := plugtest.Run(t, compact, tt.msgs, nil, json.RawMessage(tt.state))
-			fresh := plugtest.Run(t, compact, tt.msgs, nil, nil)
+			res := plugtest.Run(t, compact, tt.msgs, seed, json.RawMessage(tt.state))
+			fresh := plugtest.Run(t, compact, tt.msgs, seed, nil)
 			if len(res.Warnings) != 0 || !strings.Contains(res.Summary, "(") {
 				t.Fatalf("warnings %v, summary %q", res.Warnings, res.Summary)
 			}
@@ -229,8 +244,8 @@ func TestStaleState(t *testing.T) {
 // call after call and from a fresh policy value (a fresh instance).
 func TestDeterminism(t *testing.T) {
 	msgs := plugtest.Build("su" + strings.Repeat("ctpttua", 6))
-	prev := plugtest.Run(t, compact, msgs[:20], nil, nil)
-	plugtest.Deterministic(t, policy, plugtest.Request(msgs, nil, prev.State))
+	prev := plugtest.Run(t, compact, msgs[:20], seed, nil)
+	plugtest.Deterministic(t, policy, plugtest.Request(msgs, seed, prev.State))
 }
 
 func TestGolden(t *testing.T) {
@@ -255,7 +270,7 @@ func TestRealData(t *testing.T) {
 		for _, it := range res.Messages {
 			if !it.IsRef() {
 				news++
-				if it.Message.Role != abi.RoleUser || !strings.HasPrefix(it.Message.Text(), header+"\n") {
+				if !strings.HasPrefix(it.Message.Text(), header+"\n") {
 					tb.Fatalf("%s: summary %s %q", id, it.Message.Role, it.Message.Text())
 				}
 			}
@@ -313,4 +328,125 @@ func FuzzState(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestKeepTask: by default the task stays verbatim before the summary,
+// entries are counted after it, and the summary is the assistant's.
+func TestKeepTask(t *testing.T) {
+	msgs := plugtest.Build("su" + strings.Repeat("ct", 11))
+	res := plugtest.Run(t, compact, msgs, nil, nil)
+	if got := plugtest.Shape(res.Messages); !strings.HasPrefix(got, "r0 r1 m ") {
+		t.Fatalf("got %s, want the system message, the task, then the summary", got)
+	}
+	if m := res.Messages[2].Message; m.Role != abi.RoleAssistant || !strings.HasPrefix(m.Text(), header+"\n") {
+		t.Fatalf("summary %s %q", m.Role, m.Text())
+	}
+	if strings.Contains(res.Messages[2].Message.Text(), "user") {
+		t.Fatalf("the task was counted as a step: %q", res.Messages[2].Message.Text())
+	}
+	user := plugtest.Run(t, compact, msgs, map[string]any{"summary_role": "user"}, nil)
+	if m := user.Messages[2].Message; m.Role != abi.RoleUser {
+		t.Fatalf("summary_role user gave %s", m.Role)
+	}
+	// An adopted history whose summary is the assistant's resumes too.
+	full := plugtest.Build("su" + strings.Repeat("ct", 14))
+	first := plugtest.Run(t, compact, full[:24], nil, nil)
+	adopted, _ := convo.Resolve(full[:24], first.Messages)
+	adopted = append(adopted, full[24:]...)
+	again := plugtest.Run(t, compact, adopted, nil, first.State)
+	if strings.Contains(again.Summary, "did not match") || !again.Messages[2].IsRef() {
+		t.Fatalf("adopted history not resumed: %s (%s)", plugtest.Shape(again.Messages), again.Summary)
+	}
+}
+
+// TestReset is rlm-code's reset(): the old tier accumulated so far is
+// dropped, the state remembers it, and later cycles accumulate again.
+func TestReset(t *testing.T) {
+	msgs := plugtest.Build("s" + strings.Repeat("ua", 20))
+	before := plugtest.Run(t, compact, msgs[:30], seed, nil)
+	if !strings.Contains(before.Messages[1].Message.Text(), "\nOlder: ") {
+		t.Fatalf("no old tier to reset: %q", before.Messages[1].Message.Text())
+	}
+	reset := plugtest.Run(t, compact, msgs[:30], seeded(map[string]any{"reset": true}), before.State)
+	if text := reset.Messages[1].Message.Text(); strings.Contains(text, "\nOlder: ") || !strings.Contains(reset.Summary, "reset") {
+		t.Fatalf("after reset: %q (%s)", text, reset.Summary)
+	}
+	var st state
+	if err := json.Unmarshal(reset.State, &st); err != nil || len(st.Summaries) != 0 || st.OldSteps != 0 || st.Cycles == 0 {
+		t.Fatalf("state after reset: %s (%v)", reset.State, err)
+	}
+	// The next call, without reset, resumes from the reset state.
+	next := plugtest.Run(t, compact, msgs[:31], seed, reset.State)
+	if strings.Contains(next.Messages[1].Message.Text(), "\nOlder: ") {
+		t.Fatalf("the old tier came back: %q", next.Messages[1].Message.Text())
+	}
+	// Nothing to reset: no state change.
+	if r := plugtest.Run(t, compact, msgs[:5], seeded(map[string]any{"reset": true}), nil); len(r.State) != 0 {
+		t.Fatalf("reset with nothing to drop returned state %s", r.State)
+	}
+}
+
+// TestSummaryDetailLevels: rlm-code's informational key is accepted.
+func TestSummaryDetailLevels(t *testing.T) {
+	msgs := plugtest.Build("s" + strings.Repeat("ua", 8))
+	a := plugtest.Run(t, compact, msgs, map[string]any{"summary_detail_levels": 3}, nil)
+	b := plugtest.Run(t, compact, msgs, nil, nil)
+	if plugtest.Shape(a.Messages) != plugtest.Shape(b.Messages) {
+		t.Fatal("summary_detail_levels changed the result")
+	}
+}
+
+// TestSeedDocument replays the examples of rlm-code's compaction policies
+// document (seed 003, SuperagenticAI/rlm-code docs/policies/compaction.md,
+// "HierarchicalCompactionPolicy") with its parameter names and defaults:
+// the old tier as "[4 steps: code, search]" (action kinds only), the
+// medium tier as "code: Found 42... | search: Results..." (action and the
+// start of the output), the recent tier in full; old summaries accumulate
+// over cycles and the last 3 are kept. The document's single cycle folds 4
+// old steps out of 12: compress_threshold 11 puts the first cycle at the
+// twelfth entry (the default 10 would run it at the eleventh).
+func TestSeedDocument(t *testing.T) {
+	steps := []struct{ action, output string }{
+		{"code", "loaded"}, {"search", "hits"}, {"code", "ok"}, {"code", "ok"},
+		{"code", "Found 42 matching results in 3 files of the index"}, {"search", "Results: 3 pages"},
+		{"code", "x"}, {"code", "y"}, {"search", "z"},
+		{"code", "recent 1"}, {"code", "recent 2"}, {"search", "recent 3"},
+	}
+	build := func(n int) []abi.Message {
+		msgs := []abi.Message{
+			{Role: abi.RoleSystem, Content: abi.TextContent("You are an RLM."), Tokens: 10},
+			{Role: abi.RoleUser, Content: abi.TextContent("Solve the optimization problem"), Tokens: 10},
+		}
+		for i := 0; i < n; i++ {
+			s := steps[i%len(steps)]
+			id := fmt.Sprintf("c%d", i)
+			msgs = append(msgs,
+				abi.Message{Role: abi.RoleAssistant, Content: abi.TextContent(""), Tokens: 10,
+					ToolCalls: []abi.ToolCall{{ID: id, Type: "function", Function: abi.FunctionCall{Name: s.action, Arguments: "{}"}}}},
+				abi.Message{Role: abi.RoleTool, ToolCallID: id, Content: abi.TextContent(s.output), Tokens: 10})
+		}
+		return msgs
+	}
+	cfg := map[string]any{"recent_window": 3, "medium_window": 5, "compress_threshold": 11, "summary_detail_levels": 3}
+	res := plugtest.Run(t, compact, build(12), cfg, nil)
+	// System, task, the summary, the 3 recent steps in full.
+	if got := plugtest.Shape(res.Messages); got != "r0 r1 m r20 r21 r22 r23 r24 r25" {
+		t.Fatalf("got %s", got)
+	}
+	text := res.Messages[2].Message.Text()
+	if !strings.Contains(text, "\nOlder: [4 steps: code, search]\n") || !strings.Contains(text, "\nThen: code: Found 42 matching results in 3 files of the index | search: Results: 3 pages | code: x") {
+		t.Fatalf("summary:\n%s", text)
+	}
+	if res.Summary != "hierarchical: 4 old, 5 medium, 3 recent" {
+		t.Fatalf("summary line %q", res.Summary)
+	}
+	// Several cycles later: at most the last 3 old summaries.
+	long := plugtest.Run(t, compact, build(80), map[string]any{}, nil)
+	older := long.Messages[2].Message.Text()
+	if n := strings.Count(older, " steps: "); n != 3 {
+		t.Fatalf("%d old summaries kept, want 3:\n%s", n, older)
+	}
+	if defaults.RecentWindow != 3 || defaults.MediumWindow != 5 || defaults.CompressThreshold != 10 || defaults.MaxSummaries != 3 {
+		t.Fatalf("defaults %+v", defaults)
+	}
 }

@@ -2,10 +2,11 @@
  * lastn: a compactd policy in C (ABI 1.0), written with the C kit
  * (kits/c/compactd.h).
  *
- * Keeps the leading system/developer messages and the last n messages. The
- * kept tail never starts inside a tool-call unit: when the cut falls on a
- * `tool` message it moves earlier, to the assistant message that made the
- * calls. The result is refs only.
+ * Keeps the leading system/developer messages, the task (the first user
+ * message; keep_task, default true) and the last n messages. The kept tail
+ * never starts inside a tool-call unit: when the cut falls on a `tool`
+ * message it moves earlier, to the assistant message that made the calls.
+ * The result is refs only.
  *
  * Build (see README.md):
  *
@@ -18,13 +19,15 @@
 #define MAX_N 0x7fffffff /* larger values of n are clamped: they keep all */
 
 static const char DESCRIPTION[] =
-	"{\"abi\":\"1.0\",\"name\":\"lastn\",\"version\":\"0.1.0\","
-	"\"description\":\"Keeps the leading system/developer messages and the last n messages; "
-	"the kept tail never starts inside a tool-call unit.\","
+	"{\"abi\":\"1.0\",\"name\":\"lastn\",\"version\":\"0.2.0\","
+	"\"description\":\"Keeps the leading system/developer messages, the task (the first user message) "
+	"and the last n messages; the kept tail never starts inside a tool-call unit.\","
 	"\"config_schema\":{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\","
 	"\"minimum\":1,\"default\":8,\"description\":\"messages kept after the leading "
-	"system/developer messages (widened to the start of a tool-call unit)\"}},"
-	"\"additionalProperties\":false},\"defaults\":{\"n\":8}}";
+	"system/developer messages and the task (widened to the start of a tool-call unit)\"},"
+	"\"keep_task\":{\"type\":\"boolean\",\"default\":true,\"description\":\"keep the task "
+	"(the first user message) verbatim; false drops it with the other old messages\"}},"
+	"\"additionalProperties\":false},\"defaults\":{\"n\":8,\"keep_task\":true}}";
 
 /* config_n reads n: an integer >= 1, clamped to MAX_N. */
 static int config_n(const cd_request *req, int64_t *n, cd_error *err)
@@ -48,7 +51,8 @@ static int config_n(const cd_request *req, int64_t *n, cd_error *err)
 static int compact(const cd_request *req, cd_result *res, cd_error *err)
 {
 	int64_t n = DEFAULT_N;
-	if (config_n(req, &n, err))
+	int keep_task = 1;
+	if (config_n(req, &n, err) || cd_config_bool(req, "keep_task", &keep_task, err))
 		return 1;
 	size_t total = req->n_messages;
 	for (size_t i = 0; i < total; i++) {
@@ -58,21 +62,31 @@ static int compact(const cd_request *req, cd_result *res, cd_error *err)
 	}
 
 	size_t lead = cd_leading_system(req);
+	/* pinned: the kept prefix, the system messages and (keep_task) up to
+	 * and including the first user message, unless that is the last one. */
+	size_t pinned = lead;
+	if (keep_task) {
+		size_t t = lead;
+		while (t < total && !cd_is_role(&req->messages[t], "user"))
+			t++;
+		if (t + 1 < total)
+			pinned = t + 1;
+	}
 	/* start: the first message of the kept tail. */
-	size_t start = lead;
-	if ((uint64_t)n < total - lead) {
+	size_t start = pinned;
+	if ((uint64_t)n < total - pinned) {
 		start = total - (size_t)n;
-		while (start > lead && cd_is_role(&req->messages[start], "tool"))
+		while (start > pinned && cd_is_role(&req->messages[start], "tool"))
 			start--; /* widen to the assistant message that made the calls */
 	}
 	for (size_t i = 0; i < total; i++)
-		if (i < lead || i >= start)
+		if (i < pinned || i >= start)
 			cd_keep(res, i);
 
 	char summary[96];
-	if (start > lead) {
+	if (start > pinned) {
 		res->compacted = 1;
-		res->entries_summarized = (int64_t)(start - lead);
+		res->entries_summarized = (int64_t)(start - pinned);
 		snprintf(summary, sizeof summary, "kept the last %zu of %zu messages", total - start, total);
 	} else {
 		snprintf(summary, sizeof summary, "kept all %zu messages", total);

@@ -7,10 +7,11 @@ import (
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
 	"github.com/compactd/compactd/pdk"
+	"github.com/compactd/compactd/plugins/internal/steps"
 )
 
 // version is the plugin's version; bump it when behaviour changes.
-const version = "1.0.0"
+const version = "1.1.0"
 
 // config is the policy's config; its zero value is not the default (see
 // defaults).
@@ -26,7 +27,30 @@ type config struct {
 	UsageRatioThreshold float64 `json:"usage_ratio_threshold"`
 	MinBatch            int     `json:"min_batch"`
 	SummarizeToolLoop   bool    `json:"summarize_tool_loop"`
+	Temperature         float64 `json:"temperature"`
+	SummaryRole         string  `json:"summary_role"`
+
+	// rlm-code's llm policy keys (README.md, "rlm-code's keys"): absent
+	// (zero) unless set, and then they win over ours.
+	SummaryMaxTokens        int  `json:"summary_max_tokens,omitempty"`
+	PreserveLastN           int  `json:"preserve_last_n,omitempty"`
+	MaxEntriesBeforeCompact int  `json:"max_entries_before_compact,omitempty"`
+	MinEntriesToCompact     int  `json:"min_entries_to_compact,omitempty"`
+	IncludeKeyFindings      bool `json:"include_key_findings,omitempty"`
 }
+
+// maxTokens is the summary's length cap: summary_max_tokens when set,
+// else max_tokens.
+func (c config) maxTokens() int {
+	if c.SummaryMaxTokens > 0 {
+		return c.SummaryMaxTokens
+	}
+	return c.MaxTokens
+}
+
+// keyFindings: the prompt also asks to highlight key findings (rlm-code's
+// include_key_findings).
+func (c config) keyFindings() bool { return c.IncludeKeyFindings }
 
 var defaults = config{
 	MaxTokens:           2000,
@@ -40,6 +64,8 @@ var defaults = config{
 	UsageRatioThreshold: 0.8,
 	MinBatch:            6,
 	SummarizeToolLoop:   true,
+	Temperature:         0.3,
+	SummaryRole:         abi.RoleAssistant,
 }
 
 const schema = `{
@@ -66,7 +92,20 @@ const schema = `{
     "min_batch": {"type": "integer", "minimum": 1,
       "description": "hysteresis: a summary is made or extended only when at least this many messages would be folded into it"},
     "summarize_tool_loop": {"type": "boolean",
-      "description": "true: completed steps of the agent's current tool loop (after the latest user message) may be summarized once they are older than the retention window; false: summaries never reach past the latest user message"}
+      "description": "true: completed steps of the agent's current tool loop (after the latest user message) may be summarized once they are older than the retention window; false: summaries never reach past the latest user message"},
+    "temperature": {"type": "number", "minimum": 0, "maximum": 2,
+      "description": "the summarizer's sampling temperature (the llms extension uses 0.3)"},
+    "summary_role": ` + steps.SummaryRoleSchema + `,
+    "summary_max_tokens": {"type": "integer", "minimum": 16,
+      "description": "rlm-code's name for max_tokens; wins when set"},
+    "preserve_last_n": {"type": "integer", "minimum": 1,
+      "description": "rlm-code: the newest n entries (turn units) are never summarized; when set it replaces retention_window"},
+    "max_entries_before_compact": {"type": "integer", "minimum": 1,
+      "description": "rlm-code: summarize when the conversation after the system messages and the task holds at least this many entries (turn units; a summary and each message kept verbatim before it count as one)"},
+    "min_entries_to_compact": {"type": "integer", "minimum": 1,
+      "description": "rlm-code: never summarize a conversation of fewer entries than this, whatever the other triggers say"},
+    "include_key_findings": {"type": "boolean",
+      "description": "rlm-code: the built-in prompt also asks the summarizer to highlight key findings and successful approaches"}
   },
   "additionalProperties": false
 }`
@@ -75,7 +114,7 @@ func policy() pdk.Policy {
 	return pdk.Policy{
 		Name:          "llm",
 		Version:       version,
-		Description:   "Summarizes older assistant turns and tool results with an LLM (user messages kept verbatim, tool units never split), extending one rolling summary in batches so the prompt-cache prefix stays stable; falls back to a deterministic summary when the LLM fails.",
+		Description:   "Summarizes older assistant turns and tool results with an LLM (user messages kept verbatim in their places, tool units never split), each run of them replaced by its summary where it was and extended in batches so the prompt-cache prefix stays stable; falls back to a deterministic summary when the LLM fails.",
 		ConfigSchema:  schema,
 		Defaults:      defaults,
 		Compact:       compact,
@@ -90,8 +129,12 @@ func decodeConfig(req *abi.CompactRequest) (config, error) {
 	}
 	// The host validated the config against the schema; these guard
 	// against a host that did not (a plugin must not loop or panic).
-	if cfg.MaxTokens < 16 || cfg.RetentionWindow < 0 || cfg.MinBatch < 1 {
-		return cfg, &abi.Error{Code: abi.CodeInvalidConfig, Message: "max_tokens must be at least 16, retention_window at least 0 and min_batch at least 1"}
+	if cfg.MaxTokens < 16 || cfg.RetentionWindow < 0 || cfg.MinBatch < 1 || cfg.SummaryMaxTokens < 0 || cfg.SummaryMaxTokens > 0 && cfg.SummaryMaxTokens < 16 ||
+		cfg.PreserveLastN < 0 || cfg.MaxEntriesBeforeCompact < 0 || cfg.MinEntriesToCompact < 0 || cfg.Temperature < 0 || cfg.Temperature > 2 {
+		return cfg, &abi.Error{Code: abi.CodeInvalidConfig, Message: "max_tokens and summary_max_tokens must be at least 16, retention_window, preserve_last_n and the entry thresholds not negative, min_batch at least 1, temperature in [0, 2]"}
+	}
+	if cfg.SummaryRole != abi.RoleAssistant && cfg.SummaryRole != abi.RoleUser {
+		return cfg, &abi.Error{Code: abi.CodeInvalidConfig, Message: "summary_role must be assistant or user"}
 	}
 	return cfg, nil
 }
@@ -124,28 +167,34 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 	}
 	lead := convo.LeadingSystem(msgs)
 	sum := summarize(h, msgs, lead, sched, cfg, model, req.Context.State)
-	if sum.text == "" {
+	if len(sum.runs) == 0 {
 		res := abi.Unchanged(len(msgs), "no summary could be made; conversation kept as it is")
 		res.Warnings = sum.warnings
 		return res, nil
 	}
 
-	// Output: the system messages, the messages of the summarized region
-	// that are kept verbatim (user, system and developer messages), the
-	// summary as one user message, then everything after the region.
+	// Output: the system messages, then the summarized region in order —
+	// its messages kept verbatim (user, system and developer messages) in
+	// their places, and each run of summarized messages between them
+	// replaced by its summary where it was — then everything after the
+	// region.
 	end := sched[len(sched)-1].end
 	items := make([]abi.Item, 0, len(msgs)-end+lead+8)
 	for i := 0; i < lead; i++ {
 		items = append(items, abi.Ref(i))
 	}
-	kept := 0
+	kept, r := 0, 0
 	for i := lead; i < end; i++ {
-		if preserved(&msgs[i]) {
+		switch {
+		case preserved(&msgs[i]):
 			items = append(items, abi.Ref(i))
 			kept++
+		case r < len(sum.runs) && sum.runs[r].Start == i:
+			text := formatSummary(sum.runs[r].Count, sum.runs[r].Summary)
+			items = append(items, abi.New(abi.Message{Role: steps.SummaryRole(cfg.SummaryRole, msgs, items), Content: abi.TextContent(text)}))
+			r++
 		}
 	}
-	items = append(items, abi.New(abi.Message{Role: abi.RoleUser, Content: abi.TextContent(formatSummary(sum.count, sum.text))}))
 	for i := end; i < len(msgs); i++ {
 		items = append(items, abi.Ref(i))
 	}
@@ -154,7 +203,7 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 		how = "the deterministic fallback"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "summarized %d messages into one summary (%s)", end-lead-kept, how)
+	fmt.Fprintf(&b, "summarized %d messages into %d summar%s in their places (%s)", end-lead-kept, len(sum.runs), plural(len(sum.runs), "y", "ies"), how)
 	if kept > 0 {
 		fmt.Fprintf(&b, "; kept %d user/system messages of that span verbatim", kept)
 	}
@@ -166,6 +215,13 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 		State:             sum.state,
 		Warnings:          sum.warnings,
 	}, nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // preserved reports whether a message of the summarized region is kept

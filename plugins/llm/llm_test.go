@@ -105,14 +105,14 @@ func TestSpans(t *testing.T) {
 		want string
 	}{
 		{"below every threshold", "suauaua", small("message_threshold", 8), "r0 r1 r2 r3 r4 r5 r6"},
-		{"user messages kept verbatim before the summary", "suauauaua", small("message_threshold", 9), "r0 r1 r3 r5 m r7 r8"},
+		{"user messages kept verbatim in their places, each run summarized where it was", "suauauaua", small("message_threshold", 9), "r0 r1 m r3 m r5 m r7 r8"},
 		{"tool unit never split: the span ends before the call", "suctctcta", small("message_threshold", 9, "retention_window", 3), "r0 r1 m r6 r7 r8"},
 		{"parallel calls are one unit", "suapttctaua", small("message_threshold", 11, "retention_window", 5), "r0 r1 m r6 r7 r8 r9 r10"},
 		{"the newest unit stays even with no retention", "suctctc", small("message_threshold", 7, "retention_window", 0), "r0 r1 m r6"},
 		{"trailing unanswered call kept", "suctctctc", small("message_threshold", 9, "retention_window", 1), "r0 r1 m r8"},
-		{"mid-conversation system message kept", "suasctctcta", small("message_threshold", 11), "r0 r1 r3 m r8 r9 r10"},
+		{"mid-conversation system message kept in its place", "suasctctcta", small("message_threshold", 11), "r0 r1 m r3 m r8 r9 r10"},
 		{"summarize_tool_loop false stops at the latest user message", "suctctuctctcta", small("message_threshold", 14, "summarize_tool_loop", false), "r0 r1 m r6 r7 r8 r9 r10 r11 r12 r13"},
-		{"summarize_tool_loop true folds completed loop steps", "suctctuctctcta", small("message_threshold", 14), "r0 r1 r6 m r11 r12 r13"},
+		{"summarize_tool_loop true folds completed loop steps", "suctctuctctcta", small("message_threshold", 14), "r0 r1 m r6 m r11 r12 r13"},
 		{"min_batch holds a small span back", "suctcta", small("message_threshold", 6, "retention_window", 2, "min_batch", 4), "r0 r1 r2 r3 r4 r5 r6"},
 		{"developer messages lead like system ones", "sductcta", small("message_threshold", 8), "r0 r1 r2 m r5 r6 r7"},
 		{"a span of user messages only is not summarized", "suuuuuua", small("message_threshold", 8), "r0 r1 r2 r3 r4 r5 r6 r7"},
@@ -186,7 +186,8 @@ func TestTriggerBoundaries(t *testing.T) {
 }
 
 func TestDefaultsMatchThePRD(t *testing.T) {
-	want := config{MaxTokens: 2000, TokenThreshold: 60000, RetentionWindow: 6, SummaryTag: "summary", UsageRatioThreshold: 0.8, MinBatch: 6, SummarizeToolLoop: true}
+	want := config{MaxTokens: 2000, TokenThreshold: 60000, RetentionWindow: 6, SummaryTag: "summary", UsageRatioThreshold: 0.8, MinBatch: 6, SummarizeToolLoop: true,
+		Temperature: 0.3, SummaryRole: abi.RoleAssistant}
 	if defaults != want {
 		t.Fatalf("defaults %+v", defaults)
 	}
@@ -212,7 +213,7 @@ func TestSummaryMessage(t *testing.T) {
 			sum = it.Message
 		}
 	}
-	if sum == nil || sum.Role != abi.RoleUser {
+	if sum == nil || sum.Role != abi.RoleAssistant {
 		t.Fatalf("summary message %+v", sum)
 	}
 	count, body, ok := parseSummary(sum.Text())
@@ -223,9 +224,10 @@ func TestSummaryMessage(t *testing.T) {
 		t.Fatalf("result %+v", res)
 	}
 	// The request: the agent's model (no model configured), temperature
-	// 0, max_tokens, the default prompt, and the span as a transcript.
+	// 0.3 (the llms extension's), max_tokens, the default prompt, and the
+	// span as a transcript.
 	req := f.reqs[0]
-	if req.Model != "agent-model" || req.MaxTokens != 2000 || req.Temperature != 0 || len(req.Messages) != 2 {
+	if req.Model != "agent-model" || req.MaxTokens != 2000 || req.Temperature != 0.3 || len(req.Messages) != 2 {
 		t.Fatalf("request %+v", req)
 	}
 	if !strings.Contains(req.Messages[0].Content, "Current step") || !strings.Contains(req.Messages[0].Content, "<summary></summary>") {
@@ -358,7 +360,7 @@ func TestFallbackChain(t *testing.T) {
 			// the fallback never is.
 			st, ok := loadState(res.State)
 			if tt.warning == "budget_exceeded" {
-				if !ok || st.Steps != 1 || !strings.HasPrefix(st.Summary, "summary of") {
+				if !ok || st.Steps != 1 || len(st.Runs) != 1 || !strings.HasPrefix(st.Runs[0].Summary, "summary of") {
 					t.Fatalf("state %s", res.State)
 				}
 				// Next time, with a budget again, only the remaining steps are
@@ -391,7 +393,7 @@ func TestFallbackImpossible(t *testing.T) {
 		t.Fatalf("fallback of user messages only = %q", text)
 	}
 	sum := summarize(&pdk.TestHost{}, msgs, 1, []step{{at: 4, end: 4}}, defaults, "", nil)
-	if sum.text != "" || len(sum.warnings) != 2 {
+	if len(sum.runs) != 0 || len(sum.warnings) != 1 || sum.state != nil {
 		t.Fatalf("%+v", sum)
 	}
 }
@@ -571,5 +573,73 @@ func TestElide(t *testing.T) {
 	}
 	if elide("short", 60) != "short" {
 		t.Fatal("short text changed")
+	}
+}
+
+// TestSeedDocument replays the example of rlm-code's compaction policies
+// document (seed 003, SuperagenticAI/rlm-code docs/policies/compaction.md,
+// "LLMCompactionPolicy") with its parameter names and defaults: a task and
+// a history of steps; compaction triggers when the history reaches
+// max_entries_before_compact (10) entries, not before; the summary,
+// asked for in summary_max_tokens (200) tokens with key findings in focus,
+// replaces all but the last preserve_last_n (2) entries:
+// [summary] + the last two steps.
+func TestSeedDocument(t *testing.T) {
+	rlm := map[string]any{
+		"min_entries_to_compact": 5, "max_entries_before_compact": 10, "preserve_last_n": 2,
+		"summary_max_tokens": 200, "include_key_findings": true,
+		// Only the seed's trigger: ours off.
+		"token_threshold": 0, "usage_ratio_threshold": 0, "retention_window": 0, "min_batch": 1,
+	}
+	history := func(steps int) []abi.Message {
+		msgs := []abi.Message{
+			{Role: abi.RoleSystem, Content: abi.TextContent("You are an RLM."), Tokens: 10},
+			{Role: abi.RoleUser, Content: abi.TextContent("Solve the optimization problem"), Tokens: 10},
+		}
+		outputs := []string{"Loaded dataset with 1000 rows", "Defined objective function", "Found 42 matching results", "Computed optimal value 3.14"}
+		for i := 0; i < steps; i++ {
+			id := fmt.Sprintf("s%d", i)
+			msgs = append(msgs,
+				abi.Message{Role: abi.RoleAssistant, Content: abi.TextContent(""), Tokens: 10,
+					ToolCalls: []abi.ToolCall{{ID: id, Type: "function", Function: abi.FunctionCall{Name: "code", Arguments: "{}"}}}},
+				abi.Message{Role: abi.RoleTool, ToolCallID: id, Content: abi.TextContent(outputs[i%len(outputs)]), Tokens: 10})
+		}
+		return msgs
+	}
+	f := &fakeLLM{}
+	if res := run(t, f.host(), history(9), rlm, nil); res.Compacted || f.calls != 0 {
+		t.Fatalf("9 entries: compacted %v (%d calls); the seed waits for 10", res.Compacted, f.calls)
+	}
+	msgs := history(10)
+	res := run(t, f.host(), msgs, rlm, nil)
+	// System, task, the summary of the first 8 steps, the last 2 steps.
+	if got := plugtest.Shape(res.Messages); got != "r0 r1 m r18 r19 r20 r21" {
+		t.Fatalf("10 entries: %s", got)
+	}
+	count, _, ok := parseSummary(res.Messages[2].Message.Text())
+	if !ok || count != 16 || res.Messages[2].Message.Role != abi.RoleAssistant {
+		t.Fatalf("summary %s %q", res.Messages[2].Message.Role, res.Messages[2].Message.Text())
+	}
+	req := f.reqs[len(f.reqs)-1]
+	if req.MaxTokens != 200 || !strings.Contains(req.Messages[0].Content, "key findings, successful approaches, and important context") {
+		t.Fatalf("request: max_tokens %d, prompt %q", req.MaxTokens, req.Messages[0].Content)
+	}
+	for _, want := range []string{"Solve the optimization problem", "Loaded dataset with 1000 rows", "Defined objective function"} {
+		if !strings.Contains(req.Messages[1].Content, want) {
+			t.Fatalf("the summarizer did not get %q:\n%s", want, req.Messages[1].Content)
+		}
+	}
+	// min_entries_to_compact holds a trigger back: with a threshold of 2
+	// entries, 4 entries are still too few for the seed's minimum of 5.
+	low := map[string]any{}
+	for k, v := range rlm {
+		low[k] = v
+	}
+	low["max_entries_before_compact"] = 2
+	if res := run(t, f.host(), history(4), low, nil); res.Compacted {
+		t.Fatal("compacted below min_entries_to_compact")
+	}
+	if res := run(t, f.host(), history(5), low, nil); !res.Compacted {
+		t.Fatal("not compacted at min_entries_to_compact")
 	}
 }

@@ -26,6 +26,10 @@ The user's own messages stay in the conversation word for word; do not copy them
 
 Answer with the summary only, inside <{{summary_tag}}></{{summary_tag}}>, in at most {{max_tokens}} tokens.`
 
+// keyFindingsPrompt is added to the built-in prompt with rlm-code's
+// include_key_findings.
+const keyFindingsPrompt = "\n\nFocus on key findings, successful approaches, and important context: say what was found and which approaches worked."
+
 // maxToolText bounds one tool result in the transcript: the head and tail
 // are kept, the middle is elided with a note (the summarizer needs the
 // gist of a huge output, not every line).
@@ -43,10 +47,13 @@ func buildRequest(cfg config, model, prev string, span []abi.Message) abi.LLMReq
 	prompt := cfg.Prompt
 	if prompt == "" {
 		prompt = defaultPrompt
+		if cfg.keyFindings() {
+			prompt += keyFindingsPrompt
+		}
 	}
-	r := strings.NewReplacer("{{summary_tag}}", tag, "{{max_tokens}}", strconv.Itoa(cfg.MaxTokens),
+	r := strings.NewReplacer("{{summary_tag}}", tag, "{{max_tokens}}", strconv.Itoa(cfg.maxTokens()),
 		"{{previous_summary}}", prev, "{{conversation}}", conversation)
-	req := abi.LLMRequest{Model: model, MaxTokens: cfg.MaxTokens}
+	req := abi.LLMRequest{Model: model, MaxTokens: cfg.maxTokens(), Temperature: cfg.Temperature}
 	if strings.Contains(prompt, "{{conversation}}") {
 		// A template: it is the whole request.
 		req.Messages = []abi.LLMMessage{{Role: abi.RoleUser, Content: r.Replace(prompt)}}

@@ -61,9 +61,11 @@ func TestRealData(t *testing.T) {
 	}
 }
 
-// checkShape: the system messages, then only user/system messages of the
-// summarized region (as refs), one summary message, then a contiguous run
-// of refs to the end.
+// checkShape: the system messages, then the summarized region in order —
+// its user/system messages as refs, and in place of each run of
+// summarized messages between them one summary (the assistant's, or the
+// user's when it opens the conversation) — then a contiguous run of refs
+// to the end.
 func checkShape(t *testing.T, where string, in []abi.Message, res *abi.CompactResult, withLLM bool) {
 	t.Helper()
 	items := res.Messages
@@ -73,26 +75,55 @@ func checkShape(t *testing.T, where string, in []abi.Message, res *abi.CompactRe
 		}
 		return
 	}
-	k := 0
-	for k < len(items) && items[k].IsRef() {
-		if r := items[k].Ref; r >= convo.LeadingSystem(in) && !preserved(&in[r]) {
-			t.Fatalf("%s: item %d keeps a %s message before the summary", where, k, in[r].Role)
+	lead := convo.LeadingSystem(in)
+	last := -1 // the last summary's item index
+	for k, it := range items {
+		if it.IsRef() {
+			continue
 		}
-		k++
+		sum := it.Message
+		if _, body, ok := parseSummary(sum.Text()); !ok || body == "" {
+			t.Fatalf("%s: bad summary message %s %q", where, sum.Role, sum.Text())
+		}
+		wantRole := abi.RoleAssistant
+		if k == lead {
+			wantRole = abi.RoleUser
+		}
+		if sum.Role != wantRole {
+			t.Fatalf("%s: summary %d is the %s's, want the %s's", where, k, sum.Role, wantRole)
+		}
+		// It stands where its run was: every input message between the
+		// refs around it is summarized, none kept verbatim.
+		before := lead - 1
+		if k > 0 && items[k-1].IsRef() {
+			before = items[k-1].Ref
+		} else if k > 0 {
+			t.Fatalf("%s: two summaries in a row at %d", where, k)
+		}
+		if k+1 >= len(items) || !items[k+1].IsRef() {
+			t.Fatalf("%s: summary %d is not followed by a kept message", where, k)
+		}
+		for i := before + 1; i < items[k+1].Ref; i++ {
+			if preserved(&in[i]) {
+				t.Fatalf("%s: summary %d spans a message kept verbatim (%d)", where, k, i)
+			}
+		}
+		last = k
 	}
-	if k == len(items) {
+	if last < 0 {
 		t.Fatalf("%s: compacted without a summary", where)
 	}
-	sum := items[k].Message
-	if _, body, ok := parseSummary(sum.Text()); !ok || sum.Role != abi.RoleUser || body == "" {
-		t.Fatalf("%s: bad summary message %s %q", where, sum.Role, sum.Text())
+	for k := 0; k < last; k++ {
+		if it := items[k]; it.IsRef() && it.Ref >= lead && !preserved(&in[it.Ref]) {
+			t.Fatalf("%s: item %d keeps a %s message inside the summarized region", where, k, in[it.Ref].Role)
+		}
 	}
 	if withLLM != (len(res.Warnings) == 0) {
 		t.Fatalf("%s: warnings %q with LLM %v", where, res.Warnings, withLLM)
 	}
-	first := items[k+1].Ref
-	for j := k + 1; j < len(items); j++ {
-		if !items[j].IsRef() || items[j].Ref != first+j-k-1 {
+	first := items[last+1].Ref
+	for j := last + 1; j < len(items); j++ {
+		if !items[j].IsRef() || items[j].Ref != first+j-last-1 {
 			t.Fatalf("%s: the kept tail is not contiguous", where)
 		}
 	}

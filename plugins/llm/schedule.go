@@ -25,9 +25,10 @@ type step struct {
 // the effective conversation is small again, and the next step comes only
 // when a trigger fires again and min_batch messages are due.
 //
-// The schedule does not depend on what the LLM answers: the summary is
-// counted as max_tokens (its cap), so the same history always gives the
-// same steps, with or without a working LLM.
+// The schedule does not depend on what the LLM answers: each summary is
+// counted as max_tokens (its cap) or the run it replaces, whichever is
+// smaller, so the same history always gives the same steps, with or
+// without a working LLM.
 //
 // Triggers (any one fires; each compares with >=, so a threshold is
 // reached when the conversation is exactly at it):
@@ -36,43 +37,52 @@ type step struct {
 //     the window is known);
 //   - compactible messages (system messages, the summary, and every
 //     message after the summarized region) >= message_threshold;
-//   - user messages after the summarized region >= turn_threshold.
+//   - user messages after the summarized region >= turn_threshold;
+//   - entries (turn units after the system messages and the task, each
+//     summary and each message kept verbatim before it counting as one) >=
+//     max_entries_before_compact (rlm-code's trigger), unless fewer than
+//     min_entries_to_compact.
 //
 // Messages kept verbatim before the summary count towards tokens but not
 // towards the message and turn triggers: they can never be compacted, so
 // counting them would fire a trigger on every message forever.
 func schedule(msgs []abi.Message, cfg config, window int) []step {
 	lead := convo.LeadingSystem(msgs)
-	sumTokens := cfg.MaxTokens + summaryAllowance
 	fixed := 0 // tokens of the system messages and the kept region
 	for i := 0; i < lead; i++ {
 		fixed += msgs[i].Tokens
 	}
 	var steps []step
-	cut := lead     // the region [lead, cut) is summarized
-	live := 0       // tokens of msgs[cut:n]
-	liveUsers := 0  // user messages in msgs[cut:n]
-	lastUser := -1  // index of the latest user message in msgs[:n]
-	hasSum := false // a summary exists
+	cut := lead    // the region [lead, cut) is summarized
+	live := 0      // tokens of msgs[cut:n]
+	liveUsers := 0 // user messages in msgs[cut:n]
+	liveUnits := 0 // unit starts in msgs[cut:n]
+	lastUser := -1 // index of the latest user message in msgs[:n]
+	task := convo.Task(msgs)
+	var region regionCost
 	for n := lead + 1; n <= len(msgs); n++ {
 		m := &msgs[n-1]
 		live += m.Tokens
+		if m.Role != abi.RoleTool {
+			liveUnits++
+		}
 		if m.Role == abi.RoleUser && !isSummary(m) {
 			liveUsers++
 			lastUser = n - 1
 		}
-		total := fixed + live
-		count := lead + n - cut
-		if hasSum {
-			total += sumTokens
-			count++
+		total := fixed + live + region.tokens
+		count := lead + n - cut + region.summaries
+		entries := liveUnits + region.summaries + region.kept
+		if task >= 0 && task < n {
+			entries-- // rlm-code's history holds the steps, the task beside it
 		}
-		if !fires(cfg, window, total, count, liveUsers) {
+		if !fires(cfg, window, total, count, liveUsers, entries) {
 			continue
 		}
 		// The span ends at a unit start that leaves retention_window
-		// messages (and always the newest unit) out of it.
-		end := min(convo.UnitStartAtOrBefore(msgs, max(n-cfg.RetentionWindow, 0)), convo.UnitStartAtOrBefore(msgs, n-1))
+		// messages (or preserve_last_n units), and always the newest
+		// unit, out of it.
+		end := retained(msgs, lead, n, cfg)
 		if !cfg.SummarizeToolLoop && lastUser >= 0 {
 			end = min(end, lastUser)
 		}
@@ -81,6 +91,9 @@ func schedule(msgs []abi.Message, cfg config, window int) []step {
 		}
 		for i := cut; i < end; i++ {
 			live -= msgs[i].Tokens
+			if msgs[i].Role != abi.RoleTool {
+				liveUnits--
+			}
 			if preserved(&msgs[i]) {
 				fixed += msgs[i].Tokens
 				if msgs[i].Role == abi.RoleUser {
@@ -88,16 +101,70 @@ func schedule(msgs []abi.Message, cfg config, window int) []step {
 				}
 			}
 		}
-		cut, hasSum = end, true
+		cut = end
+		region = summarizedRegion(msgs, lead, cut, cfg)
 		steps = append(steps, step{at: n, end: end})
 	}
 	return steps
 }
 
+// retained returns where the span of a step taken on msgs[:n] ends: the
+// latest unit start that leaves retention_window messages (widened to
+// whole units) — or, with preserve_last_n, that many units — after it,
+// and never after the newest unit's start.
+func retained(msgs []abi.Message, lead, n int, cfg config) int {
+	newest := convo.UnitStartAtOrBefore(msgs, n-1)
+	if cfg.PreserveLastN > 0 {
+		end := n
+		for k := 0; k < cfg.PreserveLastN && end > lead; k++ {
+			end = convo.UnitStartAtOrBefore(msgs, end-1)
+		}
+		return min(max(end, lead), newest)
+	}
+	return min(convo.UnitStartAtOrBefore(msgs, max(n-cfg.RetentionWindow, 0)), newest)
+}
+
+// regionCost is what the summarized region [lead, cut) adds to the
+// effective conversation: its summaries (one per run of summarized
+// messages), the tokens counted for them, and the messages kept verbatim
+// in it (they count as entries for rlm-code's triggers; their tokens are
+// in fixed).
+type regionCost struct {
+	summaries, kept, tokens int
+}
+
+// summarizedRegion computes the region's cost. Each summary is counted as
+// max_tokens (its cap) plus an allowance, or as the run it replaces when
+// that is smaller: the schedule must not depend on what the LLM answers.
+func summarizedRegion(msgs []abi.Message, lead, cut int, cfg config) regionCost {
+	var c regionCost
+	capTokens := cfg.maxTokens() + summaryAllowance
+	for i := lead; i < cut; {
+		if preserved(&msgs[i]) {
+			c.kept++
+			i++
+			continue
+		}
+		run := 0
+		for i < cut && !preserved(&msgs[i]) {
+			run += msgs[i].Tokens
+			i++
+		}
+		c.summaries++
+		c.tokens += min(run, capTokens)
+	}
+	return c
+}
+
 // fires reports whether any trigger fires on an effective conversation of
-// total tokens, count compactible messages and users turns since the
-// summary.
-func fires(cfg config, window, total, count, users int) bool {
+// total tokens, count compactible messages, users turns since the
+// summarized region and entries (turn units after the system messages;
+// rlm-code's history length). min_entries_to_compact, when set, holds
+// every trigger back below that many entries.
+func fires(cfg config, window, total, count, users, entries int) bool {
+	if cfg.MinEntriesToCompact > 0 && entries < cfg.MinEntriesToCompact {
+		return false
+	}
 	switch {
 	case cfg.TokenThreshold > 0 && total >= cfg.TokenThreshold:
 		return true
@@ -106,6 +173,8 @@ func fires(cfg config, window, total, count, users int) bool {
 	case cfg.MessageThreshold > 0 && count >= cfg.MessageThreshold:
 		return true
 	case cfg.TurnThreshold > 0 && users >= cfg.TurnThreshold:
+		return true
+	case cfg.MaxEntriesBeforeCompact > 0 && entries >= cfg.MaxEntriesBeforeCompact:
 		return true
 	}
 	return false

@@ -1,22 +1,21 @@
 package main
 
 import (
-	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"math/bits"
+	"math"
 	"strconv"
 	"strings"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/pdk"
+	"github.com/compactd/compactd/plugins/internal/fingerprint"
 	"github.com/compactd/compactd/plugins/internal/steps"
 )
 
-// The summary message is a user message whose text starts with a fixed
-// header line, so a later call recognises it (and folds it into the next
-// summary instead of summarizing it as a user message):
+// A summary message is an assistant (or user, per summary_role) message
+// whose text starts with a fixed header line, so a later call recognises
+// it (and folds it into the next summary instead of reading it as a turn):
 //
 //	[compactd summary of 42 earlier messages]
 //	…summary text…
@@ -29,9 +28,10 @@ func formatSummary(count int, text string) string {
 	return headerPrefix + strconv.Itoa(count) + headerSuffix + "\n" + text
 }
 
-// isSummary reports whether m is a summary this policy wrote.
+// isSummary reports whether m is a summary this policy wrote (in either
+// role).
 func isSummary(m *abi.Message) bool {
-	if m.Role != abi.RoleUser || m.Content.Len() < len(headerPrefix) {
+	if m.Role != abi.RoleUser && m.Role != abi.RoleAssistant || len(m.ToolCalls) > 0 || m.Content.Len() < len(headerPrefix) {
 		return false
 	}
 	_, _, ok := parseSummary(m.Text())
@@ -66,85 +66,167 @@ func lastSummary(msgs []abi.Message, from, to int) int {
 	return -1
 }
 
-// summaryResult is what summarize made.
-type summaryResult struct {
-	text     string // the summary body ("" when none could be made)
-	count    int    // messages it covers
-	calls    int    // llm_complete calls made
-	fallback bool   // the deterministic fallback was used
-	state    json.RawMessage
-	warnings []string
-}
-
-// savedState is the per-conversation state: the latest summary step made
-// with the LLM, so the next call resumes from it instead of replaying
-// every earlier step (each would be a cache hit, but costs a round trip).
-// FP ties it to the exact history and config it was made from.
-type savedState struct {
-	V       int    `json:"v"`
-	Steps   int    `json:"steps"`
-	End     int    `json:"end"`
-	FP      string `json:"fp"`
+// runSummary is one summary of the output: it stands where a run of compactible
+// messages (between messages kept verbatim) was, starting at message
+// Start, and covers Count messages.
+type runSummary struct {
+	Start   int    `json:"start"`
 	Count   int    `json:"count"`
 	Summary string `json:"summary"`
 }
 
-// summarize runs the schedule's steps: each folds its span into the
-// rolling summary with one LLM call, starting from the saved state when
-// it matches. When a call fails, the rest of the region is summarized
-// deterministically and folded into the summary made so far.
-func summarize(h pdk.Host, msgs []abi.Message, lead int, sched []step, cfg config, model string, rawState json.RawMessage) summaryResult {
-	var res summaryResult
-	fps := fingerprints(msgs, sched, cfg, model)
-	first, prev, count := 0, "", 0
-	if st, ok := loadState(rawState); ok && st.Steps >= 1 && st.Steps <= len(sched) &&
-		st.End == sched[st.Steps-1].end && st.FP == fps[st.Steps-1] {
-		first, prev, count = st.Steps, st.Summary, st.Count
-	}
-	for j := first; j < len(sched); j++ {
+// piece is the part of a run one summary step covers: [start, end), in
+// step Step. extends: it continues the run the previous step's last piece
+// began (the step boundary fell inside the run).
+type piece struct {
+	step, start, end int
+	extends          bool
+}
+
+// pieces splits each step's span into its runs of compactible messages
+// (the messages kept verbatim — user, system, developer — separate them),
+// in order.
+func pieces(msgs []abi.Message, lead int, sched []step) []piece {
+	var out []piece
+	for j, s := range sched {
 		begin := lead
 		if j > 0 {
 			begin = sched[j-1].end
 		}
-		end := sched[j].end
-		from, prevText, prevCount := begin, prev, count
-		if s := lastSummary(msgs, begin, end); s >= 0 {
-			prevCount, prevText, _ = parseSummary(msgs[s].Text())
+		for i := begin; i < s.end; {
+			if preserved(&msgs[i]) {
+				i++
+				continue
+			}
+			start := i
+			for i < s.end && !preserved(&msgs[i]) {
+				i++
+			}
+			out = append(out, piece{step: j, start: start, end: i,
+				extends: j > 0 && start == begin && start > lead && !preserved(&msgs[start-1])})
+		}
+	}
+	return out
+}
+
+// summaryResult is what summarize made.
+type summaryResult struct {
+	runs     []runSummary // the summaries, in order ("" bodies never)
+	calls    int          // llm_complete calls made
+	fallback bool         // the deterministic fallback was used
+	state    json.RawMessage
+	warnings []string
+}
+
+// savedState is the per-conversation state: the summaries made with the
+// LLM up to a step, so the next call resumes from there instead of
+// replaying every earlier step (each would be a cache hit, but costs a
+// round trip). FP ties it to the exact history and config it was made
+// from.
+type savedState struct {
+	V     int          `json:"v"`
+	Steps int          `json:"steps"`
+	End   int          `json:"end"`
+	FP    string       `json:"fp"`
+	Runs  []runSummary `json:"runs"`
+}
+
+// stateVersion is the layout of savedState (1 held one summary).
+const stateVersion = 2
+
+// summarize runs the schedule's steps: each piece of a step's span is
+// summarized by one LLM call, folded into its run's summary when the run
+// began in an earlier step, starting from the saved state when it
+// matches. When a call fails, that piece and every later one is
+// summarized deterministically (and folded into its run's summary so
+// far).
+func summarize(h pdk.Host, msgs []abi.Message, lead int, sched []step, cfg config, model string, rawState json.RawMessage) summaryResult {
+	var res summaryResult
+	fps := fingerprints(msgs, sched, cfg, model)
+	first := 0
+	var runs []runSummary
+	if st, ok := loadState(rawState); ok && st.Steps >= 1 && st.Steps <= len(sched) &&
+		st.End == sched[st.Steps-1].end && st.FP == fps[st.Steps-1] {
+		first, runs = st.Steps, append([]runSummary(nil), st.Runs...)
+	}
+	done, doneRuns := first, append([]runSummary(nil), runs...) // LLM progress, for the state
+	failed := false
+	ps := pieces(msgs, lead, sched)
+	if len(ps) == 0 {
+		res.warnings = append(res.warnings, "nothing to summarize in the span (only messages kept verbatim); conversation kept as it is")
+		return res
+	}
+	for _, p := range ps {
+		if p.step < first {
+			continue
+		}
+		if !failed && p.step > done {
+			done, doneRuns = p.step, append(doneRuns[:0], runs...)
+		}
+		var prev string
+		count := 0
+		cur := -1 // the run this piece extends
+		if p.extends && len(runs) > 0 {
+			cur = len(runs) - 1
+			prev, count = runs[cur].Summary, runs[cur].Count
+		}
+		from := p.start
+		if s := lastSummary(msgs, p.start, p.end); s >= 0 {
+			count, prev, _ = parseSummary(msgs[s].Text())
 			from = s + 1
 		}
-		text, err := callLLM(h, cfg, model, prevText, msgs[from:end])
-		res.calls++
-		if err != nil {
-			res.warnings = append(res.warnings, "LLM summary failed ("+err.Error()+"); used the deterministic summary")
-			if j > first { // keep the LLM steps made so far for next time
-				res.state = saveState(j, sched, fps, count, prev)
+		// The summarizer also reads the message kept verbatim right before
+		// a new run (the user's request it answers), marked as kept.
+		ctx := from
+		if from == p.start && !p.extends && from > lead && msgs[from-1].Role == abi.RoleUser && !isSummary(&msgs[from-1]) {
+			ctx = from - 1
+		}
+		var text string
+		if !failed {
+			t, err := callLLM(h, cfg, model, prev, msgs[ctx:p.end])
+			res.calls++
+			if err != nil {
+				failed = true
+				res.warnings = append(res.warnings, "LLM summary failed ("+err.Error()+"); used the deterministic summary")
+				if done > first {
+					res.state = saveState(done, sched, fps, doneRuns)
+				}
+			} else {
+				text = t
+				count += compactibleCount(msgs[from:p.end])
 			}
-			text, count = fallback(msgs, begin, sched[len(sched)-1].end, prev, count)
+		}
+		if failed {
+			text, count = fallback(msgs, p.start, p.end, prev, count)
+			res.fallback = true
 			if text == "" {
 				res.warnings = append(res.warnings, "no deterministic summary either; conversation kept as it is")
+				res.runs = nil
 				return res
 			}
-			res.text, res.count, res.fallback = text, count, true
-			return res
 		}
-		prev, count = text, prevCount+compactibleCount(msgs[from:end])
+		if cur >= 0 {
+			runs[cur].Summary, runs[cur].Count = text, count
+		} else {
+			runs = append(runs, runSummary{Start: p.start, Count: count, Summary: text})
+		}
 	}
-	res.text, res.count = prev, count
-	if first < len(sched) {
-		res.state = saveState(len(sched), sched, fps, count, prev)
+	res.runs = runs
+	if !failed && first < len(sched) {
+		res.state = saveState(len(sched), sched, fps, runs)
 	}
 	return res
 }
 
-// saveState records that the first steps steps made summary.
-func saveState(steps int, sched []step, fps []string, count int, summary string) json.RawMessage {
-	b, _ := json.Marshal(savedState{V: 1, Steps: steps, End: sched[steps-1].end, FP: fps[steps-1], Count: count, Summary: summary})
+// saveState records that the first steps steps made runs.
+func saveState(steps int, sched []step, fps []string, runs []runSummary) json.RawMessage {
+	b, _ := json.Marshal(savedState{V: stateVersion, Steps: steps, End: sched[steps-1].end, FP: fps[steps-1], Runs: runs})
 	return b
 }
 
 func loadState(raw json.RawMessage) (savedState, bool) {
 	var st savedState
-	if len(raw) == 0 || json.Unmarshal(raw, &st) != nil || st.V != 1 {
+	if len(raw) == 0 || json.Unmarshal(raw, &st) != nil || st.V != stateVersion {
 		return st, false
 	}
 	return st, true
@@ -165,99 +247,27 @@ func compactibleCount(span []abi.Message) int {
 // depends on: the policy's summary settings, the model, the steps up to
 // it, and every message before its end. One pass over the messages.
 func fingerprints(msgs []abi.Message, sched []step, cfg config, model string) []string {
-	var h fingerprint
-	h.str("compactd-llm-policy-v1")
-	h.str(model)
-	h.str(cfg.Prompt)
-	h.str(cfg.SummaryTag)
-	h.word(uint64(cfg.MaxTokens))
+	var h fingerprint.Hash
+	h.Str("compactd-llm-policy-v2")
+	h.Str(model)
+	h.Str(cfg.Prompt)
+	h.Str(cfg.SummaryTag)
+	h.Word(uint64(cfg.maxTokens()))
+	h.Word(math.Float64bits(cfg.Temperature))
+	h.Bool(cfg.keyFindings())
 	out := make([]string, len(sched))
 	i := 0
 	for j, s := range sched {
 		for ; i < s.end; i++ {
-			m := &msgs[i]
-			h.str(m.Role)
-			h.str(m.Text())
-			h.str(m.Name)
-			h.str(m.ToolCallID)
-			h.word(uint64(len(m.ToolCalls)))
-			for _, c := range m.ToolCalls {
-				h.str(c.ID)
-				h.str(c.Function.Name)
-				h.str(c.Function.Arguments)
-			}
+			h.Message(&msgs[i])
 		}
 		f := h
 		for _, t := range sched[:j+1] {
-			f.word(uint64(t.end))
+			f.Word(uint64(t.end))
 		}
-		out[j] = f.sum()
+		out[j] = f.Sum()
 	}
 	return out
-}
-
-// fingerprint is a 128-bit hash that reads eight bytes per step. It is
-// not cryptographic: it only tells a conversation's own saved state from
-// a state made for another history. A Go guest hashes with it ~10x faster
-// than with crypto/sha256, whose per-round loops each cost a check of
-// the host's time limit (see RATIONALE.md).
-type fingerprint struct{ a, b uint64 }
-
-const (
-	fpMul1 = 0x9E3779B97F4A7C15
-	fpMul2 = 0xC2B2AE3D27D4EB4F
-)
-
-func (h *fingerprint) word(w uint64) {
-	h.a = bits.RotateLeft64((h.a^w)*fpMul1, 29)
-	h.b = bits.RotateLeft64((h.b^w)*fpMul2, 31) + h.a
-}
-
-// str hashes s's length and bytes, so no two sequences of strings hash
-// the same way by construction.
-func (h *fingerprint) str(s string) {
-	h.word(uint64(len(s)))
-	// 64 bytes per loop iteration: in a guest every iteration costs a
-	// check of the time limit, so fewer, longer iterations are faster.
-	for ; len(s) >= 64; s = s[64:] {
-		h.word(le64(s[0:8]))
-		h.word(le64(s[8:16]))
-		h.word(le64(s[16:24]))
-		h.word(le64(s[24:32]))
-		h.word(le64(s[32:40]))
-		h.word(le64(s[40:48]))
-		h.word(le64(s[48:56]))
-		h.word(le64(s[56:64]))
-	}
-	for ; len(s) >= 8; s = s[8:] {
-		h.word(le64(s))
-	}
-	var t uint64
-	for i := 0; i < len(s); i++ {
-		t |= uint64(s[i]) << (8 * i)
-	}
-	h.word(t)
-}
-
-func le64(s string) uint64 {
-	_ = s[7]
-	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
-		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
-}
-
-// sum returns the hash as 32 hex digits, after a final avalanche.
-func (h fingerprint) sum() string {
-	mix := func(x uint64) uint64 {
-		x ^= x >> 33
-		x *= 0xFF51AFD7ED558CCD
-		x ^= x >> 33
-		x *= 0xC4CEB9FE1A85EC53
-		return x ^ x>>33
-	}
-	var b [16]byte
-	binary.BigEndian.PutUint64(b[:8], mix(h.a^h.b>>1))
-	binary.BigEndian.PutUint64(b[8:], mix(h.b+h.a))
-	return hex.EncodeToString(b[:])
 }
 
 // errNoSummary is a completion without a usable summary.

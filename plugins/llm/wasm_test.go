@@ -96,7 +96,7 @@ func TestWasmWithProvider(t *testing.T) {
 			if !bytes.Equal(outs[0], outs[1]) {
 				t.Fatal("the same history gave different bytes")
 			}
-			if !strings.Contains(string(outs[0]), `"role":"user"`) {
+			if !strings.Contains(string(outs[0]), `"role":"assistant","content":"[compactd summary of `) {
 				t.Fatal("summary role")
 			}
 

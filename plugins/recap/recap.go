@@ -10,7 +10,7 @@ import (
 )
 
 // version is the plugin's version; bump it when behaviour changes.
-const version = "1.0.0"
+const version = "1.1.0"
 
 // config is the policy's config; its zero value is not the default (see
 // defaults).
@@ -18,12 +18,14 @@ type config struct {
 	Enabled                       bool `json:"enabled"`
 	MinPreservedAssistantMessages int  `json:"min_preserved_assistant_messages"`
 	BatchSize                     int  `json:"batch_size"`
+	KeepTask                      bool `json:"keep_task"`
 }
 
 var defaults = config{
 	Enabled:                       true,
 	MinPreservedAssistantMessages: 3,
 	BatchSize:                     4,
+	KeepTask:                      true,
 }
 
 const schema = `{
@@ -34,7 +36,9 @@ const schema = `{
     "min_preserved_assistant_messages": {"type": "integer", "minimum": 1,
       "description": "the newest N assistant messages, and everything after the oldest of them, stay in full (environment: LLM_COMPACTION_MIN_PRESERVED_ASSISTANT_MESSAGES)"},
     "batch_size": {"type": "integer", "minimum": 1,
-      "description": "older assistant messages are compacted in batches of this many, so the compacted prefix changes once per batch (environment: LLM_COMPACTION_BATCH_SIZE)"}
+      "description": "older assistant messages are compacted in batches of this many, so the compacted prefix changes once per batch (environment: LLM_COMPACTION_BATCH_SIZE)"},
+    "keep_task": {"type": "boolean",
+      "description": "keep the task (the first user message) verbatim; false: the Playbooks design, which removes it with the other older user messages"}
   },
   "additionalProperties": false
 }`
@@ -43,7 +47,7 @@ func policy() pdk.Policy {
 	return pdk.Policy{
 		Name:         "recap",
 		Version:      version,
-		Description:  "Playbooks-style batched recap: older assistant messages shrink to their \"recap -\" line and older user messages are removed, a batch at a time, so the prompt-cache prefix changes once per batch.",
+		Description:  "Playbooks-style batched recap: older assistant messages shrink to their \"recap -\" line and older user messages (but the task) are removed, a batch at a time, so the prompt-cache prefix changes once per batch.",
 		ConfigSchema: schema,
 		Defaults:     defaults,
 		Compact:      compact,
@@ -80,14 +84,18 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 			last = i
 		}
 	}
+	task := -1
+	if cfg.KeepTask {
+		task = convo.Task(msgs)
+	}
 	items := make([]abi.Item, 0, len(msgs))
 	var rewritten []int
 	removed := 0
 	for i := 0; i < len(msgs); {
 		m := &msgs[i]
 		switch {
-		case i > last || m.IsSystem():
-			// The preserved tail, and system messages anywhere.
+		case i > last || m.IsSystem() || i == task:
+			// The preserved tail, system messages anywhere, and the task.
 		case m.Role == abi.RoleUser:
 			removed++
 			i++

@@ -24,7 +24,10 @@ func withRecaps(msgs []abi.Message) []abi.Message {
 }
 
 func TestCompact(t *testing.T) {
-	seed := map[string]any{"min_preserved_assistant_messages": 3, "batch_size": 4}
+	// The Playbooks design's behaviour: older user messages go, the task
+	// with them (keep_task: false).
+	seed := map[string]any{"min_preserved_assistant_messages": 3, "batch_size": 4, "keep_task": false}
+	kept := map[string]any{"min_preserved_assistant_messages": 3, "batch_size": 4}
 	tests := []struct {
 		name    string
 		spec    string
@@ -47,7 +50,7 @@ func TestCompact(t *testing.T) {
 			"r1 r3 r5 r7 r8 r9 r10 r11 r12 r13", 4},
 		{"system messages are never removed", "s" + "ua" + "d" + strings.Repeat("ua", 6), true, seed,
 			"r0 m r3 m m m r10 r11 r12 r13 r14 r15", 8},
-		{"batch 1 compacts all but the preserved", strings.Repeat("ua", 5), true, map[string]any{"min_preserved_assistant_messages": 2, "batch_size": 1},
+		{"batch 1 compacts all but the preserved", strings.Repeat("ua", 5), true, map[string]any{"min_preserved_assistant_messages": 2, "batch_size": 1, "keep_task": false},
 			"m m m r6 r7 r8 r9", 6},
 		{"a tool unit with a recap line goes as one", "su" + "ct" + "ptt" + "ua" + "auauaua", true, seed,
 			"r0 m m m m r10 r11 r12 r13 r14 r15", 6},
@@ -55,6 +58,12 @@ func TestCompact(t *testing.T) {
 			"r0 r2 r3 r4 r5 r6 r8 r9 r10 r11 r12 r13 r14 r15", 2},
 		{"the unanswered final call stays", "su" + strings.Repeat("ct", 6) + "c", true, seed,
 			"r0 m m m m r10 r11 r12 r13 r14", 5},
+		{"default: the task stays", strings.Repeat("ua", 7), true, kept,
+			"r0 m m m m r8 r9 r10 r11 r12 r13", 7},
+		{"default: the task stays after the system messages", "su" + strings.Repeat("ct", 6) + "c", true, kept,
+			"r0 r1 m m m m r10 r11 r12 r13 r14", 4},
+		{"default: no recap line, only the task stays of the users", strings.Repeat("ua", 7), false, kept,
+			"r0 r1 r3 r5 r7 r8 r9 r10 r11 r12 r13", 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -86,7 +95,7 @@ func TestCompact(t *testing.T) {
 
 func TestSeedRecapLines(t *testing.T) {
 	msgs := withRecaps(plugtest.Build(strings.Repeat("ua", 7)))
-	res := plugtest.Run(t, compact, msgs, nil, nil)
+	res := plugtest.Run(t, compact, msgs, map[string]any{"keep_task": false}, nil)
 	var lines []string
 	for _, it := range res.Messages[:4] {
 		lines = append(lines, it.Message.Text())

@@ -6,10 +6,11 @@ import (
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
 	"github.com/compactd/compactd/pdk"
+	"github.com/compactd/compactd/plugins/internal/steps"
 )
 
 // version is the plugin's version; bump it when behaviour changes.
-const version = "1.0.0"
+const version = "1.1.0"
 
 // config is the policy's config; its zero value is not the default (see
 // defaults).
@@ -17,7 +18,9 @@ type config struct {
 	WindowSize           int     `json:"window_size"`
 	Step                 int     `json:"step"`
 	IncludeSummaryMarker bool    `json:"include_summary_marker"`
+	KeepTask             bool    `json:"keep_task"`
 	KeepFirstUser        bool    `json:"keep_first_user"`
+	SummaryRole          string  `json:"summary_role"`
 	MaxTokens            int     `json:"max_tokens"`
 	LowWater             float64 `json:"low_water"`
 	StartOn              string  `json:"start_on"`
@@ -27,7 +30,9 @@ var defaults = config{
 	WindowSize:           5,
 	Step:                 5,
 	IncludeSummaryMarker: true,
+	KeepTask:             true,
 	KeepFirstUser:        true,
+	SummaryRole:          abi.RoleAssistant,
 	MaxTokens:            0,
 	LowWater:             0.6,
 	StartOn:              "",
@@ -41,9 +46,12 @@ const schema = `{
     "step": {"type": "integer", "minimum": 1,
       "description": "hysteresis: the window is cut back to window_size once it holds window_size+step entries, so the kept prefix changes once every step turns (1 = slide every turn)"},
     "include_summary_marker": {"type": "boolean",
-      "description": "insert a user message \"[K earlier entries discarded]\" where entries were dropped"},
+      "description": "insert a message \"[K earlier entries discarded]\" where entries were dropped"},
+    "keep_task": {"type": "boolean",
+      "description": "always keep the task (the first user message) verbatim; false: the seed's window, which drops it with the rest"},
     "keep_first_user": {"type": "boolean",
-      "description": "always keep the first user message after the system messages (an agent's task statement)"},
+      "description": "the older name of keep_task: false also drops the task"},
+    "summary_role": ` + steps.SummaryRoleSchema + `,
     "max_tokens": {"type": "integer", "minimum": 0,
       "description": "token-budget mode when > 0: keep the newest messages that fit in max_tokens (system messages included)"},
     "low_water": {"type": "number", "exclusiveMinimum": 0, "maximum": 1,
@@ -76,12 +84,9 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 	}
 	msgs := req.Messages
 	lead := convo.LeadingSystem(msgs)
-	// pinned is the kept prefix: the system messages, and the task when
-	// keep_first_user is set and the conversation starts with it.
-	pinned := lead
-	if cfg.KeepFirstUser && lead < len(msgs)-1 && msgs[lead].Role == abi.RoleUser {
-		pinned = lead + 1
-	}
+	// pinned is the kept prefix: the system messages, and the task
+	// unless keep_task (or its older name keep_first_user) is off.
+	pinned := convo.Pinned(msgs, cfg.KeepTask && cfg.KeepFirstUser)
 	var cut int
 	if cfg.MaxTokens > 0 {
 		cut = tokenCut(msgs, pinned, cfg)
@@ -101,7 +106,7 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 	}
 	if cfg.IncludeSummaryMarker {
 		items = append(items, abi.New(abi.Message{
-			Role:    abi.RoleUser,
+			Role:    steps.SummaryRole(cfg.SummaryRole, msgs, items),
 			Content: abi.TextContent(marker(dropped)),
 		}))
 	}

@@ -202,3 +202,24 @@ func checkContract(t *testing.T, id string, in []abi.Message, res *abi.CompactRe
 		}
 	}
 }
+
+// TestSeedDocument replays the example of rlm-code's compaction policies
+// document (seed 003, SuperagenticAI/rlm-code docs/policies/compaction.md,
+// "SlidingWindowCompactionPolicy"), with its parameter names: 12 entries,
+// window_size 5 → "[7 earlier entries discarded]" and history[7] to
+// history[11]. The document's history holds steps, the task beside it: the
+// task stays in front (keep_task); step 1 is the seed's window, moved on
+// every turn.
+func TestSeedDocument(t *testing.T) {
+	msgs := plugtest.Build("su" + strings.Repeat("ua", 6))
+	res := plugtest.Run(t, compact, msgs, map[string]any{"window_size": 5, "include_summary_marker": true, "step": 1}, nil)
+	if got := plugtest.Shape(res.Messages); got != "r0 r1 m r9 r10 r11 r12 r13" {
+		t.Fatalf("got %s", got)
+	}
+	if m := res.Messages[2].Message; m.Text() != "[7 earlier entries discarded]" || res.EntriesSummarized != 7 {
+		t.Fatalf("marker %q, %d entries", m.Text(), res.EntriesSummarized)
+	}
+	if defaults.WindowSize != 5 || !defaults.IncludeSummaryMarker {
+		t.Fatalf("defaults %+v", defaults)
+	}
+}

@@ -12,7 +12,7 @@ import (
 )
 
 // version is the plugin's version; bump it when behaviour changes.
-const version = "1.0.0"
+const version = "1.1.0"
 
 // config is the policy's config; its zero value is not the default (see
 // defaults). Sizes are in characters, counted as bytes of UTF-8 text
@@ -26,6 +26,7 @@ type config struct {
 	ContextLimit          int     `json:"context_limit"`
 	FallbackChars         int     `json:"fallback_chars"`
 	Model                 string  `json:"model"`
+	Temperature           float64 `json:"temperature"`
 }
 
 var defaults = config{
@@ -37,6 +38,7 @@ var defaults = config{
 	ContextLimit:          0,
 	FallbackChars:         1000,
 	Model:                 "",
+	Temperature:           0,
 }
 
 const schema = `{
@@ -49,7 +51,7 @@ const schema = `{
     "target_ratio": {"type": "number", "exclusiveMinimum": 0, "maximum": 1,
       "description": "each summary is asked to be about this fraction of its input's length"},
     "global_threshold": {"type": "number", "exclusiveMinimum": 0,
-      "description": "layer 2: when the conversation holds more than this fraction of the context limit, every large tool result is summarized"},
+      "description": "layer 2: when the conversation's characters exceed this fraction of the context limit (the seed's rule: characters against the limit's number), every large tool result is summarized"},
     "min_result_size": {"type": "integer", "minimum": 1,
       "description": "layer 2: only tool results longer than this many characters are summarized"},
     "context_limit": {"type": "integer", "minimum": 0,
@@ -57,7 +59,9 @@ const schema = `{
     "fallback_chars": {"type": "integer", "minimum": 0,
       "description": "layer 1: when a chunk's summary fails, keep this many of its first characters"},
     "model": {"type": "string",
-      "description": "the summarizer model; empty: the agent's model from the request context (else the daemon's llm.model)"}
+      "description": "the summarizer model; empty: the agent's model from the request context (else the daemon's llm.model)"},
+    "temperature": {"type": "number", "minimum": 0, "maximum": 2,
+      "description": "the summarizer's sampling temperature"}
   },
   "additionalProperties": false
 }`
@@ -66,7 +70,7 @@ func policy() pdk.Policy {
 	return pdk.Policy{
 		Name:         "toolresult",
 		Version:      version,
-		Description:  "Compresses large tool results with an LLM (ReAct's two layers: oversized results chunk by chunk, and every large result once the context is nearly full), marking each so it is compressed once; never drops a step or touches the assistant's messages.",
+		Description:  "Compresses large tool results with an LLM (ReAct's two layers: oversized results chunk by chunk as they arrive, and every large result once the context is nearly full), marking each so it is compressed once; never drops a step or touches the assistant's messages. The one exception to the unchanged latest turn: an oversized final tool result comes back compressed (same tool_call_id, shorter).",
 		ConfigSchema: schema,
 		Defaults:     defaults,
 		Compact:      compact,
@@ -86,16 +90,23 @@ func marker(from, to int) string {
 
 func isCompressed(text string) bool { return strings.HasPrefix(text, markerPrefix) }
 
-// messageOverhead approximates a message's tokens beyond its content.
-const messageOverhead = 4
+// chars is a message's size by the seed's measure: the characters of its
+// text, name and tool calls (names and arguments).
+func chars(m *abi.Message) int {
+	n := len(m.Text()) + len(m.Name)
+	for _, tc := range m.ToolCalls {
+		n += len(tc.Function.Name) + len(tc.Function.Arguments)
+	}
+	return n
+}
 
 func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 	cfg := defaults
 	if err := req.DecodeConfig(&cfg); err != nil {
 		return nil, err
 	}
-	if cfg.SingleResultThreshold < 1 || cfg.ChunkSize < 1 || cfg.TargetRatio <= 0 || cfg.MinResultSize < 1 || cfg.FallbackChars < 0 {
-		return nil, &abi.Error{Code: abi.CodeInvalidConfig, Message: "sizes must be positive and target_ratio above 0"}
+	if cfg.SingleResultThreshold < 1 || cfg.ChunkSize < 1 || cfg.TargetRatio <= 0 || cfg.MinResultSize < 1 || cfg.FallbackChars < 0 || cfg.Temperature < 0 || cfg.Temperature > 2 {
+		return nil, &abi.Error{Code: abi.CodeInvalidConfig, Message: "sizes must be positive, target_ratio above 0 and temperature in [0, 2]"}
 	}
 	msgs := req.Messages
 	model := cfg.Model
@@ -104,14 +115,23 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 	}
 	c := &compressor{h: h, cfg: cfg, model: model, msgs: msgs, news: map[int]string{}}
 
-	// Layer 1: oversized results, one by one.
+	// Layer 1: oversized results, one by one, as they arrive — the final
+	// message included (the seed compresses each result before the agent
+	// sees it): it comes back as the same tool result, shortened.
+	last := len(msgs) - 1
 	for i := range msgs {
-		if text, ok := c.candidate(i); ok && len(text) > cfg.SingleResultThreshold {
-			c.news[i] = c.layer1(i, text)
+		if text, ok := c.candidate(i, true); ok && len(text) > cfg.SingleResultThreshold {
+			out := c.layer1(i, text)
+			if i == last && len(out) >= len(text) {
+				continue // the final message is only ever shortened
+			}
+			c.news[i] = out
 		}
 	}
 	// Layer 2: when the whole conversation is near the limit, every large
-	// result (oldest first).
+	// result (oldest first). The seed's rule counts characters — every
+	// message's text and tool calls, after layer 1 — against the fraction
+	// of the limit's number (its tokens taken as characters).
 	limit := cfg.ContextLimit
 	if limit == 0 {
 		limit = req.Context.ContextWindow
@@ -120,9 +140,9 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 		total := 0
 		for i := range msgs {
 			if text, ok := c.news[i]; ok {
-				total += h.CountTokens(text) + messageOverhead
+				total += len(text)
 			} else {
-				total += msgs[i].Tokens
+				total += chars(&msgs[i])
 			}
 		}
 		if float64(total) > cfg.GlobalThreshold*float64(limit) {
@@ -130,7 +150,7 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 				if _, done := c.news[i]; done {
 					continue
 				}
-				if text, ok := c.candidate(i); ok && len(text) > cfg.MinResultSize && !c.stopped {
+				if text, ok := c.candidate(i, false); ok && len(text) > cfg.MinResultSize && !c.stopped {
 					if s, ok := c.layer2(i, text); ok {
 						c.news[i] = s
 					}
@@ -184,10 +204,11 @@ type compressor struct {
 
 // candidate returns the text of message i if it is a tool result this
 // policy may compress: a plain string content, not already compressed,
-// and not the conversation's final message (which is never changed).
-func (c *compressor) candidate(i int) (string, bool) {
+// and — unless final is set (layer 1) — not the conversation's final
+// message.
+func (c *compressor) candidate(i int, final bool) (string, bool) {
 	m := &c.msgs[i]
-	if m.Role != abi.RoleTool || i == len(c.msgs)-1 || !m.Content.IsString() {
+	if m.Role != abi.RoleTool || !final && i == len(c.msgs)-1 || !m.Content.IsString() {
 		return "", false
 	}
 	text := m.Text()
@@ -290,8 +311,9 @@ func (c *compressor) complete(layer int, prompt string, inputLen int) (string, b
 	}
 	c.calls++
 	resp, err := c.h.Complete(abi.LLMRequest{
-		Model:     c.model,
-		MaxTokens: max(128, c.target(inputLen)/2),
+		Model:       c.model,
+		Temperature: c.cfg.Temperature,
+		MaxTokens:   max(128, c.target(inputLen)/2),
 		Messages: []abi.LLMMessage{
 			{Role: abi.RoleSystem, Content: systemPrompt},
 			{Role: abi.RoleUser, Content: prompt},

@@ -225,12 +225,14 @@ func TestLayer1Fallbacks(t *testing.T) {
 func TestLayer2(t *testing.T) {
 	// 4 results of 6000, 4000, 8000 and 7000 characters.
 	msgs := agent(6000, 4000, 8000, 7000)
-	total := 0
-	for _, m := range msgs {
-		total += m.Tokens
+	total := 0 // characters, the seed's measure
+	for i := range msgs {
+		total += chars(&msgs[i])
 	}
 	// The trigger is strict: at exactly global_threshold × limit nothing
 	// happens; above it, every result over min_result_size is summarized.
+	// The conversation is measured in characters against the limit's
+	// number (the seed's rule), not in tokens.
 	tests := []struct {
 		name  string
 		limit int
@@ -288,14 +290,36 @@ func TestNeverTwice(t *testing.T) {
 	}
 }
 
-func TestFinalMessageAndUserMessagesUntouched(t *testing.T) {
+// TestFinalMessageAndUserMessages: user messages are never touched; the
+// final message is, in one case only: an oversized tool result is
+// compressed by layer 1 as it arrives, and comes back as the same tool
+// result (same tool_call_id), shorter. Layer 2 never touches it.
+func TestFinalMessageAndUserMessages(t *testing.T) {
 	msgs := agent(6000, 60000)
 	msgs = msgs[:len(msgs)-1] // ends with the 60000-character result
 	msgs = append(msgs[:2:2], append([]abi.Message{{Role: abi.RoleUser, Content: abi.TextContent(output(9, 70000)), Tokens: 17500}}, msgs[2:]...)...)
 	f := &fakeLLM{}
 	res := run(t, f.host(), msgs, nil, 1000)
-	if got := plugtest.Shape(res.Messages); got != "r0 r1 r2 r3 m r5 r6" {
-		t.Fatalf("shape %s: only the non-final tool result may change", got)
+	if got := plugtest.Shape(res.Messages); got != "r0 r1 r2 r3 m r5 m" {
+		t.Fatalf("shape %s: the non-final tool result (layer 2) and the final one (layer 1) change, nothing else", got)
+	}
+	last := res.Messages[len(res.Messages)-1].Message
+	orig := msgs[len(msgs)-1]
+	if last.Role != abi.RoleTool || last.ToolCallID != orig.ToolCallID || len(last.Text()) >= len(orig.Text()) || !strings.HasPrefix(last.Text(), "[compressed tool result: 60000 chars → ") {
+		t.Fatalf("final message %s %s %d chars", last.Role, last.ToolCallID, len(last.Text()))
+	}
+	// A final result under the layer-1 threshold stays, even when layer
+	// 2 fires.
+	small := agent(6000, 7000)
+	small = small[:len(small)-1]
+	res = run(t, f.host(), small, nil, 1000)
+	if got := plugtest.Shape(res.Messages); got != "r0 r1 r2 m r4 r5" {
+		t.Fatalf("shape %s: layer 2 must not touch the final message", got)
+	}
+	// Without an LLM, layer 1's fallback still shortens the final result.
+	res = run(t, &pdk.TestHost{}, msgs, map[string]any{"context_limit": 10_000_000}, 0)
+	if got := plugtest.Shape(res.Messages); got != "r0 r1 r2 r3 r4 r5 m" {
+		t.Fatalf("shape %s", got)
 	}
 }
 

