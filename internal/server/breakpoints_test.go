@@ -48,16 +48,12 @@ func TestCacheBreakpoints(t *testing.T) {
 	td := setup(t, "", pluginLedger).start(t)
 	msgs := sweConversation(t)
 	post := func(flag bool) (*client.CompactResponse, []byte) {
-		body, _ := json.Marshal(client.CompactRequest{Messages: msgs, CacheBreakpoints: flag})
-		status, b, _ := td.raw(t, "POST", "/v1/compact", string(body))
-		if status != 200 {
-			t.Fatalf("status %d: %s", status, b)
-		}
-		var resp client.CompactResponse
-		if err := json.Unmarshal(b, &resp); err != nil {
+		resp, err := td.c.Compact(bg, &client.CompactRequest{Messages: msgs, CacheBreakpoints: flag})
+		if err != nil {
 			t.Fatal(err)
 		}
-		return &resp, b
+		b, _ := json.Marshal(resp)
+		return resp, b
 	}
 	plain, plainBody := post(false)
 	if !plain.Compacted || plain.Stats.Stages[0].Policy != "ledger" {

@@ -30,8 +30,9 @@ func TestLastCompactionDetail(t *testing.T) {
 		req   client.CompactRequest
 		kinds string
 	}{
-		// lastn keeps the system message and the last n: the rest is dropped.
-		{"dropped", client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 2}}, "kdkk"},
+		// lastn keeps the system message, the task and the last n: the
+		// rest is dropped.
+		{"dropped", client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 2}}, "kkdkk"},
 		// sliding keeps the task (the first user message) and puts a
 		// marker where it cut: the cut entries are folded into it.
 		{"summarized", client.CompactRequest{Policy: "sliding", Config: map[string]any{"window_size": 2, "step": 1}}, "kkskk"},
@@ -86,7 +87,7 @@ func TestLastCompactionDetail(t *testing.T) {
 	}
 	// A request that compacts nothing keeps the previous record.
 	td.c.Compact(bg, &client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 50}, ConversationID: "detail-dropped", Messages: msgs})
-	if c, _ := td.c.Conversation(bg, "detail-dropped"); c.LastCompaction == nil || rowKinds(c.LastCompaction) != "kdkk" || c.Requests != 2 {
+	if c, _ := td.c.Conversation(bg, "detail-dropped"); c.LastCompaction == nil || rowKinds(c.LastCompaction) != "kkdkk" || c.Requests != 2 {
 		t.Errorf("after an unchanged request: %+v", c)
 	}
 	// The list leaves the records out.

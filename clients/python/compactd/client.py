@@ -141,14 +141,17 @@ class Client:
         conversation_id: Optional[str] = None,
         context_window: Optional[int] = None,
         target_tokens: Optional[int] = None,
+        cache_breakpoints: Optional[bool] = None,
     ) -> CompactResponse:
         """Compact a conversation (POST /v1/compact).
 
         ``policy`` or ``pipeline`` names what runs (neither: the daemon's
         default); ``config`` overrides its settings, with a pipeline one
-        object per policy name. When a plugin fails the answer holds the
-        input unchanged and the failure in ``warnings``: messages are never
-        lost.
+        object per policy name. ``cache_breakpoints=True`` returns the
+        policy's prompt-cache breakpoints as Anthropic ``cache_control``
+        markers (do not send them to OpenAI). When a plugin fails the answer
+        holds the input unchanged and the failure in ``warnings``: messages
+        are never lost.
         """
         body: Dict[str, Any] = {"messages": list(messages)}
         for key, value in (
@@ -159,6 +162,7 @@ class Client:
             ("conversation_id", conversation_id),
             ("context_window", context_window),
             ("target_tokens", target_tokens),
+            ("cache_breakpoints", cache_breakpoints),
         ):
             if value is not None:
                 body[key] = value
@@ -224,7 +228,7 @@ def compact(
 
     It talks to the daemon on the default socket unless ``client`` is
     given; ``options`` are Client.compact's (pipeline, config, model,
-    conversation_id, context_window, target_tokens). A policy that fails
+    conversation_id, context_window, target_tokens, cache_breakpoints). A policy that fails
     returns the messages unchanged, as the daemon does.
     """
     c = client or Client()

@@ -60,6 +60,9 @@ class CompactResponse:
     conversation_id: str
     warnings: List[str]
     stats: Stats
+    #: the messages carrying a cache_control breakpoint (indices into
+    #: ``messages``) when the request asked for them
+    cache_breakpoints: Optional[List[int]] = None
 
 
 @dataclass

@@ -61,7 +61,8 @@ def test_plugin_failure_keeps_the_input(client):
         ({"policy": "nope"}, compactd.UnknownPolicy, "unknown_policy", 404),
         ({"policy": "lastn", "config": {"n": 0}}, compactd.InvalidConfig, "invalid_config", 400),
         ({"policy": "lastn", "config": {"bogus": 1}}, compactd.InvalidConfig, "invalid_config", 400),
-        ({}, compactd.NoPolicy, "no_policy", 400),
+        # No policy named: the default, ledger, which this daemon lacks.
+        ({}, compactd.UnknownPolicy, "unknown_policy", 404),
         ({"policy": "Not A Name"}, compactd.BadRequest, "bad_request", 400),
         ({"policy": "lastn", "conversation_id": "x" * 300}, compactd.BadRequest, "bad_request", 400),
     ],
@@ -119,13 +120,14 @@ def test_status_and_last_compaction(client):
     assert "py-status" in ids
     assert all(c.last_compaction is None for c in st.conversations)
     c = client.conversation("py-status")
-    assert c.messages == 10 and c.messages_after == 3 and c.context_window == 128000
+    assert c.messages == 10 and c.messages_after == 4 and c.context_window == 128000
     assert c.usage_ratio == pytest.approx(c.tokens / 128000)
     assert c.last_seen >= c.first_seen and c.last_compacted is not None
     d = c.last_compaction
     assert isinstance(d, compactd.CompactionDetail) and d.pipeline == ["lastn"]
-    assert [r.kind for r in d.rows] == ["kept", "dropped", "kept", "kept"]
-    assert d.rows[1].before[0].index == 1 and d.rows[-1].before[0].text == "last question"
+    # lastn keeps the system message, the task and the last 2.
+    assert [r.kind for r in d.rows] == ["kept", "kept", "dropped", "kept", "kept"]
+    assert d.rows[2].before[0].index == 2 and d.rows[-1].before[0].text == "last question"
     assert len(client.status(limit=1).conversations) == 1
     with pytest.raises(compactd.NotFound):
         client.conversation("no-such-conversation")
@@ -158,7 +160,7 @@ def test_health_metrics_openapi(client):
 def test_tcp_with_token(tcp, token):
     c = compactd.Client(tcp=tcp, token=token)
     assert c.health().status == "ok"
-    assert len(c.compact(chat(3), policy="lastn", config={"n": 1}).messages) == 2
+    assert len(c.compact(chat(3), policy="lastn", config={"n": 1}).messages) == 3
     for bad in (None, "wrong"):
         with pytest.raises(compactd.Unauthorized) as info:
             compactd.Client(tcp=tcp, token=bad).health()
@@ -198,7 +200,7 @@ def test_shared_between_threads(client):
     def work(i):
         try:
             out = client.compact(chat(3 + i % 3), policy="lastn", config={"n": 2}, conversation_id=f"py-thread-{i}")
-            assert len(out.messages) == 3
+            assert len(out.messages) == 4
         except Exception as e:  # noqa: BLE001 - collected and reported below
             errors.append(e)
 

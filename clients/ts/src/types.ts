@@ -3,6 +3,15 @@
 export interface CompactRequest {
   messages: Message[];
   /**
+   * true: the policies' prompt-cache breakpoints (up to 3 messages)
+   * come back as Anthropic's `"cache_control": {"type": "ephemeral"}`,
+   * added as the last member of the marked message's last content
+   * block when its content is an array, else of the message. A
+   * marked message is the kept bytes plus that one member. Off by
+   * default (OpenAI rejects the key).
+   */
+  cache_breakpoints?: boolean;
+  /**
    * Config overrides for this request. With `policy`: that policy's
    * keys (`{"window_size": 4}`). With `pipeline`: one object per
    * policy name (`{"sliding": {...}, "llm": {...}}`).
@@ -25,7 +34,7 @@ export interface CompactRequest {
    */
   pipeline?: string[];
   /**
-   * the policy to run (not with `pipeline`); neither means the config's default
+   * the policy to run (not with `pipeline`); neither means the config's default (`ledger` when it names none)
    */
   policy?: string;
   /**
@@ -41,7 +50,7 @@ export interface CompactResponse {
   compacted: boolean;
   conversation_id: string;
   /**
-   * the compacted conversation; kept messages byte for byte
+   * the compacted conversation; kept messages byte for byte (but for the cache_control a breakpoint adds)
    */
   messages: Message[];
   stats: Stats;
@@ -53,6 +62,10 @@ export interface CompactResponse {
    * plugin failures (the input was kept) and other non-fatal problems
    */
   warnings: string[];
+  /**
+   * the messages that carry a cache_control breakpoint (indices into `messages`), when the request asked for them
+   */
+  cache_breakpoints?: number[];
 }
 
 /**

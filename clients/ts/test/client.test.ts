@@ -84,7 +84,8 @@ describe("compact", () => {
     const out = await compact(msgs, { policy: "lastn", config: { n: 3 } }); // finds the daemon through $COMPACTD_SOCKET
     assert.deepEqual(out.slice(-3), msgs.slice(-3));
     assert.deepEqual(out[0], msgs[0]);
-    assert.ok(out.length < 8);
+    assert.deepEqual(out[1], msgs[1]); // the task stays
+    assert.ok(out.length < 9);
     assert.deepEqual(await compact(chat(1), { policy: "lastn", config: { n: 50 }, client }), chat(1));
   });
 
@@ -105,7 +106,7 @@ describe("compact", () => {
   const errors: [string, Parameters<Client["compact"]>[1], Message[], ErrorCode, number][] = [
     ["unknown policy", { policy: "nope" }, chat(1), "unknown_policy", 404],
     ["invalid config", { policy: "lastn", config: { n: 0 } }, chat(1), "invalid_config", 400],
-    ["no policy", {}, chat(1), "no_policy", 400],
+    ["no policy: the default, ledger, is not loaded here", {}, chat(1), "unknown_policy", 404],
     ["bad policy name", { policy: "Not A Name" }, chat(1), "bad_request", 400],
     ["empty conversation", { policy: "lastn" }, [], "invalid_conversation", 400],
     ["orphan tool result", { policy: "lastn" }, [{ role: "user", content: "a" }, { role: "tool", tool_call_id: "x", content: "b" }], "invalid_conversation", 400],
@@ -136,10 +137,10 @@ describe("status and config", () => {
     assert.ok(st.policies.serving >= 3 && st.uptime_seconds > 0);
     const c = await client.conversation("ts status/é");
     assert.equal(c.messages, 10);
-    assert.equal(c.messages_after, 3);
+    assert.equal(c.messages_after, 4); // the system message, the task and the last 2
     assert.equal(c.context_window, 128000);
     const d = c.last_compaction as CompactionDetail;
-    assert.deepEqual(d.rows.map((r) => r.kind), ["kept", "dropped", "kept", "kept"]);
+    assert.deepEqual(d.rows.map((r) => r.kind), ["kept", "kept", "dropped", "kept", "kept"]);
     assert.equal(d.rows.at(-1)?.before?.[0]?.text, "last question");
     assert.equal((await client.status(1)).conversations.length, 1);
     await rejectsWith(client.conversation("no-such-conversation"), "not_found", 404);
@@ -179,7 +180,7 @@ describe("connections", () => {
     const c = new Client({ tcp, token });
     try {
       assert.equal((await c.health()).status, "ok");
-      assert.equal((await c.compact(chat(3), { policy: "lastn", config: { n: 1 } })).messages.length, 2);
+      assert.equal((await c.compact(chat(3), { policy: "lastn", config: { n: 1 } })).messages.length, 3);
     } finally {
       c.close();
     }
@@ -212,6 +213,6 @@ describe("connections", () => {
     const results = await Promise.all(
       Array.from({ length: 24 }, (_, i) => client.compact(chat(3 + (i % 3)), { policy: "lastn", config: { n: 2 }, conversation_id: `ts-par-${i}` })),
     );
-    for (const r of results) assert.equal(r.messages.length, 3);
+    for (const r of results) assert.equal(r.messages.length, 4);
   });
 });
