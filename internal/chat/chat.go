@@ -109,6 +109,8 @@ func parseEnvelope(data []byte) (*Conversation, error) {
 }
 
 // FromRaw parses each raw message. The slices are kept, not copied.
+// Messages in another provider's format (Anthropic's tool_use and
+// tool_result blocks, say) are an error wrapping ErrUnsupportedFormat.
 func FromRaw(raw []json.RawMessage) (*Conversation, error) {
 	c := &Conversation{Raw: raw, Messages: make([]abi.Message, len(raw))}
 	for i, r := range raw {
@@ -119,6 +121,9 @@ func FromRaw(raw []json.RawMessage) (*Conversation, error) {
 			return nil, fmt.Errorf("%w: message %d: %v", ErrMalformed, i, err)
 		}
 		c.Messages[i].Tokens = 0 // a caller's "tokens" field is not trusted
+	}
+	if err := CheckFormat(c.Messages); err != nil {
+		return nil, err
 	}
 	return c, nil
 }

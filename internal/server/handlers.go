@@ -217,8 +217,15 @@ func (s *Server) handlePutConfig(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// handleHealth answers "ok", or "degraded" while no policy is loaded (the
+// daemon is up but every compaction would fail). Both are 200: the daemon
+// itself is alive.
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
-	writeJSON(w, http.StatusOK, client.Health{Status: "ok", Policies: s.opts.Registry.Counters().Serving})
+	h := client.Health{Status: "ok", Policies: s.opts.Registry.Counters().Serving}
+	if h.Policies == 0 {
+		h.Status = "degraded"
+	}
+	writeJSON(w, http.StatusOK, h)
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/internal/chat"
@@ -145,6 +146,8 @@ func TestCompactErrors(t *testing.T) {
 		{"empty conversation", `{"policy":"lastn","messages":[]}`, 400, CodeInvalidConversation, ""},
 		{"orphan tool result", `{"policy":"lastn","messages":[{"role":"user","content":"a"},{"role":"tool","tool_call_id":"x","content":"b"}]}`, 400, CodeInvalidConversation, "tool"},
 		{"unknown role", `{"policy":"lastn","messages":[{"role":"robot","content":"a"}]}`, 400, CodeInvalidConversation, "robot"},
+		{"anthropic tool_result", `{"policy":"lastn","messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"42"}]}]}`, 400, CodeUnsupportedFormat, `Anthropic Messages format (content block of type "tool_result")`},
+		{"anthropic tool_use", `{"policy":"lastn","messages":[{"role":"user","content":"a"},{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"f","input":{}}]}]}`, 400, CodeUnsupportedFormat, "message 1 is in the Anthropic"},
 		{"conversation id with NUL", `{"policy":"lastn","conversation_id":"a\u0000b","messages":` + msgs + `}`, 400, CodeBadRequest, "NUL"},
 		{"conversation id too long", `{"policy":"lastn","conversation_id":"` + strings.Repeat("x", 300) + `","messages":` + msgs + `}`, 400, CodeBadRequest, "limit is 256"},
 		{"negative window", `{"policy":"lastn","context_window":-1,"messages":` + msgs + `}`, 400, CodeBadRequest, "negative"},
@@ -422,4 +425,19 @@ func TestHealthAndMetrics(t *testing.T) {
 	if values[`compactd_tokens_saved_total{policy="lastn"}`] <= 0 || values[`compactd_tokens_in_total`] <= values[`compactd_tokens_out_total`] {
 		t.Errorf("token counters: %v", values)
 	}
+}
+
+// A daemon with no policy is up but degraded, and /healthz says so; the
+// first plugin that arrives makes it ok.
+func TestHealthDegradedWithoutPolicies(t *testing.T) {
+	td := startDaemon(t, "")
+	h, err := td.c.Health(bg)
+	if err != nil || h.Status != "degraded" || h.Policies != 0 {
+		t.Fatalf("health with no plugins = %+v, %v", h, err)
+	}
+	td.addPlugin(t, pluginLastn, "")
+	waitFor(t, "the plugin to load", 30*time.Second, func() bool {
+		h, err := td.c.Health(bg)
+		return err == nil && h.Status == "ok" && h.Policies == 1
+	})
 }
