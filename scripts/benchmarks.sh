@@ -22,6 +22,15 @@ ROOT=$(pwd)
 OUT=${OUT:-docs/benchmarks.md}
 BENCHTIME=${BENCHTIME:-1s}
 DATA=${COMPACTD_DATA:-../shared/data}
+# The eval part needs the full data set; say where it was looked for before
+# minutes of benchmarks, not after.
+if [ -z "${SKIP_EVAL:-}" ] && ! ls "$DATA"/*.jsonl >/dev/null 2>&1; then
+	case $DATA in /*) where=$DATA ;; *) where="$ROOT/$DATA" ;; esac
+	printf 'benchmarks: no .jsonl files in %s: the eval part needs the full data set.\n' "$where" >&2
+	printf 'Set COMPACTD_DATA to the directory holding them, or SKIP_EVAL=1 to run only the Go benchmarks\n' >&2
+	printf '(which skip, saying so, the ones that need the full data).\n' >&2
+	exit 1
+fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/compactd-bench.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 CHARTS=docs/benchmarks
