@@ -6,7 +6,7 @@
 GO       ?= go
 BIN      := bin
 PLUGINS  := $(BIN)/plugins
-STATICCHECK := honnef.co/go/tools/cmd/staticcheck@2025.1.1
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1 # release 2025.1.1, by its module version
 
 # The commit `compactd --version` reports when the go command stamps none
 # (GOFLAGS=-buildvcs=false); empty outside a git checkout.
