@@ -127,6 +127,8 @@ func TestREADME(t *testing.T) {
 			continue
 		}
 		ran++
+		first, _, _ := strings.Cut(ex.text, "\n")
+		t.Logf("%s: %s", name, first)
 		out, code, err := work.run(ex)
 		if err != nil {
 			t.Errorf("%s: %v", name, err)
