@@ -39,6 +39,13 @@ func TestDaemonCommands(t *testing.T) {
 		if !summaryLine.MatchString(remote.stderr) {
 			t.Errorf("summary: %q", remote.stderr)
 		}
+		// An envelope keeps its other keys either way.
+		env := `{"model":"gpt-4o","messages":` + string(body) + `,"tools":[]}`
+		local = run(t, env, "compact", "--plugins", plugins, "--policy", "sliding", "--set", "window_size=3", "-")
+		remote = run(t, env, "compact", "--socket", sock, "--policy", "sliding", "--set", "window_size=3", "-")
+		if remote.code != 0 || remote.stdout != local.stdout || !strings.HasSuffix(remote.stdout, `,"tools":[]}`+"\n") {
+			t.Errorf("envelope: exit %d (%s), same output %v, stdout %.60q", remote.code, remote.stderr, remote.stdout == local.stdout, remote.stdout)
+		}
 	})
 	t.Run("compact --socket applies the daemon's config", func(t *testing.T) {
 		// The daemon's default is lastn with n=2: the same as a local run
