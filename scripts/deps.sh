@@ -9,7 +9,8 @@
 #
 # As root it calls apt-get directly; as another user it uses sudo (which
 # asks for a password if yours needs one). It waits for another apt or
-# dpkg (unattended-upgrades, say) to finish rather than failing on its lock.
+# dpkg (unattended-upgrades, say) to finish rather than failing on its lock,
+# and finishes an install an earlier run left halfway.
 set -eu
 
 cd "$(dirname "$0")/.."
@@ -82,10 +83,22 @@ npm_ok() {
 # lists lock that `apt-get update` takes is retried here.
 apt_get() {
 	waited=0
+	repaired=""
 	while :; do
 		out=$(as_root apt-get -o DPkg::Lock::Timeout="$LOCK_WAIT" "$@" 2>&1) && { [ -z "$out" ] || printf '%s\n' "$out"; return 0; }
 		rc=$?
 		case "$out" in
+		*"dpkg was interrupted"*)
+			# An earlier install was killed halfway (Ctrl-C during make
+			# deps, say); apt refuses to go on until dpkg finishes it.
+			if [ -n "$repaired" ]; then
+				printf '%s\n' "$out" >&2
+				return "$rc"
+			fi
+			say "an earlier package install was interrupted; finishing it first (dpkg --configure -a)"
+			as_root dpkg --configure -a >/dev/null
+			repaired=1
+			;;
 		*"Could not get lock"* | *"Unable to lock"* | *"is another process using it"*)
 			if [ "$waited" -ge "$LOCK_WAIT" ]; then
 				printf '%s\n' "$out" >&2
