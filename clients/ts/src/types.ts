@@ -241,6 +241,7 @@ export type ErrorBadRequest = ErrorBody;
  * | `invalid_json` | 400 | the body is not the JSON the endpoint takes |
  * | `bad_request` | 400 | the request is not what the endpoint takes |
  * | `invalid_conversation` | 400 | the messages are malformed or structurally invalid |
+ * | `unsupported_format` | 400 | the messages are in another provider's format (Anthropic Messages content blocks: `tool_use`, `tool_result`, …); compactd takes OpenAI chat messages |
  * | `invalid_config` | 400 | a policy config or config update is invalid |
  * | `no_policy` | 400 | no policy named and no default configured |
  * | `unauthorized` | 401 | the TCP listener without the bearer token |
@@ -251,13 +252,14 @@ export type ErrorBadRequest = ErrorBody;
  * | `too_many_messages` | 413 | the conversation is over `limits.max_messages` |
  * | `internal` | 500 | a bug in compactd |
  */
-export type ErrorCode = "invalid_json" | "bad_request" | "invalid_conversation" | "invalid_config" | "no_policy" | "unauthorized" | "unknown_policy" | "not_found" | "method_not_allowed" | "request_too_large" | "too_many_messages" | "internal";
+export type ErrorCode = "invalid_json" | "bad_request" | "invalid_conversation" | "unsupported_format" | "invalid_config" | "no_policy" | "unauthorized" | "unknown_policy" | "not_found" | "method_not_allowed" | "request_too_large" | "too_many_messages" | "internal";
 
 /** The HTTP status of each ErrorCode. */
 export const ERROR_CODE_STATUS: Readonly<Record<ErrorCode, number>> = {
   invalid_json: 400,
   bad_request: 400,
   invalid_conversation: 400,
+  unsupported_format: 400,
   invalid_config: 400,
   no_policy: 400,
   unauthorized: 401,
@@ -278,7 +280,10 @@ export interface Health {
    * policies serving
    */
   policies: number;
-  status: "ok";
+  /**
+   * "degraded" while no policy is loaded: the daemon is up (still 200) but every compaction fails until a plugin loads
+   */
+  status: "ok" | "degraded";
 }
 
 /**
