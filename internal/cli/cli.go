@@ -200,6 +200,11 @@ func (f *flagSet) printUsage(w io.Writer) {
 	if f.about != "" {
 		fmt.Fprintf(w, "\n%s\n", strings.TrimSpace(f.about))
 	}
+	hasFlags := false
+	f.VisitAll(func(*flag.Flag) { hasFlags = true })
+	if !hasFlags {
+		return
+	}
 	fmt.Fprintln(w, "\nflags:")
 	f.VisitAll(func(fl *flag.Flag) {
 		arg, help := flag.UnquoteUsage(fl)
