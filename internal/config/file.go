@@ -54,6 +54,8 @@ type Config struct {
 	Limits Limits `yaml:"limits,omitempty" json:"limits"`
 	State  State  `yaml:"state,omitempty" json:"state"`
 	TCP    TCP    `yaml:"tcp,omitempty" json:"tcp"`
+	// Proxy configures the OpenAI- and Anthropic-compatible proxy.
+	Proxy Proxy `yaml:"proxy,omitempty" json:"proxy"`
 }
 
 // Compact is the `compact:` block of the Context Compaction PRD. Only the
@@ -226,6 +228,7 @@ func (c *Config) WithDefaults(base Config) *Config {
 	if out.State.MaxStateBytes == 0 {
 		out.State.MaxStateBytes = DefaultMaxStateBytes
 	}
+	out.Proxy = out.Proxy.withDefaults(nil)
 	return &out
 }
 
@@ -468,7 +471,7 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("tcp.listen: %v", err)
 		}
 	}
-	return nil
+	return c.Proxy.Validate()
 }
 
 // CheckLoopback reports whether addr (host:port) is a loopback address:

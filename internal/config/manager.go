@@ -73,7 +73,13 @@ func Open(opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.cur.Store(m.effective(cfg))
+	eff := m.effective(cfg)
+	// The file was validated as it was read; the environment's upstreams
+	// are checked here.
+	if err := eff.Proxy.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	m.cur.Store(eff)
 	return m, nil
 }
 
@@ -119,6 +125,7 @@ func (m *Manager) effective(file *Config) *Config {
 	for _, p := range []*string{&c.Socket, &c.PluginsDir, &c.StateDir, &c.CacheDir, &c.TCP.TokenFile} {
 		*p = expandHome(*p, home)
 	}
+	c.Proxy = c.Proxy.withDefaults(m.opts.Getenv)
 	return c.WithDefaults(m.opts.Defaults)
 }
 
