@@ -41,6 +41,12 @@ type CompactResponse struct {
 	ConversationID string            `json:"conversation_id"`
 	Warnings       []string          `json:"warnings"`
 	Stats          Stats             `json:"stats"`
+	// Format and System are set when a proxied conversation's stored
+	// request was compacted (a request with only ConversationID):
+	// Messages are in that provider's format ("openai" or "anthropic"),
+	// and System is Anthropic's top-level system prompt.
+	Format string          `json:"format,omitempty"`
+	System json.RawMessage `json:"system,omitempty"`
 }
 
 // Stats sum up a compaction.
@@ -174,6 +180,15 @@ type Conversation struct {
 	// Only GET /v1/status?conversation_id=ID (Client.Conversation) fills
 	// it, and only once the conversation was compacted.
 	LastCompaction *CompactionDetail `json:"last_compaction,omitempty"`
+	// Provider is "openai" or "anthropic" for a conversation that came
+	// through the proxy.
+	Provider string `json:"provider,omitempty"`
+	// NeedsCompaction is set when the provider's usage of the last
+	// proxied response reached proxy.threshold: the next proxied request
+	// is compacted.
+	NeedsCompaction bool `json:"needs_compaction"`
+	// LastUsage is the provider's usage of the last proxied response.
+	LastUsage *Usage `json:"last_usage,omitempty"`
 }
 
 // CompactionDetail is what one compaction did, message by message, for
@@ -235,6 +250,15 @@ type MessagePreview struct {
 	Text  string `json:"text"`
 	Cut   bool   `json:"cut,omitempty"`
 	Bytes int    `json:"bytes"`
+}
+
+// Usage is a provider's usage report for one response.
+type Usage struct {
+	InputTokens      int       `json:"input_tokens"` // cached tokens included
+	OutputTokens     int       `json:"output_tokens"`
+	CacheReadTokens  int       `json:"cache_read_tokens,omitempty"`
+	CacheWriteTokens int       `json:"cache_write_tokens,omitempty"`
+	At               time.Time `json:"at"`
 }
 
 // ConfigDocument is the answer to GET and PUT /v1/config.

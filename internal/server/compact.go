@@ -50,6 +50,9 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if req.Messages == nil {
+		return s.compactStored(ctx, w, req, cfg)
+	}
 	if n := len(req.Messages); n > cfg.Limits.MaxMessages {
 		return apiErrorf(http.StatusRequestEntityTooLarge, CodeTooManyMessages, "%d messages; the limit is %d (limits.max_messages)", n, cfg.Limits.MaxMessages)
 	}
@@ -101,6 +104,30 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// observeCompaction counts a compaction in the metrics; it reports
+// whether a stage failed.
+func (s *Server) observeCompaction(resp *compactor.Response) (failed bool) {
+	for _, st := range resp.Stats.Stages {
+		outcome := "unchanged"
+		switch {
+		case st.Error != "":
+			outcome, failed = "failed", true
+		case st.Skipped != "":
+			outcome = "skipped"
+		case st.Compacted:
+			outcome = "compacted"
+		}
+		s.metrics.compactions.add(1, st.Policy, outcome)
+		s.metrics.stageLatency.observe(st.Duration.Seconds(), st.Policy)
+		if saved := st.TokensBefore - st.TokensAfter; saved > 0 {
+			s.metrics.tokensSaved.add(uint64(saved), st.Policy)
+		}
+	}
+	s.metrics.tokensIn.Add(uint64(resp.Stats.TokensBefore))
+	s.metrics.tokensOut.Add(uint64(resp.Stats.TokensAfter))
+	return failed
+}
+
 // decodeCompactRequest decodes and checks the body's shape.
 func decodeCompactRequest(data []byte) (*client.CompactRequest, error) {
 	var req client.CompactRequest
@@ -117,8 +144,8 @@ func decodeCompactRequest(data []byte) (*client.CompactRequest, error) {
 		return nil, apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "data after the JSON object")
 	}
 	switch {
-	case req.Messages == nil:
-		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "\"messages\" is required (an array of chat messages)")
+	case req.Messages == nil && req.ConversationID == "":
+		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "\"messages\" is required (an array of chat messages), or a \"conversation_id\" alone to compact a proxied conversation's last request")
 	case req.Policy != "" && len(req.Pipeline) > 0:
 		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "give \"policy\" or \"pipeline\", not both")
 	case len(req.ConversationID) > maxConversationID:
@@ -195,26 +222,8 @@ func splitOverrides(cfg map[string]any, pipeline []string, keyed bool) (map[stri
 // record updates the conversation's status, its last-compaction record
 // (for the status page) and the metrics.
 func (s *Server) record(req *client.CompactRequest, pipeline []string, in *chat.Conversation, resp *compactor.Response) {
-	failed := false
-	for _, st := range resp.Stats.Stages {
-		outcome := "unchanged"
-		switch {
-		case st.Error != "":
-			outcome, failed = "failed", true
-		case st.Skipped != "":
-			outcome = "skipped"
-		case st.Compacted:
-			outcome = "compacted"
-		}
-		s.metrics.compactions.add(1, st.Policy, outcome)
-		s.metrics.stageLatency.observe(st.Duration.Seconds(), st.Policy)
-		if saved := st.TokensBefore - st.TokensAfter; saved > 0 {
-			s.metrics.tokensSaved.add(uint64(saved), st.Policy)
-		}
-	}
+	failed := s.observeCompaction(resp)
 	st := resp.Stats
-	s.metrics.tokensIn.Add(uint64(st.TokensBefore))
-	s.metrics.tokensOut.Add(uint64(st.TokensAfter))
 	window := req.ContextWindow
 	if window <= 0 {
 		window = models.ContextWindow(req.Model)

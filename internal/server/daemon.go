@@ -15,6 +15,7 @@ import (
 	"github.com/compactd/compactd/host"
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/config"
+	"github.com/compactd/compactd/internal/proxy"
 	"github.com/compactd/compactd/internal/store"
 	"github.com/compactd/compactd/internal/tokens"
 	"github.com/compactd/compactd/registry"
@@ -61,6 +62,7 @@ type Daemon struct {
 	reg    *registry.Registry
 	store  *store.Store
 	server *Server
+	proxy  *proxy.Proxy
 
 	unix      *unixSocket
 	tcp       net.Listener
@@ -152,7 +154,10 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 		}
 	}
 	sopts.Compactor = compactor.New(copts)
+	d.proxy = proxy.New(proxy.Options{Config: d.cfg, Compactor: sopts.Compactor, Store: d.store, Tokens: counter, Logger: d.logger.Named("proxy")})
+	sopts.Proxy = d.proxy
 	d.server = New(sopts)
+	d.proxy.SetObserver(func(resp *compactor.Response) { d.server.observeCompaction(resp) })
 	d.httpUnix = d.httpServer(cfg, d.server.Handler())
 	go d.serve(d.httpUnix, d.unix.Listener)
 
@@ -168,6 +173,9 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 		go d.serve(d.httpTCP, d.tcp)
 	}
 	c := d.reg.Counters()
+	if cfg.Proxy.Enabled() {
+		d.logger.Info("proxy forwarding", "openai", cfg.Proxy.OpenAI.Upstream, "anthropic", cfg.Proxy.Anthropic.Upstream)
+	}
 	d.logger.Info("compactd serving", "socket", cfg.Socket, "tcp", cfg.TCP.Listen, "policies", c.Serving,
 		"failed_loads", c.LoadFailures, "plugins", cfg.PluginsDir, "state", d.store.Path(), "config", d.cfg.Path())
 	return d, nil
@@ -247,6 +255,9 @@ func (d *Daemon) apply(old, next *config.Config) {
 		d.reg.SetLimits(context.Background(), def, per)
 	}
 	d.store.SetLimits(next.State.TTL.D(), next.State.MaxConversations, next.State.MaxStateBytes)
+	if d.proxy != nil {
+		d.proxy.ConfigChanged(next)
+	}
 }
 
 // Reload reads the config file again (SIGHUP). An invalid file keeps the
@@ -330,6 +341,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 // closeAll releases what Start opened, in reverse order.
 func (d *Daemon) closeAll(ctx context.Context) error {
 	var errs []error
+	if d.proxy != nil {
+		d.proxy.Close()
+	}
 	if d.reg != nil {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		errs = append(errs, d.reg.Close(cctx))

@@ -135,12 +135,18 @@ func (s *Server) status(limit int) client.Status {
 }
 
 func conversationOf(c store.Conversation) client.Conversation {
-	return client.Conversation{
+	out := client.Conversation{
 		ID: c.ID, Model: c.Model, Pipeline: c.Pipeline, Messages: c.Messages, Tokens: c.Tokens,
 		MessagesAfter: c.MessagesAfter, TokensAfter: c.TokensAfter, ContextWindow: c.ContextWindow, UsageRatio: c.UsageRatio,
 		Requests: c.Requests, Compactions: c.Compactions, Failures: c.Failures, TokensSaved: c.TokensSaved,
 		FirstSeen: c.FirstSeen, LastSeen: c.LastSeen, LastCompacted: c.LastCompacted,
+		Provider: c.Provider, NeedsCompaction: c.NeedsCompaction,
 	}
+	if u := c.LastUsage; u != nil {
+		out.LastUsage = &client.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
+			CacheReadTokens: u.CacheReadTokens, CacheWriteTokens: u.CacheWriteTokens, At: u.At}
+	}
+	return out
 }
 
 func (s *Server) configDocument(cfgJSON []byte) client.ConfigDocument {

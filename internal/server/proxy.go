@@ -1,0 +1,93 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/compactd/compactd/client"
+	"github.com/compactd/compactd/internal/config"
+	"github.com/compactd/compactd/internal/proxy"
+)
+
+// routeProxy registers the provider-compatible routes (internal/proxy).
+// Other /v1/ paths the proxy forwards reach it through the not-found
+// route.
+func (s *Server) routeProxy() {
+	if s.opts.Proxy == nil {
+		return
+	}
+	serve := func(h http.HandlerFunc) handlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) error {
+			h(w, r)
+			return nil
+		}
+	}
+	s.route(proxy.RouteOpenAI, "proxy_openai", map[string]handlerFunc{http.MethodPost: serve(s.opts.Proxy.ServeOpenAI)})
+	s.route(proxy.RouteAnthropic, "proxy_anthropic", map[string]handlerFunc{http.MethodPost: serve(s.opts.Proxy.ServeAnthropic)})
+}
+
+// storedTail is the answer to a manual compaction of a proxied
+// conversation: /v1/compact's answer, with the messages in the provider's
+// format ("format") and, for Anthropic, the request's top-level system.
+type storedTail struct {
+	compactTail
+	Format string          `json:"format"`
+	System json.RawMessage `json:"system,omitempty"`
+}
+
+// compactStored serves POST /v1/compact with a conversation_id and no
+// messages: the proxy's stored last request of that conversation is
+// compacted (policy, pipeline and config apply; the model is the stored
+// request's).
+func (s *Server) compactStored(ctx context.Context, w http.ResponseWriter, req *client.CompactRequest, cfg *config.Config) error {
+	if s.opts.Proxy == nil {
+		return apiErrorf(http.StatusBadRequest, CodeBadRequest, "\"messages\" is required (an array of chat messages)")
+	}
+	pipeline, err := choosePipeline(req, cfg.ProxyPipeline())
+	if err != nil {
+		return err
+	}
+	defaultIsPolicy := cfg.Proxy.Policy != "" || len(cfg.Proxy.Pipeline) == 0 && cfg.Policy != ""
+	keyed := len(req.Pipeline) > 0 || req.Policy == "" && !defaultIsPolicy
+	overrides, err := splitOverrides(req.Config, pipeline, keyed)
+	if err != nil {
+		return err
+	}
+	st, err := s.opts.Proxy.CompactStored(ctx, req.ConversationID, pipeline, overrides)
+	if errors.Is(err, proxy.ErrNotStored) {
+		return apiErrorf(http.StatusNotFound, CodeNotFound, "%v", err)
+	}
+	if err != nil {
+		return err
+	}
+	resp := st.Response
+	tail := storedTail{compactTail: compactTail{Compacted: resp.Compacted, Summary: resp.Summary, ConversationID: resp.ConversationID,
+		Warnings: resp.Warnings, Stats: resp.Stats}, Format: st.Provider, System: st.System}
+	if tail.Warnings == nil {
+		tail.Warnings = []string{}
+	}
+	tb, err := json.Marshal(tail)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	buf.WriteString(`{"messages":[`)
+	for i, m := range st.Messages {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		buf.Write(m)
+	}
+	buf.WriteString("],")
+	buf.Write(tb[1:])
+	buf.WriteByte('\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", fmt.Sprint(buf.Len()))
+	w.WriteHeader(http.StatusOK)
+	w.Write(buf.Bytes())
+	return nil
+}
