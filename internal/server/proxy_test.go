@@ -633,5 +633,3 @@ func TestProxyBadRequestsAreForwarded(t *testing.T) {
 		t.Fatalf("%d %s", resp.StatusCode, got)
 	}
 }
-
-
