@@ -11,7 +11,7 @@
 // usage grows as a real provider's would.
 //
 // Like a provider, it checks what it is sent: the API key (Authorization:
-// Bearer for OpenAI, x-api-key for Anthropic, against Keys), a valid
+// Bearer for OpenAI, x-api-key or Authorization: Bearer for Anthropic), a valid
 // conversation (tool calls paired with their results, Anthropic's tool
 // results first in the next user message) and no compactd header; a bad
 // request gets a 400 in the provider's format.
@@ -134,7 +134,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if anth {
-		if r.Header.Get("x-api-key") != AnthropicKey || r.Header.Get("anthropic-version") == "" {
+		// The SDK sends its key as x-api-key or, since 1.x, as a bearer token.
+		if r.Header.Get("x-api-key") != AnthropicKey && r.Header.Get("Authorization") != "Bearer "+AnthropicKey || r.Header.Get("anthropic-version") == "" {
 			fail(http.StatusUnauthorized, "authentication_error", "invalid x-api-key")
 			return
 		}
