@@ -26,9 +26,15 @@ type CompactRequest struct {
 	ContextWindow int `json:"context_window,omitempty"`
 	// TargetTokens stops a pipeline early once the conversation fits.
 	TargetTokens int `json:"target_tokens,omitempty"`
-	// Messages are OpenAI chat messages. The ones a policy keeps come back
-	// byte for byte.
-	Messages []json.RawMessage `json:"messages"`
+	// Format is "openai" (the default: Messages are OpenAI chat messages)
+	// or "anthropic" (Messages are Anthropic Messages API messages, System
+	// its top-level system prompt; the answer comes back in that format).
+	Format string          `json:"format,omitempty"`
+	System json.RawMessage `json:"system,omitempty"`
+	// Messages are the conversation's messages. The ones a policy keeps
+	// come back byte for byte. Without them, ConversationID names a
+	// conversation the proxy forwarded, and its last request is compacted.
+	Messages []json.RawMessage `json:"messages,omitempty"`
 }
 
 // CompactResponse is the answer to POST /v1/compact. When a policy fails,
@@ -41,10 +47,10 @@ type CompactResponse struct {
 	ConversationID string            `json:"conversation_id"`
 	Warnings       []string          `json:"warnings"`
 	Stats          Stats             `json:"stats"`
-	// Format and System are set when a proxied conversation's stored
-	// request was compacted (a request with only ConversationID):
-	// Messages are in that provider's format ("openai" or "anthropic"),
-	// and System is Anthropic's top-level system prompt.
+	// Format and System are set for an Anthropic-format request, and when
+	// a proxied conversation's stored request was compacted (a request
+	// with only ConversationID): Messages are in that format ("openai" or
+	// "anthropic"), and System is Anthropic's top-level system prompt.
 	Format string          `json:"format,omitempty"`
 	System json.RawMessage `json:"system,omitempty"`
 }

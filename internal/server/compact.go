@@ -31,6 +31,10 @@ type compactTail struct {
 	ConversationID string          `json:"conversation_id"`
 	Warnings       []string        `json:"warnings"`
 	Stats          compactor.Stats `json:"stats"`
+	// Format and System are set for Anthropic-format conversations (and
+	// for a proxied conversation's stored request).
+	Format string          `json:"format,omitempty"`
+	System json.RawMessage `json:"system,omitempty"`
 }
 
 // handleCompact serves POST /v1/compact.
@@ -67,7 +71,7 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	conv, err := chat.FromRaw(req.Messages)
+	conv, back, err := requestConversation(req)
 	if err != nil {
 		return err
 	}
@@ -85,11 +89,17 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	if tail.Warnings == nil {
 		tail.Warnings = []string{}
 	}
+	msgs := resp.Conversation.MessagesJSON()
+	if back != nil {
+		if msgs, err = back(resp); err != nil {
+			return err
+		}
+		tail.Format, tail.System = FormatAnthropic, req.System
+	}
 	tb, err := json.Marshal(tail)
 	if err != nil {
 		return err
 	}
-	msgs := resp.Conversation.MessagesJSON()
 	var buf bytes.Buffer
 	buf.Grow(len(msgs) + len(tb) + 16)
 	buf.WriteString(`{"messages":`)
@@ -152,6 +162,10 @@ func decodeCompactRequest(data []byte) (*client.CompactRequest, error) {
 		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "conversation_id is %d bytes; the limit is %d", len(req.ConversationID), maxConversationID)
 	case !utf8.ValidString(req.ConversationID) || strings.ContainsRune(req.ConversationID, 0):
 		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "conversation_id must be UTF-8 text without NUL")
+	case req.Format != "" && req.Format != FormatOpenAI && req.Format != FormatAnthropic:
+		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "format %q: want \"openai\" (the default) or \"anthropic\"", req.Format)
+	case req.System != nil && req.Format != FormatAnthropic:
+		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "\"system\" is Anthropic's top-level system prompt: send it with \"format\": \"anthropic\" (OpenAI messages carry system messages in \"messages\")")
 	case req.ContextWindow < 0 || req.TargetTokens < 0:
 		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "context_window and target_tokens must not be negative")
 	}
@@ -172,7 +186,7 @@ func jsonProblem(data []byte, err error) string {
 	}
 	msg := strings.TrimPrefix(err.Error(), "json: ")
 	if strings.HasPrefix(msg, "unknown field") {
-		msg += " (fields: policy, pipeline, config, model, conversation_id, context_window, target_tokens, messages)"
+		msg += " (fields: policy, pipeline, config, model, conversation_id, context_window, target_tokens, format, system, messages)"
 	}
 	return msg
 }

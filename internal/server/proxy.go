@@ -9,6 +9,9 @@ import (
 	"net/http"
 
 	"github.com/compactd/compactd/client"
+	"github.com/compactd/compactd/internal/anthropic"
+	"github.com/compactd/compactd/internal/chat"
+	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/proxy"
 )
@@ -30,13 +33,42 @@ func (s *Server) routeProxy() {
 	s.route(proxy.RouteAnthropic, "proxy_anthropic", map[string]handlerFunc{http.MethodPost: serve(s.opts.Proxy.ServeAnthropic)})
 }
 
-// storedTail is the answer to a manual compaction of a proxied
-// conversation: /v1/compact's answer, with the messages in the provider's
-// format ("format") and, for Anthropic, the request's top-level system.
-type storedTail struct {
-	compactTail
-	Format string          `json:"format"`
-	System json.RawMessage `json:"system,omitempty"`
+// Formats of /v1/compact's "format": OpenAI chat messages (the default),
+// or an Anthropic Messages conversation (top-level "system", content
+// blocks), converted at the edge so policies see the same ABI.
+const (
+	FormatOpenAI    = "openai"
+	FormatAnthropic = "anthropic"
+)
+
+// requestConversation reads a /v1/compact request's conversation, and for the
+// Anthropic format returns the function that writes a result back as an
+// Anthropic messages array.
+func requestConversation(req *client.CompactRequest) (*chat.Conversation, func(*compactor.Response) ([]byte, error), error) {
+	if req.Format != FormatAnthropic {
+		conv, err := chat.FromRaw(req.Messages)
+		return conv, nil, err
+	}
+	ac, err := anthropic.Convert(req.System, req.Messages)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ac.Chat, func(resp *compactor.Response) ([]byte, error) {
+		msgs, err := ac.Back(resp.Conversation, resp.Origin)
+		if err != nil {
+			return nil, err
+		}
+		var buf bytes.Buffer
+		buf.WriteByte('[')
+		for i, m := range msgs {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			buf.Write(m)
+		}
+		buf.WriteByte(']')
+		return buf.Bytes(), nil
+	}, nil
 }
 
 // compactStored serves POST /v1/compact with a conversation_id and no
@@ -65,8 +97,8 @@ func (s *Server) compactStored(ctx context.Context, w http.ResponseWriter, req *
 		return err
 	}
 	resp := st.Response
-	tail := storedTail{compactTail: compactTail{Compacted: resp.Compacted, Summary: resp.Summary, ConversationID: resp.ConversationID,
-		Warnings: resp.Warnings, Stats: resp.Stats}, Format: st.Provider, System: st.System}
+	tail := compactTail{Compacted: resp.Compacted, Summary: resp.Summary, ConversationID: resp.ConversationID,
+		Warnings: resp.Warnings, Stats: resp.Stats, Format: st.Provider, System: st.System}
 	if tail.Warnings == nil {
 		tail.Warnings = []string{}
 	}

@@ -633,3 +633,43 @@ func TestProxyBadRequestsAreForwarded(t *testing.T) {
 		t.Fatalf("%d %s", resp.StatusCode, got)
 	}
 }
+
+// TestCompactAnthropicFormat: /v1/compact takes an Anthropic conversation
+// with "format": "anthropic" and answers in that format.
+func TestCompactAnthropicFormat(t *testing.T) {
+	raw, _ := tauMessages(t, 12000)
+	td, _ := proxyDaemon(t, "", pluginSliding)
+	body, msgs := anthropicBody(t, raw, "")
+	var req struct {
+		System   json.RawMessage   `json:"system"`
+		Messages []json.RawMessage `json:"messages"`
+	}
+	json.Unmarshal(body, &req)
+	in, _ := json.Marshal(map[string]any{"format": "anthropic", "system": req.System, "messages": msgs, "model": "claude-sonnet-4-5"})
+	code, out, _ := td.raw(t, "POST", "/v1/compact", string(in))
+	var cr client.CompactResponse
+	if code != 200 || json.Unmarshal(out, &cr) != nil || !cr.Compacted || cr.Format != "anthropic" || !bytes.Equal(cr.System, req.System) {
+		t.Fatalf("%d %s", code, out)
+	}
+	if len(cr.Messages) >= len(msgs) || !bytes.Equal(cr.Messages[len(cr.Messages)-1], msgs[len(msgs)-1]) {
+		t.Fatalf("%d of %d messages", len(cr.Messages), len(msgs))
+	}
+	// The provider accepts the result (tool_use/tool_result pairing intact).
+	fwd, _ := json.Marshal(map[string]any{"model": "claude-sonnet-4-5", "max_tokens": 100, "system": cr.System, "messages": cr.Messages})
+	resp, got := td.post(t, proxy.RouteAnthropic, fwd, nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("the upstream refused the compacted conversation: %s", got)
+	}
+
+	for _, tc := range []struct{ body, want string }{
+		{`{"format":"gemini","messages":[{"role":"user","content":"x"}]}`, "format"},
+		{`{"system":"s","messages":[{"role":"user","content":"x"}]}`, "system"},
+		{`{"format":"anthropic","messages":[{"role":"system","content":"x"}]}`, "role"},
+	} {
+		code, out, _ := td.raw(t, "POST", "/v1/compact", tc.body)
+		c, msg := errorCode(t, out)
+		if code != 400 || (c != CodeBadRequest && c != CodeInvalidConversation) || !strings.Contains(msg, tc.want) {
+			t.Errorf("%s: %d %s", tc.body, code, out)
+		}
+	}
+}
