@@ -106,6 +106,12 @@ type Request struct {
 	// TargetTokens, if > 0, stops a pipeline early once the conversation
 	// fits: a stage is skipped when the tokens are already at most this.
 	TargetTokens int
+	// SummarizerModel, if set, is the model LLM calls go to when a policy
+	// names none or names the agent's own Model (the llm policy does when
+	// its `model` is unset). The proxy sets it to the daemon's llm.model,
+	// so the model an agent's request names never redirects the
+	// summarizer; a model a policy's config names still wins.
+	SummarizerModel string
 }
 
 // Stage reports one policy's run.
@@ -224,6 +230,9 @@ func (c *Compactor) Compact(ctx context.Context, req Request) (*Response, error)
 	if c.opts.NewLLM != nil {
 		llm = c.opts.NewLLM()
 	}
+	if llm != nil && req.SummarizerModel != "" {
+		llm = pinnedModel{Completer: llm, agent: req.Model, model: req.SummarizerModel}
+	}
 	env := host.CallEnv{CountTokens: tok.Count, LLM: llm}
 	resp := &Response{ConversationID: id, Conversation: conv, Origin: make([]int, conv.Len())}
 	resp.Stats = Stats{TokensBefore: before, MessagesBefore: conv.Len(), Encoding: tok.Name()}
@@ -277,6 +286,20 @@ func (c *Compactor) Compact(ctx context.Context, req Request) (*Response, error)
 		}
 	}
 	return resp, nil
+}
+
+// pinnedModel sends LLM calls for no model or for the agent's model to
+// the configured summarizer model (Request.SummarizerModel).
+type pinnedModel struct {
+	host.Completer
+	agent, model string
+}
+
+func (p pinnedModel) Complete(ctx context.Context, req abi.LLMRequest) (abi.LLMResponse, error) {
+	if req.Model == "" || req.Model == p.agent {
+		req.Model = p.model
+	}
+	return p.Completer.Complete(ctx, req)
 }
 
 // composeOrigin maps a stage's output back to the request's input: origin

@@ -180,3 +180,15 @@ func CheckUpstream(s string) error {
 	}
 	return nil
 }
+
+// LLMModel returns the llm: block's model, the daemon's summarizer model
+// ("" when the block or its model is unset).
+func (c *Config) LLMModel() string {
+	var b struct {
+		Model string `yaml:"model"`
+	}
+	if c.LLM == nil || c.LLM.Node == nil || c.LLM.Node.Decode(&b) != nil {
+		return ""
+	}
+	return strings.TrimSpace(b.Model)
+}

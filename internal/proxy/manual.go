@@ -52,7 +52,7 @@ func (p *Proxy) CompactStored(ctx context.Context, id string, pipeline []string,
 	cfg := p.opts.Config.Current()
 	resp, err := p.opts.Compactor.Compact(ctx, compactor.Request{
 		Conversation: conv, Pipeline: pipeline, Overrides: overrides, Model: e.model, ConversationID: id,
-		ContextWindow: cfg.Proxy.ContextWindow,
+		ContextWindow: cfg.Proxy.ContextWindow, SummarizerModel: cfg.LLMModel(),
 	})
 	if err != nil {
 		return nil, err

@@ -421,6 +421,7 @@ func (x *exchange) compact(ctx context.Context, req *request, pipeline []string,
 	defer cancel()
 	resp, err := p.opts.Compactor.Compact(cctx, compactor.Request{
 		Conversation: conv, Pipeline: pipeline, Model: req.model, ConversationID: x.id, ContextWindow: cfg.Proxy.ContextWindow,
+		SummarizerModel: cfg.LLMModel(),
 	})
 	if err != nil {
 		x.warn("compaction failed (%v): forwarded uncompacted", err)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/internal/anthropic"
 	"github.com/compactd/compactd/internal/chat"
+	"github.com/compactd/compactd/internal/dataset"
 	"github.com/compactd/compactd/internal/proxy"
 	"github.com/compactd/compactd/internal/proxy/upstreamtest"
 	"github.com/compactd/compactd/internal/tokens"
@@ -670,6 +672,41 @@ func TestCompactAnthropicFormat(t *testing.T) {
 		c, msg := errorCode(t, out)
 		if code != 400 || (c != CodeBadRequest && c != CodeInvalidConversation) || !strings.Contains(msg, tc.want) {
 			t.Errorf("%s: %d %s", tc.body, code, out)
+		}
+	}
+}
+
+// TestProxySummarizerModel: a proxied compaction's LLM calls go to the
+// configured summarizer model (llm.model), not the model the agent's
+// request names — the original llms extension sent them to the latter.
+func TestProxySummarizerModel(t *testing.T) {
+	provider := &fakeOpenAI{}
+	srv := httptest.NewServer(provider)
+	defer srv.Close()
+	up := upstreamtest.New()
+	defer up.Close()
+	path, err := dataset.Fixture("mini_swe_agent_deepseek_swebench.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	convs, err := dataset.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := fmt.Sprintf("policy: llm\ncompact: {token_threshold: 2000, retention_window: 4}\n"+
+		"llm: {provider: openai, base_url: %s, model: summarizer-1}\nproxy: {openai: {upstream: '%s'}, trigger_tokens: 2000}\n", srv.URL, up.OpenAIBase())
+	td := setup(t, cfg, "plugins/llm").start(t)
+	resp, got := td.post(t, proxy.RouteOpenAI, openAIBody(convs[0].Chat.Raw, ""), nil)
+	if resp.StatusCode != 200 || resp.Header.Get(proxy.HeaderCompacted) != "true" {
+		t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, got)
+	}
+	calls := provider.calls()
+	if len(calls) == 0 {
+		t.Fatal("the summarizer was not called")
+	}
+	for _, m := range calls {
+		if m != "summarizer-1" {
+			t.Fatalf("the summarizer was asked for %q, want llm.model (summarizer-1), not the agent's gpt-4o", m)
 		}
 	}
 }
