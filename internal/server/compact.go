@@ -84,17 +84,24 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.record(req, pipeline, conv, resp)
 
-	tail := compactTail{Compacted: resp.Compacted, Summary: resp.Summary, ConversationID: resp.ConversationID,
-		Warnings: resp.Warnings, Stats: resp.Stats}
-	if tail.Warnings == nil {
-		tail.Warnings = []string{}
-	}
 	msgs := resp.Conversation.MessagesJSON()
+	format, system := "", json.RawMessage(nil)
 	if back != nil {
 		if msgs, err = back(resp); err != nil {
 			return err
 		}
-		tail.Format, tail.System = FormatAnthropic, req.System
+		format, system = FormatAnthropic, req.System
+	}
+	return writeCompacted(w, msgs, resp, format, system)
+}
+
+// writeCompacted writes a compaction's answer: the messages (a JSON array
+// of the caller's bytes, not re-encoded), then the rest.
+func writeCompacted(w http.ResponseWriter, msgs []byte, resp *compactor.Response, format string, system json.RawMessage) error {
+	tail := compactTail{Compacted: resp.Compacted, Summary: resp.Summary, ConversationID: resp.ConversationID,
+		Warnings: resp.Warnings, Stats: resp.Stats, Format: format, System: system}
+	if tail.Warnings == nil {
+		tail.Warnings = []string{}
 	}
 	tb, err := json.Marshal(tail)
 	if err != nil {

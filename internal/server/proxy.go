@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 
 	"github.com/compactd/compactd/client"
@@ -55,19 +54,7 @@ func requestConversation(req *client.CompactRequest) (*chat.Conversation, func(*
 	}
 	return ac.Chat, func(resp *compactor.Response) ([]byte, error) {
 		msgs, err := ac.Back(resp.Conversation, resp.Origin)
-		if err != nil {
-			return nil, err
-		}
-		var buf bytes.Buffer
-		buf.WriteByte('[')
-		for i, m := range msgs {
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			buf.Write(m)
-		}
-		buf.WriteByte(']')
-		return buf.Bytes(), nil
+		return jsonArray(msgs), err
 	}, nil
 }
 
@@ -96,30 +83,19 @@ func (s *Server) compactStored(ctx context.Context, w http.ResponseWriter, req *
 	if err != nil {
 		return err
 	}
-	resp := st.Response
-	tail := compactTail{Compacted: resp.Compacted, Summary: resp.Summary, ConversationID: resp.ConversationID,
-		Warnings: resp.Warnings, Stats: resp.Stats, Format: st.Provider, System: st.System}
-	if tail.Warnings == nil {
-		tail.Warnings = []string{}
-	}
-	tb, err := json.Marshal(tail)
-	if err != nil {
-		return err
-	}
+	return writeCompacted(w, jsonArray(st.Messages), st.Response, st.Provider, st.System)
+}
+
+// jsonArray writes raw elements as a JSON array.
+func jsonArray(elems []json.RawMessage) []byte {
 	var buf bytes.Buffer
-	buf.WriteString(`{"messages":[`)
-	for i, m := range st.Messages {
+	buf.WriteByte('[')
+	for i, e := range elems {
 		if i > 0 {
 			buf.WriteByte(',')
 		}
-		buf.Write(m)
+		buf.Write(e)
 	}
-	buf.WriteString("],")
-	buf.Write(tb[1:])
-	buf.WriteByte('\n')
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", fmt.Sprint(buf.Len()))
-	w.WriteHeader(http.StatusOK)
-	w.Write(buf.Bytes())
-	return nil
+	buf.WriteByte(']')
+	return buf.Bytes()
 }

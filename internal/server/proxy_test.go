@@ -46,18 +46,25 @@ proxy:
 	return td.start(t), up
 }
 
-// post sends a proxied request over the Unix socket.
+// post sends a proxied request over the Unix socket, with the provider
+// key the upstream expects.
 func (td *testDaemon) post(t *testing.T, path string, body []byte, header map[string]string) (*http.Response, []byte) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, "http://compactd"+path, bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
+	h := map[string]string{"Content-Type": "application/json", "Authorization": "Bearer " + upstreamtest.OpenAIKey}
 	if strings.HasPrefix(path, proxy.RouteAnthropic) {
-		req.Header.Set("x-api-key", upstreamtest.AnthropicKey)
-		req.Header.Set("anthropic-version", "2023-06-01")
-	} else {
-		req.Header.Set("Authorization", "Bearer "+upstreamtest.OpenAIKey)
+		h = map[string]string{"Content-Type": "application/json", "x-api-key": upstreamtest.AnthropicKey, "anthropic-version": "2023-06-01"}
 	}
 	for k, v := range header {
+		h[k] = v
+	}
+	return td.do(t, http.MethodPost, path, body, h)
+}
+
+// do sends a request over the Unix socket.
+func (td *testDaemon) do(t *testing.T, method, path string, body []byte, h map[string]string) (*http.Response, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(method, "http://compactd"+path, bytes.NewReader(body))
+	for k, v := range h {
 		req.Header.Set(k, v)
 	}
 	resp, err := td.http.Do(req)
@@ -555,16 +562,7 @@ func TestProxyForwardsOtherPaths(t *testing.T) {
 // rawWith is raw with request headers.
 func (td *testDaemon) rawWith(t *testing.T, method, path, body string, h map[string]string) (int, []byte, http.Header) {
 	t.Helper()
-	req, _ := http.NewRequest(method, "http://compactd"+path, strings.NewReader(body))
-	for k, v := range h {
-		req.Header.Set(k, v)
-	}
-	resp, err := td.http.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	resp, b := td.do(t, method, path, []byte(body), h)
 	return resp.StatusCode, b, resp.Header
 }
 

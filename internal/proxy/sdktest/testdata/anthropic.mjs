@@ -8,6 +8,7 @@
 // Environment: COMPACTD_URL, COMPACTD_TOKEN, PROVIDER_KEY, HISTORY (a JSON
 // file {system, messages}), TURNS, TOOL_OUTPUT_WORDS, CONVERSATION.
 import fs from 'node:fs';
+import { record, fail } from './transcript.mjs';
 import Anthropic from '@anthropic-ai/sdk';
 
 const env = process.env;
@@ -20,22 +21,6 @@ const client = new Anthropic({
 const tools = [{ name: 'lookup', description: 'Looks a record up.', input_schema: { type: 'object', properties: { query: { type: 'string' } } } }];
 const { system, messages } = JSON.parse(fs.readFileSync(env.HISTORY, 'utf8'));
 const bigOutput = 'record '.repeat(Number(env.TOOL_OUTPUT_WORDS || 50));
-let request = 0;
-
-function log(kind, response, extra) {
-  request++;
-  console.log(JSON.stringify({
-    request, kind, sent: messages.length,
-    compacted: response.headers.get('x-compactd-compacted') === 'true',
-    warning: response.headers.get('x-compactd-warning'),
-    ...extra,
-  }));
-}
-
-function fail(msg) {
-  console.error(msg);
-  process.exit(1);
-}
 
 const models = await client.models.list();
 if (!models.data.some((m) => m.id === 'claude-sonnet-4-5')) fail('models list (a forwarded path) lacks claude-sonnet-4-5');
@@ -51,7 +36,7 @@ for (let turn = 0; turn < Number(env.TURNS); turn++) {
   if (msg.stop_reason !== 'tool_use' || !use || use.name !== 'lookup' || !use.input.query.startsWith(`Question ${turn}`)) {
     fail(`turn ${turn}: no lookup call: ${JSON.stringify(msg)}`);
   }
-  log('json+tool_use', r1, { usage: msg.usage });
+  record('json+tool_use', messages.length, r1, { usage: msg.usage });
   messages.push({ role: 'assistant', content: msg.content });
   messages.push({ role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: `${turn}: ${bigOutput}` }] });
 
@@ -63,7 +48,7 @@ for (let turn = 0; turn < Number(env.TURNS); turn++) {
   const final = await stream.finalMessage();
   const text = final.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
   if (!text.startsWith(`result: ${turn}: record`) || final.usage.output_tokens < 1) fail(`turn ${turn}: streamed ${JSON.stringify(final)}`);
-  log('stream', r2, { deltas, text: text.slice(0, 40), usage: final.usage });
+  record('stream', messages.length, r2, { deltas, text: text.slice(0, 40), usage: final.usage });
   messages.push({ role: 'assistant', content: final.content });
 }
 
@@ -72,5 +57,4 @@ messages.push({ role: 'user', content: 'One more lookup, streamed.' });
 const final = await client.messages.stream({ model: 'claude-sonnet-4-5', max_tokens: 1024, system, messages, tools }).finalMessage();
 const use = final.content.find((b) => b.type === 'tool_use');
 if (!use || use.input.query !== 'One more lookup, streamed.') fail(`stream tool_use: ${JSON.stringify(final)}`);
-request++;
-console.log(JSON.stringify({ request, kind: 'stream+tool_use', sent: messages.length, compacted: null, usage: final.usage }));
+record('stream+tool_use', messages.length, null, { usage: final.usage });

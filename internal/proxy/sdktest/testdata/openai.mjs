@@ -8,6 +8,7 @@
 // Environment: COMPACTD_URL, COMPACTD_TOKEN, PROVIDER_KEY, HISTORY (a
 // JSON file of chat messages), TURNS, TOOL_OUTPUT_WORDS, CONVERSATION.
 import fs from 'node:fs';
+import { record, fail } from './transcript.mjs';
 import OpenAI from 'openai';
 
 const env = process.env;
@@ -23,22 +24,6 @@ const tools = [{
 }];
 const messages = JSON.parse(fs.readFileSync(env.HISTORY, 'utf8'));
 const bigOutput = 'record '.repeat(Number(env.TOOL_OUTPUT_WORDS || 50));
-let request = 0;
-
-function log(kind, response, extra) {
-  request++;
-  console.log(JSON.stringify({
-    request, kind, sent: messages.length,
-    compacted: response.headers.get('x-compactd-compacted') === 'true',
-    warning: response.headers.get('x-compactd-warning'),
-    ...extra,
-  }));
-}
-
-function fail(msg) {
-  console.error(msg);
-  process.exit(1);
-}
 
 const models = await client.models.list();
 if (!models.data.some((m) => m.id === 'gpt-4o')) fail('models list (a forwarded path) lacks gpt-4o');
@@ -52,7 +37,7 @@ for (let turn = 0; turn < Number(env.TURNS); turn++) {
   if (!tc || tc.function.name !== 'lookup' || !JSON.parse(tc.function.arguments).query.startsWith(`Question ${turn}`)) {
     fail(`turn ${turn}: no lookup call: ${JSON.stringify(call)}`);
   }
-  log('json+tool_call', r1, { usage: call.usage });
+  record('json+tool_call', messages.length, r1, { usage: call.usage });
   messages.push(call.choices[0].message);
   messages.push({ role: 'tool', tool_call_id: tc.id, content: `${turn}: ${bigOutput}` });
 
@@ -67,7 +52,7 @@ for (let turn = 0; turn < Number(env.TURNS); turn++) {
     text += chunk.choices[0]?.delta?.content ?? '';
   }
   if (!text.startsWith(`result: ${turn}: record`)) fail(`turn ${turn}: streamed text ${JSON.stringify(text)}`);
-  log('stream', r2, { chunks, text: text.slice(0, 40) });
+  record('stream', messages.length, r2, { chunks, text: text.slice(0, 40) });
   messages.push({ role: 'assistant', content: text });
 }
 
@@ -78,5 +63,4 @@ const runner = client.chat.completions.stream({ model: 'gpt-4o', messages, tools
 const final = await runner.finalChatCompletion();
 const call = final.choices[0].message.tool_calls?.[0];
 if (!call || call.function.name !== 'lookup' || !final.usage) fail(`stream helper: ${JSON.stringify(final)}`);
-request++;
-console.log(JSON.stringify({ request, kind: 'stream+tool_call', sent: messages.length, compacted: null, usage: final.usage }));
+record('stream+tool_call', messages.length, null, { usage: final.usage });
