@@ -313,9 +313,9 @@ func TestProxyCompactsWhenThePreflightCountPassesTheThreshold(t *testing.T) {
 // tool definitions compactd does not count) flags the conversation, and
 // the next request is compacted.
 func TestProxyDeferredTrigger(t *testing.T) {
-	msgs, n := tauMessages(t, 6000)
-	tools := `,"tools":[{"type":"function","function":{"name":"lookup","description":"` + strings.Repeat("a ", 2*n) + `","parameters":{"type":"object"}}}]`
-	window := n * 3 / 2 // the messages alone are 67%: no pre-flight trigger
+	msgs, n := tauMessages(t, 24000)
+	tools := `,"tools":[{"type":"function","function":{"name":"lookup","description":"` + strings.Repeat("a ", n) + `","parameters":{"type":"object"}}}]`
+	window := n * 8 / 5 // the messages alone are 62%: no pre-flight trigger; with the tools, 94%
 	td, up := proxyDaemon(t, fmt.Sprintf("  context_window: %d\n", window), pluginSliding)
 	id := map[string]string{proxy.HeaderConversation: "deferred"}
 	resp, got := td.post(t, proxy.RouteOpenAI, openAIBody(msgs, tools), id)
@@ -338,10 +338,13 @@ func TestProxyDeferredTrigger(t *testing.T) {
 	}
 	json.Unmarshal(up.Last().Body, &sent)
 	after := td.status(t, "deferred")
-	if len(sent.Messages) >= len(next) || after.Compactions != 1 || after.MessagesAfter != len(sent.Messages) || after.Requests != 2 {
+	if len(sent.Messages) >= len(next) || after.Compactions != 1 || after.MessagesAfter != len(sent.Messages) || after.Requests != 2 ||
+		after.NeedsCompaction || after.UsageRatio >= 0.8 {
 		t.Fatalf("upstream got %d of %d; status %+v", len(sent.Messages), len(next), after)
 	}
-	t.Logf("status before: ratio %.2f, needs_compaction %v; after: %d → %d messages, ratio %.2f", before.UsageRatio, before.NeedsCompaction, after.Messages, after.MessagesAfter, after.UsageRatio)
+	b1, _ := json.MarshalIndent(before, "", "  ")
+	b2, _ := json.MarshalIndent(after, "", "  ")
+	t.Logf("status after the first response:\n%s\nafter the compacted request:\n%s", b1, b2)
 }
 
 // anthropicBody builds a Messages request from chat messages.
