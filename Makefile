@@ -4,7 +4,8 @@
 GO       ?= go
 BIN      := bin
 PLUGINS  := $(BIN)/plugins
-STATICCHECK := honnef.co/go/tools/cmd/staticcheck@2025.1.1
+# staticcheck release 2025.1.1 (the module proxy resolves only its semver tag)
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
 
 .PHONY: all build plugins run test test-short bench check deps clean
 

@@ -14,15 +14,14 @@ import (
 // progress is held. The parser sees every event and may drop one (the
 // usage chunk the proxy asked for on the client's behalf).
 type sseReader struct {
-	body   io.ReadCloser
-	src    *bufio.Reader
-	parse  streamParser
-	done   func()
-	once   sync.Once
-	event  []byte // the event being read
-	out    []byte // what Read returns next
-	err    error
-	closed bool
+	body  io.ReadCloser
+	src   *bufio.Reader
+	parse streamParser
+	done  func()
+	once  sync.Once
+	event []byte // the event being read
+	out   []byte // what Read returns next
+	err   error
 }
 
 func newSSEReader(body io.ReadCloser, parse streamParser, done func()) *sseReader {
