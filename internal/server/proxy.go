@@ -15,9 +15,9 @@ import (
 	"github.com/compactd/compactd/internal/proxy"
 )
 
-// routeProxy registers the provider-compatible routes (internal/proxy).
-// Other /v1/ paths the proxy forwards reach it through the not-found
-// route.
+// routeProxy registers the provider-compatible routes (internal/proxy),
+// and under /v1/ the paths compactd does not serve, which the proxy
+// forwards when it has an upstream for them (else they are not found).
 func (s *Server) routeProxy() {
 	if s.opts.Proxy == nil {
 		return
@@ -30,6 +30,13 @@ func (s *Server) routeProxy() {
 	}
 	s.route(proxy.RouteOpenAI, "proxy_openai", map[string]handlerFunc{http.MethodPost: serve(s.opts.Proxy.ServeOpenAI)})
 	s.route(proxy.RouteAnthropic, "proxy_anthropic", map[string]handlerFunc{http.MethodPost: serve(s.opts.Proxy.ServeAnthropic)})
+	s.route("/v1/", "proxy_forward", map[string]handlerFunc{"*": func(w http.ResponseWriter, r *http.Request) error {
+		if !s.opts.Proxy.Forwards(r) {
+			return s.notFound(w, r)
+		}
+		s.opts.Proxy.ServeForward(w, r)
+		return nil
+	}})
 }
 
 // Formats of /v1/compact's "format": OpenAI chat messages (the default),

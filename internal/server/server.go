@@ -15,6 +15,9 @@
 //	GET  /metrics               Prometheus text format
 //	GET  /v1/openapi.yaml       the API's OpenAPI 3.1 document (also .json)
 //	GET  /                      the status page (HTML; /conversation?id=ID)
+//	POST /v1/chat/completions   the OpenAI-compatible proxy (internal/proxy)
+//	POST /v1/messages           the Anthropic-compatible proxy
+//	*    /v1/…                  other provider paths, forwarded by the proxy
 //
 // api/openapi.yaml describes them. Every error answer is
 // {"error":{"code":…,"message":…}} with a stable code (see the Code
@@ -93,14 +96,12 @@ func New(opts Options) *Server {
 	s.routeOpenAPI()
 	s.routePages()
 	s.routeProxy()
-	s.route("/", "not_found", map[string]handlerFunc{"*": func(w http.ResponseWriter, r *http.Request) error {
-		if s.opts.Proxy != nil && s.opts.Proxy.Forwards(r) {
-			s.opts.Proxy.ServeForward(w, r)
-			return nil
-		}
-		return apiErrorf(http.StatusNotFound, CodeNotFound, "no endpoint %s %s (GET /v1/openapi.yaml describes the API)", r.Method, r.URL.Path)
-	}})
+	s.route("/", "not_found", map[string]handlerFunc{"*": s.notFound})
 	return s
+}
+
+func (s *Server) notFound(w http.ResponseWriter, r *http.Request) error {
+	return apiErrorf(http.StatusNotFound, CodeNotFound, "no endpoint %s %s (GET /v1/openapi.yaml describes the API)", r.Method, r.URL.Path)
 }
 
 // handlerFunc serves one method of one endpoint; an error becomes the
