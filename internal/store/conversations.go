@@ -91,7 +91,7 @@ func (s *Store) Observe(o Observation) {
 		s.convs[o.ConversationID] = c
 		delete(s.removed, o.ConversationID)
 	}
-	c.Model, c.Pipeline = o.Model, append([]string(nil), o.Pipeline...)
+	c.Model, c.Pipeline = o.Model, append([]string{}, o.Pipeline...) // [] rather than null when none ran
 	c.Messages, c.Tokens, c.MessagesAfter, c.TokensAfter = o.MessagesBefore, o.TokensBefore, o.MessagesAfter, o.TokensAfter
 	c.ContextWindow, c.UsageRatio = o.ContextWindow, 0
 	if o.ContextWindow > 0 {
