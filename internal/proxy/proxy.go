@@ -177,12 +177,6 @@ func providerFor(r *http.Request) provider {
 	return openAI{}
 }
 
-// IsProxyRequest reports whether r is for the proxy: one of its routes,
-// or a path under /v1/ it forwards.
-func (p *Proxy) IsProxyRequest(r *http.Request) bool {
-	return r.URL.Path == RouteOpenAI || r.URL.Path == RouteAnthropic || p.Forwards(r)
-}
-
 // Forwards reports whether r, a path under /v1/ that compactd does not
 // serve, goes upstream unchanged: it does when the provider it is for
 // (Anthropic when it carries anthropic-version or x-api-key, else OpenAI)

@@ -15,6 +15,11 @@ import (
 	"github.com/compactd/compactd/internal/proxy"
 )
 
+// proxyForwardPattern routes the paths under /v1/ that no endpoint of
+// compactd's serves: the proxy forwards them, when it has an upstream for
+// them.
+const proxyForwardPattern = "/v1/"
+
 // routeProxy registers the provider-compatible routes (internal/proxy),
 // and under /v1/ the paths compactd does not serve, which the proxy
 // forwards when it has an upstream for them (else they are not found).
@@ -30,7 +35,7 @@ func (s *Server) routeProxy() {
 	}
 	s.route(proxy.RouteOpenAI, "proxy_openai", map[string]handlerFunc{http.MethodPost: serve(s.opts.Proxy.ServeOpenAI)})
 	s.route(proxy.RouteAnthropic, "proxy_anthropic", map[string]handlerFunc{http.MethodPost: serve(s.opts.Proxy.ServeAnthropic)})
-	s.route("/v1/", "proxy_forward", map[string]handlerFunc{"*": func(w http.ResponseWriter, r *http.Request) error {
+	s.route(proxyForwardPattern, "proxy_forward", map[string]handlerFunc{"*": func(w http.ResponseWriter, r *http.Request) error {
 		if !s.opts.Proxy.Forwards(r) {
 			return s.notFound(w, r)
 		}

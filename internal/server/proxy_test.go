@@ -518,6 +518,11 @@ func TestProxyTCPAuth(t *testing.T) {
 		{"forwarded path without token", "GET", "/v1/models", map[string]string{"Authorization": providerKey}, 401, proxy.HeaderToken},
 		{"forwarded path", "GET", "/v1/models", map[string]string{"Authorization": providerKey, proxy.HeaderToken: proxyToken}, 200, `"gpt-4o"`},
 		{"api with bearer", "GET", "/healthz", map[string]string{"Authorization": "Bearer " + proxyToken}, 200, `"ok"`},
+		// compactd's own endpoints under /v1/ are not the proxy's, whatever
+		// upstreams are configured.
+		{"api under /v1/ with bearer", "GET", "/v1/status", map[string]string{"Authorization": "Bearer " + proxyToken}, 200, `"conversations"`},
+		{"api under /v1/ with header", "GET", "/v1/policies", map[string]string{proxy.HeaderToken: proxyToken}, 200, `"sliding"`},
+		{"api under /v1/ without", "GET", "/v1/status", nil, 401, `"code":"unauthorized"`},
 		{"api with header", "GET", "/healthz", map[string]string{proxy.HeaderToken: proxyToken}, 200, `"ok"`},
 		{"api without", "GET", "/healthz", nil, 401, "unauthorized"},
 	} {

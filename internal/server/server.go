@@ -193,6 +193,23 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // socket is owner-only).
 func (s *Server) Handler() http.Handler { return s.mux }
 
+// proxied reports whether r goes to the proxy rather than to compactd's
+// own API: one of the proxy's routes, or a path under /v1/ that no
+// endpoint of compactd's serves and the proxy forwards (as the mux routes
+// it, so /v1/status stays compactd's whatever upstreams are configured).
+func (s *Server) proxied(r *http.Request) bool {
+	if s.opts.Proxy == nil {
+		return false
+	}
+	switch _, pattern := s.mux.Handler(r); pattern {
+	case proxy.RouteOpenAI, proxy.RouteAnthropic:
+		return true
+	case proxyForwardPattern:
+		return s.opts.Proxy.Forwards(r)
+	}
+	return false
+}
+
 // TokenHandler returns the API behind a token, for the TCP listener.
 // compactd's own endpoints take `Authorization: Bearer TOKEN` or
 // `X-Compactd-Token: TOKEN`; proxied requests take only the latter, as
@@ -204,7 +221,7 @@ func (s *Server) TokenHandler(token string) http.Handler {
 	bearer := []byte("Bearer " + token)
 	session := pageSession(token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		proxied := s.opts.Proxy != nil && s.opts.Proxy.IsProxyRequest(r)
+		proxied := s.proxied(r)
 		var got, want []byte
 		if t := r.Header.Get(proxy.HeaderToken); t != "" || proxied {
 			got, want = []byte(t), []byte(token)
