@@ -57,9 +57,6 @@ func (p *Proxy) CompactStored(ctx context.Context, id string, pipeline []string,
 	if err != nil {
 		return nil, err
 	}
-	if p.opts.Observe != nil {
-		p.opts.Observe(resp)
-	}
 	out := &Stored{Provider: e.provider, Model: e.model, Messages: req.messages, Response: resp}
 	if e.provider == Anthropic {
 		out.System = req.system
@@ -87,6 +84,7 @@ func (p *Proxy) CompactStored(ctx context.Context, id string, pipeline []string,
 		obs.Compacted, obs.MessagesAfter, obs.TokensAfter = true, len(out.Messages), resp.Stats.TokensAfter
 	}
 	p.opts.Store.Observe(obs)
+	p.observe(&Compaction{Input: conv, Response: resp, Model: e.model, Pipeline: pipeline})
 	if resp.Compacted {
 		p.opts.Store.SetNeedsCompaction(id, true)
 	}

@@ -44,6 +44,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/models"
@@ -96,9 +97,10 @@ type Options struct {
 	// Tokens counts the pre-flight tokens (a new Counter if nil; the
 	// daemon shares the compactor's, so counts are cached once).
 	Tokens *tokens.Counter
-	// Observe, if set, is told of every compaction the proxy runs (the
-	// daemon's metrics).
-	Observe func(resp *compactor.Response)
+	// Observe, if set, is told of every compaction the proxy runs, once
+	// the conversation's status is recorded (the daemon counts it in its
+	// metrics and keeps its record for the status page).
+	Observe func(Compaction)
 	// Transport sends upstream requests (a pooled http.Transport if nil).
 	Transport http.RoundTripper
 	// Logger receives one line per compaction and per failure; never a
@@ -141,9 +143,25 @@ func New(opts Options) *Proxy {
 	return p
 }
 
+// Compaction is one compaction the proxy ran, for Options.Observe.
+type Compaction struct {
+	// Input is the conversation compacted, in chat form (an Anthropic
+	// request's converted one); Response.Origin indexes it.
+	Input    *chat.Conversation
+	Response *compactor.Response
+	Model    string
+	Pipeline []string
+}
+
 // SetObserver sets Options.Observe (the daemon's metrics exist only once
 // the server that uses the proxy does). Call it before serving.
-func (p *Proxy) SetObserver(f func(resp *compactor.Response)) { p.opts.Observe = f }
+func (p *Proxy) SetObserver(f func(Compaction)) { p.opts.Observe = f }
+
+func (p *Proxy) observe(c *Compaction) {
+	if c != nil && p.opts.Observe != nil {
+		p.opts.Observe(*c)
+	}
+}
 
 // ConfigChanged applies a new config's bounds (the daemon calls it after
 // a reload or update).
@@ -241,7 +259,8 @@ type exchange struct {
 	forwarded  int
 	compacted  bool
 	addedUsage bool
-	tracked    bool // the conversation is in the store and gets the usage
+	tracked    bool        // the conversation is in the store and gets the usage
+	compaction *Compaction // the compaction run on the request, if any
 }
 
 func (x *exchange) warn(format string, args ...any) {
@@ -384,6 +403,7 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 		out = x.compact(ctx, req, pipeline, reason, &obs)
 	}
 	p.opts.Store.Observe(obs)
+	p.observe(x.compaction)
 	x.tracked = true
 
 	if x.prov.name() == OpenAI && req.stream && !req.clientUsage && pc.IncludeStreamUsage() {
@@ -422,9 +442,7 @@ func (x *exchange) compact(ctx context.Context, req *request, pipeline []string,
 		obs.Failed = true
 		return req.body
 	}
-	if p.opts.Observe != nil {
-		p.opts.Observe(resp)
-	}
+	x.compaction = &Compaction{Input: conv, Response: resp, Model: req.model, Pipeline: pipeline}
 	for _, w := range resp.Warnings {
 		x.warn("%s", w)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/models"
+	"github.com/compactd/compactd/internal/proxy"
 	"github.com/compactd/compactd/internal/store"
 )
 
@@ -255,13 +256,28 @@ func (s *Server) record(req *client.CompactRequest, pipeline []string, in *chat.
 		MessagesAfter: st.MessagesAfter, TokensAfter: st.TokensAfter,
 		ContextWindow: window, Compacted: resp.Compacted, Failed: failed,
 	})
-	if resp.Compacted {
-		b, err := json.Marshal(compactionDetail(in, resp, req.Model, pipeline, time.Now()))
-		if err == nil {
-			err = s.opts.Store.SetLastCompaction(resp.ConversationID, b)
-		}
-		if err != nil {
-			s.logger.Warn("recording the compaction for the status page", "conversation", resp.ConversationID, "error", err)
-		}
+	s.recordDetail(in, resp, req.Model, pipeline)
+}
+
+// observeProxied counts a compaction the proxy ran in the metrics and
+// keeps its record for the status page, as record does for /v1/compact
+// (the proxy has recorded the conversation's status).
+func (s *Server) observeProxied(c proxy.Compaction) {
+	s.observeCompaction(c.Response)
+	s.recordDetail(c.Input, c.Response, c.Model, c.Pipeline)
+}
+
+// recordDetail keeps a compaction's last-compaction record (for the
+// status page and GET /v1/status?conversation_id=ID), when it compacted.
+func (s *Server) recordDetail(in *chat.Conversation, resp *compactor.Response, model string, pipeline []string) {
+	if !resp.Compacted {
+		return
+	}
+	b, err := json.Marshal(compactionDetail(in, resp, model, pipeline, time.Now()))
+	if err == nil {
+		err = s.opts.Store.SetLastCompaction(resp.ConversationID, b)
+	}
+	if err != nil {
+		s.logger.Warn("recording the compaction for the status page", "conversation", resp.ConversationID, "error", err)
 	}
 }

@@ -157,7 +157,7 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 	d.proxy = proxy.New(proxy.Options{Config: d.cfg, Compactor: sopts.Compactor, Store: d.store, Tokens: counter, Logger: d.logger.Named("proxy")})
 	sopts.Proxy = d.proxy
 	d.server = New(sopts)
-	d.proxy.SetObserver(func(resp *compactor.Response) { d.server.observeCompaction(resp) })
+	d.proxy.SetObserver(d.server.observeProxied)
 	d.httpUnix = d.httpServer(cfg, d.server.Handler())
 	go d.serve(d.httpUnix, d.unix.Listener)
 

@@ -307,6 +307,19 @@ func TestProxyCompactsWhenThePreflightCountPassesTheThreshold(t *testing.T) {
 	if st.Compactions != 1 || st.MessagesAfter != len(sent.Messages) || st.TokensSaved <= 0 || st.NeedsCompaction {
 		t.Fatalf("status %+v", st)
 	}
+	// The status page's record of the compaction, as for /v1/compact.
+	d := st.LastCompaction
+	if d == nil || d.MessagesBefore != len(msgs) || d.MessagesAfter != len(sent.Messages) || d.Model != "gpt-4o" ||
+		len(d.Pipeline) != 1 || d.Pipeline[0] != "sliding" || len(d.Rows) == 0 {
+		t.Fatalf("last compaction %+v", d)
+	}
+	kinds := map[string]bool{}
+	for _, r := range d.Rows {
+		kinds[r.Kind] = true
+	}
+	if !kinds[client.RowKept] || !kinds[client.RowSummarized] && !kinds[client.RowDropped] {
+		t.Fatalf("rows %+v", d.Rows)
+	}
 }
 
 // TestProxyDeferredTrigger: the provider's usage (here raised by large
@@ -417,6 +430,10 @@ func TestProxyAnthropic(t *testing.T) {
 	st = td2.status(t, resp.Header.Get(proxy.HeaderConversation))
 	if st.Compactions != 1 || st.LastUsage == nil || st.LastUsage.OutputTokens == 0 || st.MessagesAfter != len(sent.Messages) {
 		t.Fatalf("status %+v", st)
+	}
+	// The record shows what policies saw: the chat form, system prompt first.
+	if d := st.LastCompaction; d == nil || len(d.Rows) == 0 || d.Rows[0].Kind != client.RowKept || d.Rows[0].Before[0].Role != "system" {
+		t.Fatalf("last compaction %+v", d)
 	}
 }
 
@@ -606,8 +623,10 @@ func TestProxyManualCompaction(t *testing.T) {
 				t.Fatal("no system in the Anthropic answer")
 			}
 			st := td.status(t, id)
-			if st.Compactions != 1 || !st.NeedsCompaction {
-				t.Fatalf("status %+v", st)
+			d := st.LastCompaction // in chat form, as the policies saw it
+			if st.Compactions != 1 || !st.NeedsCompaction || d == nil || d.MessagesAfter >= d.MessagesBefore ||
+				tc.name == "openai" && d.MessagesAfter != len(cr.Messages) {
+				t.Fatalf("status %+v, last compaction %+v", st, d)
 			}
 			// The agent's next request, its whole history again, is compacted.
 			resp, _ = td.post(t, tc.route, body, map[string]string{proxy.HeaderConversation: id})
