@@ -68,6 +68,13 @@ const (
 	// HeaderWarning (response) says what went wrong on compactd's side;
 	// the request was still forwarded. It may repeat.
 	HeaderWarning = "X-Compactd-Warning"
+	// HeaderUpstream (response) names the provider ("openai" or
+	// "anthropic") whose upstream gave the answer, on every answer that
+	// came from an upstream (its status, headers and body passed
+	// through). An answer without it is compactd's own: one of its errors
+	// in the provider's format (proxy off, upstream unreachable or too
+	// slow, missing token, bad conversation header).
+	HeaderUpstream = "X-Compactd-Upstream"
 )
 
 // Routes the proxy serves. Other paths under /v1/ that compactd does not
@@ -566,6 +573,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, prov provider, t
 		},
 		Transport: p.transport,
 		ModifyResponse: func(resp *http.Response) error {
+			resp.Header.Set(HeaderUpstream, prov.name())
 			if x == nil || resp.StatusCode < 200 || resp.StatusCode > 299 {
 				return nil
 			}

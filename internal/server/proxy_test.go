@@ -127,7 +127,8 @@ func TestProxyOpenAIPassesThrough(t *testing.T) {
 		t.Fatalf("answer %s", got)
 	}
 	id := resp.Header.Get(proxy.HeaderConversation)
-	if !strings.HasPrefix(id, "h-") || resp.Header.Get(proxy.HeaderCompacted) != "" || resp.Header.Get(proxy.HeaderWarning) != "" {
+	if !strings.HasPrefix(id, "h-") || resp.Header.Get(proxy.HeaderCompacted) != "" || resp.Header.Get(proxy.HeaderWarning) != "" ||
+		resp.Header.Get(proxy.HeaderUpstream) != proxy.OpenAI {
 		t.Fatalf("compactd headers %v", resp.Header)
 	}
 	st := td.status(t, id)
@@ -237,6 +238,7 @@ func TestProxyStreamsEventByEvent(t *testing.T) {
 
 	td := setup(t, "proxy: {openai: {upstream: 'http://"+ln.Addr().String()+"/v1', stream_usage: false}}\n", pluginSliding).start(t)
 	req, _ := http.NewRequest(http.MethodPost, "http://compactd/v1/chat/completions", bytes.NewReader(openAIBody(chatMessages(1), `,"stream":true`)))
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := td.http.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -475,11 +477,20 @@ func TestProxyUpstreamFailures(t *testing.T) {
 	if resp.StatusCode != 529 || !strings.Contains(string(got), `"type":"error"`) {
 		t.Fatalf("%d %s", resp.StatusCode, got)
 	}
-	// Slower than proxy.timeout: 504 in the provider's format.
+	if resp.Header.Get(proxy.HeaderUpstream) != proxy.Anthropic {
+		t.Fatalf("the upstream's error is not marked as the upstream's: %v", resp.Header)
+	}
+	// Slower than proxy.timeout: 504 in the provider's format, compactd's
+	// own (no upstream marker).
 	start := time.Now()
 	resp, got = td.post(t, proxy.RouteOpenAI, body, map[string]string{"X-Upstream-Delay": "5s"})
-	if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(got), `"code":"upstream_timeout"`) || time.Since(start) > 4*time.Second {
-		t.Fatalf("%d %s after %v", resp.StatusCode, got, time.Since(start))
+	if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(got), `"code":"upstream_timeout"`) || time.Since(start) > 4*time.Second ||
+		resp.Header.Get(proxy.HeaderUpstream) != "" {
+		t.Fatalf("%d %v %s after %v", resp.StatusCode, resp.Header, got, time.Since(start))
+	}
+	resp, got = td.post(t, proxy.RouteAnthropic, aBody, map[string]string{"X-Upstream-Delay": "5s"})
+	if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(got), "compactd (upstream_timeout)") {
+		t.Fatalf("%d %s", resp.StatusCode, got)
 	}
 
 	// Nobody listening: 502 in each provider's format.
@@ -507,12 +518,14 @@ func TestProxyUpstreamFailures(t *testing.T) {
 func TestProxyTCPAuth(t *testing.T) {
 	td, up := proxyDaemon(t, "", pluginSliding)
 	base := "http://" + td.TCPAddr()
+	tcp := tcpHTTP(t)
 	send := func(method, path string, body []byte, h map[string]string) (int, string) {
 		req, _ := http.NewRequest(method, base+path, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
 		for k, v := range h {
 			req.Header.Set(k, v)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := tcp.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -532,6 +545,8 @@ func TestProxyTCPAuth(t *testing.T) {
 		{"proxy with compactd's token as bearer", "POST", proxy.RouteOpenAI, map[string]string{"Authorization": "Bearer " + proxyToken}, 401, `"code":"unauthorized"`},
 		{"proxy wrong token", "POST", proxy.RouteOpenAI, map[string]string{"Authorization": providerKey, proxy.HeaderToken: "nope"}, 401, "compactd"},
 		{"proxy", "POST", proxy.RouteOpenAI, map[string]string{"Authorization": providerKey, proxy.HeaderToken: proxyToken}, 200, "echo: last question"},
+		{"anthropic proxy without token", "POST", proxy.RouteAnthropic, map[string]string{"x-api-key": upstreamtest.AnthropicKey, "anthropic-version": "2023-06-01"}, 401, `"authentication_error"`},
+		{"forwarded anthropic path without token", "POST", "/v1/messages/count_tokens", map[string]string{"x-api-key": upstreamtest.AnthropicKey, "anthropic-version": "2023-06-01"}, 401, `"authentication_error"`},
 		{"forwarded path without token", "GET", "/v1/models", map[string]string{"Authorization": providerKey}, 401, proxy.HeaderToken},
 		{"forwarded path", "GET", "/v1/models", map[string]string{"Authorization": providerKey, proxy.HeaderToken: proxyToken}, 200, `"gpt-4o"`},
 		{"api with bearer", "GET", "/healthz", map[string]string{"Authorization": "Bearer " + proxyToken}, 200, `"ok"`},
@@ -559,9 +574,9 @@ func TestProxyTCPAuth(t *testing.T) {
 
 func TestProxyForwardsOtherPaths(t *testing.T) {
 	td, up := proxyDaemon(t, "", pluginSliding)
-	code, body, _ := td.rawWith(t, "GET", "/v1/models?limit=5", "", map[string]string{"Authorization": "Bearer " + upstreamtest.OpenAIKey})
-	if code != 200 || !strings.Contains(string(body), `"gpt-4o"`) || up.Last().Path != "/v1/models" {
-		t.Fatalf("openai models: %d %s", code, body)
+	code, body, h := td.rawWith(t, "GET", "/v1/models?limit=5", "", map[string]string{"Authorization": "Bearer " + upstreamtest.OpenAIKey})
+	if code != 200 || !strings.Contains(string(body), `"gpt-4o"`) || up.Last().Path != "/v1/models" || h.Get(proxy.HeaderUpstream) != proxy.OpenAI {
+		t.Fatalf("openai models: %d %v %s", code, h, body)
 	}
 	code, body, _ = td.rawWith(t, "GET", "/v1/models", "", map[string]string{"x-api-key": upstreamtest.AnthropicKey, "anthropic-version": "2023-06-01"})
 	if code != 200 || !strings.Contains(string(body), `"claude-sonnet-4-5"`) {
@@ -580,6 +595,13 @@ func TestProxyForwardsOtherPaths(t *testing.T) {
 	}
 	resp, got := td2.post(t, proxy.RouteOpenAI, openAIBody(chatMessages(1), ""), nil)
 	if resp.StatusCode != 404 || !strings.Contains(string(got), "proxy_off") || !strings.Contains(string(got), "COMPACTD_OPENAI_UPSTREAM") {
+		t.Fatalf("%d %s", resp.StatusCode, got)
+	}
+	// And the other way round.
+	td3 := setup(t, "proxy: {openai: {upstream: '"+up.OpenAIBase()+"'}}\n", pluginSliding).start(t)
+	aBody, _ := anthropicBody(t, chatMessages(1), "")
+	resp, got = td3.post(t, proxy.RouteAnthropic, aBody, nil)
+	if resp.StatusCode != 404 || !strings.Contains(string(got), "compactd (proxy_off)") || !strings.Contains(string(got), "COMPACTD_ANTHROPIC_UPSTREAM") {
 		t.Fatalf("%d %s", resp.StatusCode, got)
 	}
 }
@@ -656,7 +678,12 @@ func TestProxyBadRequestsAreForwarded(t *testing.T) {
 	}
 	// A malformed conversation header is compactd's to refuse.
 	resp, got := td.post(t, proxy.RouteOpenAI, openAIBody(chatMessages(1), ""), map[string]string{proxy.HeaderConversation: strings.Repeat("x", 300)})
-	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(got), proxy.HeaderConversation) {
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(got), proxy.HeaderConversation) || resp.Header.Get(proxy.HeaderUpstream) != "" {
+		t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, got)
+	}
+	aBody, _ := anthropicBody(t, chatMessages(1), "")
+	resp, got = td.post(t, proxy.RouteAnthropic, aBody, map[string]string{proxy.HeaderConversation: "tab\there"})
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(got), "compactd (bad_request)") {
 		t.Fatalf("%d %s", resp.StatusCode, got)
 	}
 }

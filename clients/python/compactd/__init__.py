@@ -46,6 +46,7 @@ from .types import (
     Status,
     StoreDescriptor,
     Totals,
+    Usage,
 )
 
 __version__ = "0.1.0"
@@ -57,5 +58,5 @@ __all__ = [
     "NotFound", "MethodNotAllowed", "RequestTooLarge", "TooManyMessages", "InternalError",
     "CompactResponse", "Stats", "Stage", "Policy", "Limits", "LoadError", "Status",
     "PolicyCounts", "Totals", "StoreDescriptor", "Conversation", "CompactionDetail",
-    "CompactionRow", "MessagePreview", "ConfigDocument", "Health", "Message",
+    "CompactionRow", "MessagePreview", "ConfigDocument", "Health", "Message", "Usage",
 ]

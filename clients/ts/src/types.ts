@@ -1,7 +1,38 @@
 // Code generated from api/openapi.yaml by `go test ./api -run TestTypeScriptTypes -update`. DO NOT EDIT.
 
+/**
+ * an error compactd itself answers on the Anthropic routes, in Anthropic's error format
+ */
+export interface AnthropicError {
+  error: {
+    /**
+     * what went wrong, starting with "compactd (CODE): ", CODE a ProxyErrorCode
+     */
+    message: string;
+    type: "invalid_request_error" | "authentication_error" | "not_found_error" | "request_too_large" | "api_error";
+  };
+  type: "error";
+}
+
+/**
+ * An Anthropic Messages request, forwarded byte for byte unless
+ * compactd compacts its `messages`. compactd reads `model`, `system`,
+ * `messages` and `stream`; every other field passes through.
+ */
+export interface AnthropicMessagesRequest {
+  max_tokens?: number;
+  messages?: Record<string, unknown>[];
+  model?: string;
+  stream?: boolean;
+  system?: string | unknown[];
+  [key: string]: unknown;
+}
+
+/**
+ * `messages` (in `format`), or `conversation_id` alone: the proxy's
+ * stored last request of that conversation is compacted.
+ */
 export interface CompactRequest {
-  messages: Message[];
   /**
    * Config overrides for this request. With `policy`: that policy's
    * keys (`{"window_size": 4}`). With `pipeline`: one object per
@@ -17,6 +48,13 @@ export interface CompactRequest {
    */
   conversation_id?: string;
   /**
+   * the conversation's format: `openai` (the default; chat messages)
+   * or `anthropic` (Messages API messages and `system`); the answer
+   * is in the same format
+   */
+  format?: "openai" | "anthropic";
+  messages?: Message[];
+  /**
    * the agent's model; picks the tokenizer and the context window
    */
   model?: string;
@@ -28,6 +66,12 @@ export interface CompactRequest {
    * the policy to run (not with `pipeline`); neither means the config's default
    */
   policy?: string;
+  /**
+   * Anthropic's top-level system prompt (with `"format": "anthropic"`
+   * only); policies see it as the leading system message, and it is
+   * always kept
+   */
+  system?: string | unknown[];
   /**
    * a pipeline stops once the conversation is at most this many tokens
    */
@@ -53,6 +97,14 @@ export interface CompactResponse {
    * plugin failures (the input was kept) and other non-fatal problems
    */
   warnings: string[];
+  /**
+   * the format of `messages`; set for an Anthropic-format request and for the compaction of a proxied conversation's stored request
+   */
+  format?: "openai" | "anthropic";
+  /**
+   * Anthropic's top-level system prompt, unchanged (format `anthropic`, when the conversation has one)
+   */
+  system?: string | unknown[];
 }
 
 /**
@@ -119,6 +171,38 @@ export interface Config {
   };
   log_level: "trace" | "debug" | "info" | "warn" | "error" | "off";
   plugins_dir: string;
+  /**
+   * the OpenAI- and Anthropic-compatible proxy (README, "Use it as a proxy")
+   */
+  proxy: {
+    anthropic: ProxyUpstream;
+    /**
+     * memory for the conversations' last requests, for manual compaction (default 64 MiB)
+     */
+    max_stored_bytes: number;
+    openai: ProxyUpstream;
+    /**
+     * the usage ratio that triggers a compaction (default 0.8)
+     */
+    threshold: number;
+    /**
+     * one upstream exchange, streams included (default 10m)
+     */
+    timeout: string;
+    /**
+     * overrides the model's context window for proxied requests
+     */
+    context_window?: number;
+    pipeline?: string[];
+    /**
+     * what a proxied compaction runs (else pipeline, else the config's default)
+     */
+    policy?: string;
+    /**
+     * also trigger at this many tokens, whatever the window
+     */
+    trigger_tokens?: number;
+  };
   socket: string;
   state: {
     max_conversations: number;
@@ -194,6 +278,10 @@ export interface Conversation {
    * messages the last request returned
    */
   messages_after: number;
+  /**
+   * the provider's usage of the last proxied response reached `proxy.threshold` (or a manual compaction asked for it); the next proxied request is compacted
+   */
+  needs_compaction: boolean;
   pipeline: string[] | null;
   requests: number;
   /**
@@ -209,13 +297,18 @@ export interface Conversation {
    */
   tokens_saved: number;
   /**
-   * tokens / context_window (0 when the window is unknown)
+   * tokens / context_window (0 when the window is unknown); for a proxied conversation, from the provider's last usage: (input + output tokens) / context_window
    */
   usage_ratio: number;
   context_window?: number;
   last_compacted?: string;
   last_compaction?: CompactionDetail;
+  last_usage?: Usage;
   model?: string;
+  /**
+   * the provider of a conversation that came through the proxy
+   */
+  provider?: "openai" | "anthropic";
 }
 
 /**
@@ -309,7 +402,10 @@ export interface LoadError {
 /**
  * An OpenAI chat message. compactd reads `role`, `content`, `name`,
  * `tool_calls` and `tool_call_id`; other fields are kept, and a
- * message a policy keeps comes back byte for byte.
+ * message a policy keeps comes back byte for byte. With
+ * `"format": "anthropic"`, an Anthropic message instead: `role`
+ * `user` or `assistant`, `content` a string or content blocks
+ * (`text`, `tool_use`, `tool_result`, ...).
  */
 export interface Message {
   role: "system" | "developer" | "user" | "assistant" | "tool";
@@ -359,6 +455,37 @@ export interface MessagePreview {
   tool_calls?: string[];
 }
 
+/**
+ * An OpenAI Chat Completions request, forwarded byte for byte unless
+ * compactd compacts its `messages` or adds `stream_options`. compactd
+ * reads `model` (tokenizer and context window), `messages`, `stream`
+ * and `stream_options`; every other field passes through. A request
+ * compactd cannot read is forwarded as it is, for the provider to
+ * judge.
+ */
+export interface OpenAIChatRequest {
+  messages?: Record<string, unknown>[];
+  model?: string;
+  stream?: boolean;
+  stream_options?: Record<string, unknown>;
+  [key: string]: unknown;
+}
+
+/**
+ * an error compactd itself answers on the OpenAI routes, in OpenAI's error format (SDKs raise their usual exceptions)
+ */
+export interface OpenAIError {
+  error: {
+    code: ProxyErrorCode;
+    /**
+     * what went wrong, starting with "compactd: "
+     */
+    message: string;
+    param: null;
+    type: "compactd_error";
+  };
+}
+
 export interface PluginLimits {
   call_timeout?: string;
   max_instances?: number;
@@ -399,6 +526,37 @@ export interface Policy {
 
 export interface PolicyList {
   policies: Policy[];
+}
+
+/**
+ * The codes of the errors compactd itself answers on the proxy's
+ * routes, in the provider's error format (`OpenAIError`: `code`;
+ * `AnthropicError`: `error.message` starts with `compactd (CODE):`):
+ *
+ * | code | status | meaning |
+ * | --- | --- | --- |
+ * | `bad_request` | 400 | `X-Compactd-Conversation` is malformed, or the body could not be read |
+ * | `unauthorized` | 401 | the TCP listener without `X-Compactd-Token` |
+ * | `proxy_off` | 404 | no upstream is configured for this provider |
+ * | `not_found` | 404 | a forwarded path whose upstream was removed as the request arrived |
+ * | `upstream_unreachable` | 502 | the upstream could not be reached |
+ * | `bad_upstream` | 502 | the upstream URL is unusable |
+ * | `upstream_timeout` | 504 | the upstream did not answer within `proxy.timeout` |
+ */
+export type ProxyErrorCode = "bad_request" | "unauthorized" | "proxy_off" | "not_found" | "upstream_unreachable" | "bad_upstream" | "upstream_timeout";
+
+/**
+ * one provider's upstream (without `upstream`, that provider is not proxied)
+ */
+export interface ProxyUpstream {
+  /**
+   * (OpenAI) add stream_options.include_usage to streams that lack it (default true)
+   */
+  stream_usage?: boolean;
+  /**
+   * the base URL, as the provider's SDK takes it
+   */
+  upstream?: string;
 }
 
 /**
@@ -472,4 +630,24 @@ export interface Status {
   };
   uptime_seconds: number;
   version: string;
+}
+
+/**
+ * the provider's usage report of a conversation's last proxied response
+ */
+export interface Usage {
+  at: string;
+  /**
+   * prompt tokens, cached ones included
+   */
+  input_tokens: number;
+  output_tokens: number;
+  /**
+   * prompt tokens read from the provider's cache
+   */
+  cache_read_tokens?: number;
+  /**
+   * prompt tokens written to the provider's cache (Anthropic)
+   */
+  cache_write_tokens?: number;
 }
