@@ -14,7 +14,10 @@
 #   POLICIES    policies to evaluate (default: every plugin built from plugins/)
 #   COMPACTD_DATA  the data directory (default: ../shared/data)
 #   OUT         the file to write (default: docs/benchmarks.md)
-#   SKIP_BENCH=1 / SKIP_EVAL=1  leave a part out (its section says so)
+#   LOAD_CLIENTS, LOAD_SETS, LOAD_TIME  the load run's clients (default 2),
+#               data sets (default tau-bench,mini-swe) and measured time
+#               per target (default 3s)
+#   SKIP_BENCH=1 / SKIP_EVAL=1 / SKIP_LOAD=1  leave a part out (its section says so)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -135,6 +138,19 @@ END
 	echo
 }
 
+# --- load over the socket ----------------------------------------------------
+load_md="$WORK/load.md"
+: >"$load_md"
+load_cmd="go run ./internal/loadbench/loadbench -data $DATA -clients ${LOAD_CLIENTS:-2} -sets ${LOAD_SETS:-tau-bench,mini-swe} -min-time ${LOAD_TIME:-3s}"
+if [ -z "${SKIP_LOAD:-}" ]; then
+	log "$load_cmd"
+	go build -o "$WORK/loadbench" ./internal/loadbench/loadbench
+	"$WORK/loadbench" -data "$DATA" -clients "${LOAD_CLIENTS:-2}" -sets "${LOAD_SETS:-tau-bench,mini-swe}" \
+		-min-time "${LOAD_TIME:-3s}" -bin "$WORK/compactd" -plugins "$WORK/plugins" -out "$load_md"
+else
+	echo "_Skipped in this run (SKIP_LOAD=1)._" >>"$load_md"
+fi
+
 # --- compactd eval -----------------------------------------------------------
 eval_md="$WORK/eval.md"
 : >"$eval_md"
@@ -254,8 +270,26 @@ Numbers move with the machine and its load; compare numbers from one run.
 The machine is shared with other work when the load average is above the
 number of cores; latencies and wall times are then upper bounds.
 
-Contents: [compactd eval](#compactd-eval) · [Proxy overhead](#proxy-overhead) ·
-[Go benchmarks](#go-benchmarks) · [Coverage of the suite](#coverage-of-the-suite)
+Contents: [Load over the socket](#load-over-the-socket) · [compactd eval](#compactd-eval) ·
+[Proxy overhead](#proxy-overhead) · [Go benchmarks](#go-benchmarks) · [Coverage of the suite](#coverage-of-the-suite)
+
+## Load over the socket
+
+compactd's \`POST /v1/compact\` against two services that do no compaction,
+on the same transport (HTTP over a Unix socket) and the same requests:
+every turn prefix of the real traces, each client sending one
+conversation's prefixes in order, as agents do
+(\`internal/loadbench\`). Each target runs as its own process; its CPU per
+request is read from the kernel. One warm-up pass over the set first
+(connections, caches), then measured passes for at least the measured time.
+
+\`\`\`sh
+$load_cmd
+\`\`\`
+
+EOF
+	cat "$load_md"
+	cat <<EOF
 
 ## compactd eval
 
