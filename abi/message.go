@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unsafe"
+
+	"github.com/compactd/compactd/internal/jsonscan"
 )
 
 // Roles a message may have.
@@ -61,6 +64,9 @@ type Content struct {
 	raw     json.RawMessage
 	text    string
 	hasText bool
+	// checked: raw is a JSON string the host's parser validated (escapes
+	// and UTF-8), so Text decodes it without checking it again.
+	checked bool
 }
 
 var jsonNull = []byte("null")
@@ -72,15 +78,28 @@ func TextContent(s string) Content { return Content{text: s, hasText: true} }
 // The bytes are not copied.
 func RawContent(raw json.RawMessage) Content { return Content{raw: raw} }
 
+// ScannedString wraps a JSON string (quotes included) that a validating
+// parser accepted: valid UTF-8, valid escapes. escaped says whether it
+// holds a backslash escape. Without one its text is its bytes, taken
+// without a copy: raw must not change while the Content is in use. With
+// one, Text decodes it when first asked. The host's request parser uses
+// it; a plugin has no need to.
+func ScannedString(raw json.RawMessage, escaped bool) Content {
+	if !escaped && len(raw) >= 2 {
+		return Content{raw: raw, text: unsafe.String(unsafe.SliceData(raw[1:]), len(raw)-2), hasText: true}
+	}
+	return Content{raw: raw, checked: true}
+}
+
 // Raw returns the JSON of the content ("null" when absent).
 func (c Content) Raw() json.RawMessage {
 	switch {
+	case len(c.raw) > 0:
+		return c.raw
 	case c.hasText:
 		return encodeString(c.text)
-	case len(c.raw) == 0:
-		return jsonNull
 	}
-	return c.raw
+	return jsonNull
 }
 
 // IsNull reports whether the content is null or absent.
@@ -101,6 +120,9 @@ func (c Content) Text() string {
 	case c.IsNull():
 		return ""
 	case c.raw[0] == '"':
+		if c.checked {
+			return jsonscan.Unquote(c.raw)
+		}
 		var s string
 		if err := json.Unmarshal(c.raw, &s); err != nil {
 			return ""

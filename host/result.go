@@ -13,10 +13,14 @@ import (
 // decodeResult parses a CompactResult, checks it against the input and
 // assembles the output conversation.
 func decodeResult(in *chat.Conversation, out []byte) (*Response, *PluginError) {
-	var res abi.CompactResult
-	if err := json.Unmarshal(out, &res); err != nil {
+	// out is the plugin's memory, reused by its next call; the result
+	// keeps slices of it (new messages, state).
+	out = bytes.Clone(out)
+	parsed, err := parseResult(out)
+	if err != nil {
 		return nil, &PluginError{Kind: ErrInvalidOutput, Detail: fmt.Sprintf("not a JSON CompactResult: %v (output starts %q)", err, preview(out)), Err: err}
 	}
+	res := *parsed
 	items := res.Messages
 	res.Messages = nil
 	if err := convo.CheckItems(in.Messages, items); err != nil {

@@ -10,12 +10,12 @@ import (
 	"net/http"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/compactor"
+	"github.com/compactd/compactd/internal/jsonscan"
 	"github.com/compactd/compactd/internal/models"
 	"github.com/compactd/compactd/internal/proxy"
 	"github.com/compactd/compactd/internal/store"
@@ -51,14 +51,18 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 		}
 		return apiErrorf(http.StatusBadRequest, CodeBadRequest, "reading the body: %v", err)
 	}
-	req, err := decodeCompactRequest(data)
+	req, conv, err := decodeCompactRequest(data)
 	if err != nil {
 		return err
 	}
-	if req.Messages == nil {
+	if conv == nil && req.Messages == nil {
 		return s.compactStored(ctx, w, req, cfg)
 	}
-	if n := len(req.Messages); n > cfg.Limits.MaxMessages {
+	conv, back, err := requestConversation(req, conv)
+	if err != nil {
+		return err
+	}
+	if n := conv.Len(); n > cfg.Limits.MaxMessages {
 		return apiErrorf(http.StatusRequestEntityTooLarge, CodeTooManyMessages, "%d messages; the limit is %d (limits.max_messages)", n, cfg.Limits.MaxMessages)
 	}
 	pipeline, err := choosePipeline(req, cfg.DefaultPipeline())
@@ -69,10 +73,6 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	// "pipeline" (or a default pipeline) one object per policy name.
 	keyed := len(req.Pipeline) > 0 || req.Policy == "" && cfg.Policy == ""
 	overrides, err := splitOverrides(req.Config, pipeline, keyed)
-	if err != nil {
-		return err
-	}
-	conv, back, err := requestConversation(req)
 	if err != nil {
 		return err
 	}
@@ -146,57 +146,188 @@ func (s *Server) observeCompaction(resp *compactor.Response) (failed bool) {
 	return failed
 }
 
-// decodeCompactRequest decodes and checks the body's shape.
-func decodeCompactRequest(data []byte) (*client.CompactRequest, error) {
-	var req client.CompactRequest
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	dec.UseNumber()
-	if err := dec.Decode(&req); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "empty body: want a JSON object with \"messages\"")
-		}
-		return nil, apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "%s", jsonProblem(data, err))
+// requestFields are the fields of a compaction request, for the error
+// about an unknown one.
+const requestFields = "policy, pipeline, config, model, conversation_id, context_window, target_tokens, format, system, messages"
+
+// decodeCompactRequest reads the body in one pass (chat's scanner): the
+// request's fields, and its messages as a conversation that views the
+// body's bytes. It checks the body's shape; the conversation's structure
+// is checked by the compactor.
+func decodeCompactRequest(data []byte) (*client.CompactRequest, *chat.Conversation, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "empty body: want a JSON object with \"messages\"")
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "data after the JSON object")
+	s := jsonscan.New(data)
+	var req client.CompactRequest
+	var conv *chat.Conversation
+	var convErr error // chat's error, for messages that may be Anthropic's
+	seenMessages, msgStart := false, 0
+	if k := s.Peek(); k != jsonscan.Object {
+		if _, _, _, err := s.Skip(); err != nil {
+			return nil, nil, jsonError(data, err)
+		}
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "the body is %s; want a JSON object with \"messages\"", k)
+	}
+	s.BeginObject()
+	for first := true; ; first = false {
+		key, esc, more, err := s.NextMember(first)
+		if err != nil {
+			return nil, nil, jsonError(data, err)
+		}
+		if !more {
+			break
+		}
+		name := jsonscan.Key(key, esc)
+		switch string(name) {
+		case "policy":
+			req.Policy, err = s.ReadString("policy")
+		case "model":
+			req.Model, err = s.ReadString("model")
+		case "conversation_id":
+			req.ConversationID, err = s.ReadString("conversation_id")
+		case "context_window":
+			req.ContextWindow, err = s.ReadInt("context_window")
+		case "target_tokens":
+			req.TargetTokens, err = s.ReadInt("target_tokens")
+		case "pipeline":
+			req.Pipeline, err = s.ReadStrings("pipeline")
+		case "config":
+			err = configField(s, &req.Config)
+		case "format":
+			req.Format, err = s.ReadString("format", FormatOpenAI, FormatAnthropic)
+		case "system":
+			// Anthropic's system prompt (a string or text blocks), which
+			// internal/anthropic converts.
+			var start, end int
+			if _, start, end, err = s.Skip(); err == nil {
+				req.System = data[start:end]
+			}
+		case "messages":
+			if seenMessages {
+				return nil, nil, apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "\"messages\" appears twice")
+			}
+			seenMessages = true
+			var null bool
+			if null, err = s.Null(); err != nil || null {
+				break
+			}
+			msgStart = s.Pos()
+			if req.Format == FormatAnthropic {
+				req.Messages, err = rawElements(s)
+				break
+			}
+			// OpenAI messages (the default), read as a conversation in
+			// this pass. A "format" that comes after them may still make
+			// them Anthropic messages: then what chat could not read is
+			// kept as raw messages for the converter, and its error
+			// reported only if the format stays OpenAI's.
+			if conv, err = chat.ScanMessages(s); err != nil && errors.Is(err, chat.ErrMalformed) && !errors.As(err, new(*jsonscan.Error)) {
+				convErr = err
+				s.Seek(msgStart)
+				req.Messages, err = rawElements(s)
+			}
+		default:
+			return nil, nil, apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "unknown field %q (fields: %s)", name, requestFields)
+		}
+		if err != nil {
+			return nil, nil, jsonError(data, err)
+		}
+	}
+	if err := s.End(); err != nil {
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "data after the JSON object")
 	}
 	switch {
-	case req.Messages == nil && req.ConversationID == "":
-		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "\"messages\" is required (an array of chat messages), or a \"conversation_id\" alone to compact a proxied conversation's last request")
-	case req.Policy != "" && len(req.Pipeline) > 0:
-		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "give \"policy\" or \"pipeline\", not both")
-	case len(req.ConversationID) > maxConversationID:
-		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "conversation_id is %d bytes; the limit is %d", len(req.ConversationID), maxConversationID)
-	case !utf8.ValidString(req.ConversationID) || strings.ContainsRune(req.ConversationID, 0):
-		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "conversation_id must be UTF-8 text without NUL")
-	case req.Format != "" && req.Format != FormatOpenAI && req.Format != FormatAnthropic:
-		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "format %q: want \"openai\" (the default) or \"anthropic\"", req.Format)
-	case req.System != nil && req.Format != FormatAnthropic:
-		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "\"system\" is Anthropic's top-level system prompt: send it with \"format\": \"anthropic\" (OpenAI messages carry system messages in \"messages\")")
-	case req.ContextWindow < 0 || req.TargetTokens < 0:
-		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "context_window and target_tokens must not be negative")
+	case req.Format != FormatAnthropic && convErr != nil:
+		return nil, nil, jsonError(data, convErr)
+	case req.Format == FormatAnthropic && conv != nil:
+		// Read as OpenAI messages before "format" came: the converter
+		// takes them as raw messages.
+		s.Seek(msgStart)
+		var err error
+		if req.Messages, err = rawElements(s); err != nil {
+			return nil, nil, jsonError(data, err)
+		}
+		conv = nil
 	}
-	return &req, nil
+	switch {
+	case conv == nil && req.Messages == nil && req.ConversationID == "":
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "\"messages\" is required (an array of chat messages), or a \"conversation_id\" alone to compact a proxied conversation's last request")
+	case req.Policy != "" && len(req.Pipeline) > 0:
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "give \"policy\" or \"pipeline\", not both")
+	case len(req.ConversationID) > maxConversationID:
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "conversation_id is %d bytes; the limit is %d", len(req.ConversationID), maxConversationID)
+	case strings.ContainsRune(req.ConversationID, 0):
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "conversation_id must be UTF-8 text without NUL")
+	case req.Format != "" && req.Format != FormatOpenAI && req.Format != FormatAnthropic:
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "format %q: want \"openai\" (the default) or \"anthropic\"", req.Format)
+	case req.System != nil && req.Format != FormatAnthropic:
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "\"system\" is Anthropic's top-level system prompt: send it with \"format\": \"anthropic\" (OpenAI messages carry system messages in \"messages\")")
+	case req.ContextWindow < 0 || req.TargetTokens < 0:
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "context_window and target_tokens must not be negative")
+	}
+	return &req, conv, nil
 }
 
-// jsonProblem describes a decoding error with its position.
-func jsonProblem(data []byte, err error) string {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
+// rawElements reads the messages array as raw elements (views of the
+// body), for the Anthropic converter.
+func rawElements(s *jsonscan.Scanner) ([]json.RawMessage, error) {
+	if s.Peek() != jsonscan.Array {
+		return nil, s.WrongType("messages", "an array")
+	}
+	s.BeginArray()
+	out := make([]json.RawMessage, 0, 16)
+	for first := true; ; first = false {
+		more, err := s.NextElement(first)
+		if err != nil || !more {
+			return out, err
+		}
+		_, start, end, err := s.Skip()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s.Data()[start:end])
+	}
+}
+
+// jsonError turns an error from reading the body into its answer: a
+// syntax error (with its byte offset), a field of the wrong type, or a
+// malformed message (left to toAPIError: invalid_conversation).
+func jsonError(data []byte, err error) error {
+	var se *jsonscan.Error
+	var te *jsonscan.TypeError
 	switch {
+	case errors.Is(err, chat.ErrMalformed) && !errors.As(err, &se):
+		return err
+	case errors.As(err, &se) && se.Offset >= len(data):
+		return apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "the JSON ends early")
 	case errors.As(err, &se):
-		return fmt.Sprintf("not valid JSON at byte %d: %v", se.Offset, se)
+		return apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "not valid JSON at byte %d: %s", se.Offset, se.Msg)
 	case errors.As(err, &te):
-		return fmt.Sprintf("field %q: want %s, got JSON %s", te.Field, te.Type, te.Value)
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return "the JSON ends early"
+		return apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "field %q: want %s, got %s", te.Field, te.Want, te.Got)
 	}
-	msg := strings.TrimPrefix(err.Error(), "json: ")
-	if strings.HasPrefix(msg, "unknown field") {
-		msg += " (fields: policy, pipeline, config, model, conversation_id, context_window, target_tokens, format, system, messages)"
+	return err
+}
+
+// configField reads config, an object of policy settings (or of one
+// object per policy), with encoding/json: it is small, and policyconfig
+// takes it as Go values.
+func configField(s *jsonscan.Scanner, dst *map[string]any) error {
+	switch s.Peek() {
+	case jsonscan.Null:
+		_, err := s.Null()
+		return err
+	case jsonscan.Object:
+	default:
+		return s.WrongType("config", "an object")
 	}
-	return msg
+	_, start, end, err := s.Skip()
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(s.Data()[start:end]))
+	dec.UseNumber()
+	return dec.Decode(dst)
 }
 
 // choosePipeline returns the policies to run.

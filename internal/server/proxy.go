@@ -52,13 +52,13 @@ const (
 	FormatAnthropic = "anthropic"
 )
 
-// requestConversation reads a /v1/compact request's conversation, and for the
-// Anthropic format returns the function that writes a result back as an
-// Anthropic messages array.
-func requestConversation(req *client.CompactRequest) (*chat.Conversation, func(*compactor.Response) ([]byte, error), error) {
+// requestConversation returns a /v1/compact request's conversation: conv,
+// read with the request (OpenAI messages), or for the Anthropic format
+// its messages converted, with the function that writes a result back as
+// an Anthropic messages array.
+func requestConversation(req *client.CompactRequest, conv *chat.Conversation) (*chat.Conversation, func(*compactor.Response) ([]byte, error), error) {
 	if req.Format != FormatAnthropic {
-		conv, err := chat.FromRaw(req.Messages)
-		return conv, nil, err
+		return conv, nil, nil
 	}
 	ac, err := anthropic.Convert(req.System, req.Messages)
 	if err != nil {

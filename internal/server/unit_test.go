@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/compactd/compactd/client"
 )
@@ -41,19 +42,18 @@ func FuzzDecodeCompactRequest(f *testing.F) {
 	f.Add([]byte(`{"messages":null}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		req, err := decodeCompactRequest(data)
+		req, conv, err := decodeCompactRequest(data)
 		if err != nil {
-			var ae *APIError
-			if !errors.As(err, &ae) || ae.Status != 400 || ae.Code == "" {
+			if ae := toAPIError(err); ae.Status != 400 || ae.Code == "" {
 				t.Fatalf("error %v is not a 400 API error", err)
 			}
 			return
 		}
-		if req.Messages == nil || (req.Policy != "" && len(req.Pipeline) > 0) || len(req.ConversationID) > maxConversationID ||
-			strings.ContainsRune(req.ConversationID, 0) {
+		if conv == nil || (req.Policy != "" && len(req.Pipeline) > 0) || len(req.ConversationID) > maxConversationID ||
+			strings.ContainsRune(req.ConversationID, 0) || !json.Valid(data) || !utf8.Valid(data) {
 			t.Fatalf("accepted an invalid request: %+v", req)
 		}
-		for _, m := range req.Messages {
+		for _, m := range conv.Raw {
 			if !json.Valid(m) {
 				t.Fatalf("accepted an invalid message %q", m)
 			}
