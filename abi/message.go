@@ -64,9 +64,6 @@ type Content struct {
 	raw     json.RawMessage
 	text    string
 	hasText bool
-	// checked: raw is a JSON string the host's parser validated (escapes
-	// and UTF-8), so Text decodes it without checking it again.
-	checked bool
 }
 
 var jsonNull = []byte("null")
@@ -81,14 +78,25 @@ func RawContent(raw json.RawMessage) Content { return Content{raw: raw} }
 // ScannedString wraps a JSON string (quotes included) that a validating
 // parser accepted: valid UTF-8, valid escapes. escaped says whether it
 // holds a backslash escape. Without one its text is its bytes, taken
-// without a copy: raw must not change while the Content is in use. With
-// one, Text decodes it when first asked. The host's request parser uses
-// it; a plugin has no need to.
+// without a copy (raw must not change while the Content is in use); with
+// one, the text is decoded now, once. The host's request parser uses it;
+// a plugin has no need to.
 func ScannedString(raw json.RawMessage, escaped bool) Content {
 	if !escaped && len(raw) >= 2 {
 		return Content{raw: raw, text: unsafe.String(unsafe.SliceData(raw[1:]), len(raw)-2), hasText: true}
 	}
-	return Content{raw: raw, checked: true}
+	return Content{raw: raw, text: jsonscan.Unquote(raw), hasText: true}
+}
+
+// WithRaw returns c with its JSON replaced by raw, which must be the same
+// bytes (the host moves a remembered message onto a new request's bytes).
+// A text that viewed the old bytes views the new ones.
+func (c Content) WithRaw(raw json.RawMessage) Content {
+	if c.hasText && len(c.raw) >= 2 && len(c.text) == len(c.raw)-2 && unsafe.StringData(c.text) == unsafe.SliceData(c.raw[1:]) {
+		c.text = unsafe.String(unsafe.SliceData(raw[1:]), len(raw)-2)
+	}
+	c.raw = raw
+	return c
 }
 
 // Raw returns the JSON of the content ("null" when absent).
@@ -120,9 +128,6 @@ func (c Content) Text() string {
 	case c.IsNull():
 		return ""
 	case c.raw[0] == '"':
-		if c.checked {
-			return jsonscan.Unquote(c.raw)
-		}
 		var s string
 		if err := json.Unmarshal(c.raw, &s); err != nil {
 			return ""

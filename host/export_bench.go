@@ -4,3 +4,7 @@ package host
 // compact export for req. Benchmarks use it to feed the same bytes to a
 // policy called natively.
 func EncodeRequestForTest(req *Request) []byte { return encodeRequest(req) }
+
+// EncodeFastRequestForTest returns the bytes the host sends on the fast
+// path (the binary request) for req.
+func EncodeFastRequestForTest(req *Request) []byte { return encodeFor("fast", req) }

@@ -38,7 +38,28 @@ type Conversation struct {
 	envelope []byte
 	// msgStart and msgEnd are the byte range of the array in envelope.
 	msgStart, msgEnd int
+
+	// counted leading messages have Tokens counted by the tokenizer named
+	// countedBy (see Counted).
+	counted   int
+	countedBy string
+	// memo is set when a Memory parsed the conversation (see Remember).
+	memo *memo
 }
+
+// Counted returns how many leading messages already have their Tokens
+// counted by the tokenizer named tokName (a Memory fills them in for the
+// messages it remembered).
+func (c *Conversation) Counted(tokName string) int {
+	if tokName == "" || c.countedBy != tokName {
+		return 0
+	}
+	return c.counted
+}
+
+// SetCounted records that every message's Tokens is counted by the
+// tokenizer named tokName.
+func (c *Conversation) SetCounted(tokName string) { c.counted, c.countedBy = len(c.Messages), tokName }
 
 // Parse reads a conversation from a JSON array of messages, or from an
 // object with a "messages" array (other keys are kept and written back by

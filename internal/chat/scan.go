@@ -52,24 +52,33 @@ func (c *Conversation) scanFrom(s *jsonscan.Scanner, n int, first bool) error {
 		if !more {
 			return nil
 		}
-		if k := s.Peek(); k != jsonscan.Object {
-			if k == jsonscan.Invalid {
-				_, _, _, err := s.Skip()
-				return syntaxError(data, err)
-			}
-			return fmt.Errorf("%w: message %d is not a JSON object (got %s)", ErrMalformed, i, k)
+		if err := c.scanMessageAt(s, i); err != nil {
+			return err
 		}
-		start := s.Pos()
-		c.Messages = append(c.Messages, abi.Message{})
-		if err := scanMessage(s, &c.Messages[len(c.Messages)-1]); err != nil {
-			var se *jsonscan.Error
-			if errors.As(err, &se) {
-				return syntaxError(data, err)
-			}
-			return fmt.Errorf("%w: message %d: %v", ErrMalformed, i, err)
-		}
-		c.Raw = append(c.Raw, json.RawMessage(data[start:s.Pos():s.Pos()]))
 	}
+}
+
+// scanMessageAt parses message i (the next value of s) and appends it.
+func (c *Conversation) scanMessageAt(s *jsonscan.Scanner, i int) error {
+	data := s.Data()
+	if k := s.Peek(); k != jsonscan.Object {
+		if k == jsonscan.Invalid {
+			_, _, _, err := s.Skip()
+			return syntaxError(data, err)
+		}
+		return fmt.Errorf("%w: message %d is not a JSON object (got %s)", ErrMalformed, i, k)
+	}
+	start := s.Pos()
+	c.Messages = append(c.Messages, abi.Message{})
+	if err := scanMessage(s, &c.Messages[len(c.Messages)-1]); err != nil {
+		var se *jsonscan.Error
+		if errors.As(err, &se) {
+			return syntaxError(data, err)
+		}
+		return fmt.Errorf("%w: message %d: %v", ErrMalformed, i, err)
+	}
+	c.Raw = append(c.Raw, json.RawMessage(data[start:s.Pos():s.Pos()]))
+	return nil
 }
 
 // Role names, so parsing a role allocates nothing.

@@ -183,7 +183,13 @@ func (c *Compactor) Compact(ctx context.Context, req Request) (*Response, error)
 		}
 	}
 	tok := c.opts.Tokens.ForModel(req.Model)
-	before := tok.CountMessages(conv.Messages)
+	// Messages a Memory remembered come counted: count the rest.
+	known := conv.Counted(tok.Name())
+	before := tok.CountMessages(conv.Messages[known:])
+	for i := 0; i < known; i++ {
+		before += conv.Messages[i].Tokens
+	}
+	conv.SetCounted(tok.Name())
 	id := req.ConversationID
 	if id == "" {
 		id = ConversationID(conv.Messages)

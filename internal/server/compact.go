@@ -51,7 +51,7 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 		}
 		return apiErrorf(http.StatusBadRequest, CodeBadRequest, "reading the body: %v", err)
 	}
-	req, conv, err := decodeCompactRequest(data)
+	req, conv, err := decodeCompactRequest(data, s.memory)
 	if err != nil {
 		return err
 	}
@@ -83,6 +83,7 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	chat.Remember(conv, resp.Stats.Encoding)
 	s.record(req, pipeline, conv, resp)
 
 	msgs := resp.Conversation.MessagesJSON()
@@ -152,9 +153,10 @@ const requestFields = "policy, pipeline, config, model, conversation_id, context
 
 // decodeCompactRequest reads the body in one pass (chat's scanner): the
 // request's fields, and its messages as a conversation that views the
-// body's bytes. It checks the body's shape; the conversation's structure
-// is checked by the compactor.
-func decodeCompactRequest(data []byte) (*client.CompactRequest, *chat.Conversation, error) {
+// body's bytes, taken from mem where they repeat a remembered request.
+// It checks the body's shape; the conversation's structure is checked by
+// the compactor.
+func decodeCompactRequest(data []byte, mem *chat.Memory) (*client.CompactRequest, *chat.Conversation, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, nil, apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "empty body: want a JSON object with \"messages\"")
 	}
@@ -222,7 +224,7 @@ func decodeCompactRequest(data []byte) (*client.CompactRequest, *chat.Conversati
 			// them Anthropic messages: then what chat could not read is
 			// kept as raw messages for the converter, and its error
 			// reported only if the format stays OpenAI's.
-			if conv, err = chat.ScanMessages(s); err != nil && errors.Is(err, chat.ErrMalformed) && !errors.As(err, new(*jsonscan.Error)) {
+			if conv, err = mem.ScanMessages(s); err != nil && errors.Is(err, chat.ErrMalformed) && !errors.As(err, new(*jsonscan.Error)) {
 				convErr = err
 				s.Seek(msgStart)
 				req.Messages, err = rawElements(s)

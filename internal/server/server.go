@@ -36,6 +36,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/llm"
@@ -61,11 +62,16 @@ type Options struct {
 	Proxy *proxy.Proxy
 	// Logger receives request errors (discarded if nil).
 	Logger hclog.Logger
+	// Memory remembers the conversations of recent requests, so a request
+	// that extends one is parsed and counted only for its new messages
+	// (chat.Memory). Nil: one of chat.DefaultMemoryBytes.
+	Memory *chat.Memory
 }
 
 // Server is the API's handler. It is safe for concurrent use.
 type Server struct {
 	opts    Options
+	memory  *chat.Memory
 	logger  hclog.Logger
 	metrics *metrics
 	started time.Time
@@ -82,7 +88,10 @@ const maxConfigBody = 1 << 20
 
 // New returns a Server.
 func New(opts Options) *Server {
-	s := &Server{opts: opts, logger: opts.Logger, metrics: newMetrics(), started: time.Now(), mux: http.NewServeMux()}
+	s := &Server{opts: opts, memory: opts.Memory, logger: opts.Logger, metrics: newMetrics(), started: time.Now(), mux: http.NewServeMux()}
+	if s.memory == nil {
+		s.memory = chat.NewMemory(chat.MemoryOptions{})
+	}
 	if s.logger == nil {
 		s.logger = hclog.NewNullLogger()
 	}

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/compactd/compactd/client"
+	"github.com/compactd/compactd/internal/chat"
 )
 
 // TestPanicIsA500: a handler that panics answers 500 with the error
@@ -42,7 +43,7 @@ func FuzzDecodeCompactRequest(f *testing.F) {
 	f.Add([]byte(`{"messages":null}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		req, conv, err := decodeCompactRequest(data)
+		req, conv, err := decodeCompactRequest(data, chat.NewMemory(chat.MemoryOptions{}))
 		if err != nil {
 			if ae := toAPIError(err); ae.Status != 400 || ae.Code == "" {
 				t.Fatalf("error %v is not a 400 API error", err)
