@@ -233,3 +233,41 @@ func BenchmarkDaemon(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTurn alternates the requests of N and N+1 turns of one long
+// conversation through a daemon in this process, for profiles of the
+// per-turn path:
+//
+//	COMPACTD_DATA=../shared/data go test -run '^$' -bench Turn -cpuprofile cpu.out ./internal/loadbench/
+func BenchmarkTurn(b *testing.B) {
+	d := startInProcess(b, "", "plugins/sliding", "plugins/deterministic")
+	base, err := LongConversation(dataSet(b, "mini-swe"), 504)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, p := range []string{"sliding", "deterministic"} {
+		for _, n := range []int{10, 100, 500} {
+			b.Run(fmt.Sprintf("%s/N=%d", p, n), func(b *testing.B) {
+				c := newLoadClient(d.Socket())
+				defer c.close()
+				end := unitEnd(base, n)
+				body := Body{Policy: p, Model: "gpt-4o"}
+				for i := 0; i < 2; i++ { // warm up
+					for _, msgs := range [][]json.RawMessage{base[:n], base[:end]} {
+						if _, _, err := c.post(bg, body, msgs); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				for b.Loop() {
+					if _, _, err := c.post(bg, body, base[:n]); err != nil {
+						b.Fatal(err)
+					}
+					if _, _, err := c.post(bg, body, base[:end]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
