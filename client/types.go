@@ -96,14 +96,17 @@ type Policy struct {
 	// Name is the policy name (the file name when the file never loaded).
 	Name string `json:"name"`
 	// Serving reports whether a version of this file is serving Name.
-	Serving      bool            `json:"serving"`
-	Version      string          `json:"version,omitempty"`
-	ABI          string          `json:"abi,omitempty"`
-	Description  string          `json:"description,omitempty"`
-	File         string          `json:"file"`
-	SHA256       string          `json:"sha256,omitempty"`
-	LoadedAt     time.Time       `json:"loaded_at,omitzero"`
-	Path         string          `json:"path,omitempty"` // "fast" or "extism"
+	Serving     bool      `json:"serving"`
+	Version     string    `json:"version,omitempty"`
+	ABI         string    `json:"abi,omitempty"`
+	Description string    `json:"description,omitempty"`
+	File        string    `json:"file"`
+	SHA256      string    `json:"sha256,omitempty"`
+	LoadedAt    time.Time `json:"loaded_at,omitzero"`
+	Path        string    `json:"path,omitempty"` // "fast" or "extism"
+	// View is the view of the conversation the plugin reads: "full"
+	// (every message's content) or "headers" (contents on demand).
+	View         string          `json:"view,omitempty"`
 	ConfigSchema json.RawMessage `json:"config_schema,omitempty"`
 	Defaults     json.RawMessage `json:"defaults,omitempty"`
 	Exports      []string        `json:"exports,omitempty"`

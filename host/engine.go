@@ -186,7 +186,7 @@ func (e *Engine) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Plug
 // describe calls the describe export and validates its answer.
 func (p *Plugin) describe(ctx context.Context) error {
 	var desc abi.Description
-	err := p.run(ctx, abi.ExportDescribe, nil, CallEnv{}, func(out []byte) *PluginError {
+	err := p.run(ctx, abi.ExportDescribe, nil, CallEnv{}, nil, func(out []byte) *PluginError {
 		if err := json.Unmarshal(out, &desc); err != nil {
 			return &PluginError{Kind: ErrInvalidDescription, Detail: "not a JSON description: " + err.Error()}
 		}
@@ -210,6 +210,14 @@ func (p *Plugin) describe(ctx context.Context) error {
 	schema, err := policyconfig.Compile(desc.Name, desc.ConfigSchema, desc.Defaults)
 	if err != nil {
 		return fail(ErrInvalidDescription, "%v", err)
+	}
+	switch desc.View {
+	case "", abi.ViewFull:
+		p.view = abi.ViewFull
+	case abi.ViewHeaders:
+		p.view = abi.ViewHeaders
+	default:
+		return fail(ErrInvalidDescription, "view %q: want %q or %q", desc.View, abi.ViewFull, abi.ViewHeaders)
 	}
 	p.desc, p.schema = desc, schema
 	for _, ex := range desc.Exports {

@@ -69,7 +69,32 @@ func extismHostFunctions() []extism.HostFunction {
 			stack[0] = off
 		}, []extism.ValueType{extism.ValueTypeI64}, []extism.ValueType{extism.ValueTypeI64})
 	llmFn.SetNamespace(abi.HostModule)
-	return []extism.HostFunction{countTokensFn, llmFn}
+	contentFn := extism.NewHostFunctionWithStack(abi.HostMessageContent,
+		func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
+			b, ok := messageContent(callStateFrom(ctx), stack[0])
+			if !ok || len(b) == 0 {
+				stack[0] = 0
+				return
+			}
+			off, err := p.WriteBytes(b)
+			if err != nil {
+				panic(fmt.Errorf("message_content: writing the content: %w", err))
+			}
+			stack[0] = off
+		}, []extism.ValueType{extism.ValueTypeI64}, []extism.ValueType{extism.ValueTypeI64})
+	contentFn.SetNamespace(abi.HostModule)
+	// The host cannot write to the plugin's own memory through Extism:
+	// the plugin falls back to message_content.
+	contentIntoFn := extism.NewHostFunctionWithStack(abi.HostMessageContentInto,
+		func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
+			if _, ok := messageContent(callStateFrom(ctx), stack[0]); !ok {
+				stack[0] = abi.ContentNoMessage
+				return
+			}
+			stack[0] = abi.ContentUnsupported
+		}, []extism.ValueType{extism.ValueTypeI64, extism.ValueTypeI64, extism.ValueTypeI64}, []extism.ValueType{extism.ValueTypeI64})
+	contentIntoFn.SetNamespace(abi.HostModule)
+	return []extism.HostFunction{countTokensFn, llmFn, contentFn, contentIntoFn}
 }
 
 func (m *extismModule) newInstance(ctx context.Context) (instance, error) {

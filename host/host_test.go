@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -511,4 +512,67 @@ func TestGuestMemoryStaysFlat(t *testing.T) {
 	if last > tenth {
 		t.Fatalf("guest memory still growing: %d bytes after %d calls, %d after %d", tenth, calls/10, last, calls)
 	}
+}
+
+// TestHeaderView: a plugin that declares the header view gets no content,
+// and reads each one it asks for through the host, on both paths (the
+// fast path writes into the plugin's memory; the Extism path falls back
+// to a kernel block).
+func TestHeaderView(t *testing.T) {
+	for _, path := range paths {
+		t.Run(path.name, func(t *testing.T) {
+			e := newTestEngine(t, path.disable, Limits{})
+			p := loadTestPlugin(t, e, "host/testdata/goheaders", Limits{})
+			if p.View() != abi.ViewHeaders || p.Description().View != abi.ViewHeaders {
+				t.Fatalf("view %q", p.View())
+			}
+			c := testConversation(t)
+			long := strings.Repeat("é long text ", 20000) // larger than any buffer the guest starts with
+			c, err := chat.FromRaw(append(append([]json.RawMessage(nil), c.Raw[:len(c.Raw)-1]...),
+				json.RawMessage(`{"role":"user","content":`+mustMarshal(t, long)+`}`)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var read []int
+			var want []string
+			for i, m := range c.Messages {
+				kind := ""
+				switch {
+				case m.Content.IsNull():
+				case m.Content.IsString():
+					kind = abi.OmittedText
+				default:
+					kind = abi.OmittedParts
+				}
+				size := len(m.Content.Text())
+				if kind == abi.OmittedParts {
+					size = len(m.Content.Raw())
+				}
+				read = append(read, i)
+				want = append(want, fmt.Sprintf("%d:%s:%d:%s", i, kind, size, m.Content.Text()))
+			}
+			cfg, _ := json.Marshal(map[string]any{"read": read})
+			resp, err := p.Compact(context.Background(), &Request{Conversation: c, Config: cfg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := resp.Result.Summary; got != strings.Join(want, "|") {
+				t.Errorf("read %.300q…, want %.300q…", got, strings.Join(want, "|"))
+			}
+			// Reading a message that is not there is the plugin's error.
+			bad, _ := json.Marshal(map[string]any{"read": []int{c.Len()}})
+			if _, err := p.Compact(context.Background(), &Request{Conversation: c, Config: bad}); !errors.Is(err, ErrReported) {
+				t.Errorf("reading past the end: %v", err)
+			}
+		})
+	}
+}
+
+func mustMarshal(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

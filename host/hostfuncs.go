@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"unsafe"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/hashicorp/go-hclog"
@@ -30,6 +31,9 @@ type CallEnv struct {
 type callState struct {
 	env    CallEnv
 	kernel *kernel // the fast path's kernel memory; nil on the Extism path
+	// msgs are the call's request messages, for message_content (nil for
+	// calls without a conversation).
+	msgs []abi.Message
 }
 
 type callStateKey struct{}
@@ -85,4 +89,22 @@ func llmComplete(ctx context.Context, st *callState, reqJSON []byte) []byte {
 // logLevel maps Extism's log function names to hclog levels.
 func logAt(logger hclog.Logger, level hclog.Level, msg string) {
 	logger.Log(level, msg)
+}
+
+// messageContent implements message_content: message i's content as a
+// header view leaves it out (the text of a string, the JSON of parts,
+// nothing for null). ok is false when there is no such message.
+func messageContent(st *callState, i uint64) (b []byte, ok bool) {
+	if i >= uint64(len(st.msgs)) {
+		return nil, false
+	}
+	c := &st.msgs[i].Content
+	switch {
+	case c.IsNull():
+		return nil, true
+	case c.IsString():
+		t := c.Text()
+		return unsafe.Slice(unsafe.StringData(t), len(t)), true
+	}
+	return c.Raw(), true
 }

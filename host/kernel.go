@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/hashicorp/go-hclog"
@@ -185,6 +186,8 @@ type userFunc struct {
 var userFuncSigs = []userFunc{
 	{abi.HostCountTokens, []api.ValueType{i64}, []api.ValueType{i64}},
 	{abi.HostLLMComplete, []api.ValueType{i64}, []api.ValueType{i64}},
+	{abi.HostMessageContent, []api.ValueType{i64}, []api.ValueType{i64}},
+	{abi.HostMessageContentInto, []api.ValueType{i64, i64, i64}, []api.ValueType{i64}},
 }
 
 // instantiateFastHostModules defines extism:host/env (the kernel above) and
@@ -213,6 +216,35 @@ func instantiateFastHostModules(ctx context.Context, rt wazero.Runtime, logger h
 		st := callStateFrom(ctx)
 		stack[0] = st.kernel.write(llmComplete(ctx, st, st.kernel.read(stack[0])))
 	}), userFuncSigs[1].params, userFuncSigs[1].results).Export(abi.HostLLMComplete)
+	user.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, _ api.Module, stack []uint64) {
+		st := callStateFrom(ctx)
+		b, ok := messageContent(st, stack[0])
+		if !ok {
+			stack[0] = 0
+			return
+		}
+		if len(b) == 0 {
+			// A block of no bytes: Extism's null block reads as empty.
+			stack[0] = 0
+			return
+		}
+		stack[0] = st.kernel.write(b)
+	}), userFuncSigs[2].params, userFuncSigs[2].results).Export(abi.HostMessageContent)
+	user.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
+		st := callStateFrom(ctx)
+		b, ok := messageContent(st, stack[0])
+		if !ok {
+			stack[0] = abi.ContentNoMessage
+			return
+		}
+		ptr, capacity := stack[1], stack[2]
+		if uint64(len(b)) <= capacity && len(b) > 0 {
+			if ptr > math.MaxUint32 || !mod.Memory().Write(uint32(ptr), b) {
+				panic(fmt.Sprintf("%s: buffer of %d bytes at %d is outside the plugin's memory", abi.HostMessageContentInto, capacity, ptr))
+			}
+		}
+		stack[0] = uint64(len(b))
+	}), userFuncSigs[3].params, userFuncSigs[3].results).Export(abi.HostMessageContentInto)
 	if _, err := user.Instantiate(ctx); err != nil {
 		return fmt.Errorf("instantiating %s: %w", abi.HostModule, err)
 	}

@@ -22,6 +22,7 @@ type Plugin struct {
 	source, sha256   string
 	exportNames      map[string]bool
 	hasShouldCompact bool
+	view             string // abi.ViewFull or abi.ViewHeaders
 	mod              module
 	limits           Limits
 	logger           hclog.Logger
@@ -72,6 +73,10 @@ func (p *Plugin) LoadedAt() time.Time { return p.loadedAt }
 
 // Path returns "fast" or "extism": how the host calls the plugin.
 func (p *Plugin) Path() string { return p.mod.path() }
+
+// View returns the view of the conversation the plugin reads:
+// abi.ViewFull or abi.ViewHeaders.
+func (p *Plugin) View() string { return p.view }
 
 // Limits returns the plugin's limits.
 func (p *Plugin) Limits() Limits { return p.limits }
@@ -196,7 +201,7 @@ func (p *Plugin) finish(ctx context.Context) {
 // run calls export with input on a pooled instance, under the call time
 // limit, and hands the output to decode before the instance is released
 // (the output lives in the instance's memory).
-func (p *Plugin) run(ctx context.Context, export string, input []byte, env CallEnv, decode func(out []byte) *PluginError) error {
+func (p *Plugin) run(ctx context.Context, export string, input []byte, env CallEnv, msgs []abi.Message, decode func(out []byte) *PluginError) error {
 	p.calls.Add(1)
 	inst, err := p.acquire(ctx)
 	if err != nil {
@@ -204,7 +209,7 @@ func (p *Plugin) run(ctx context.Context, export string, input []byte, env CallE
 		return p.named(export, err.(*PluginError))
 	}
 	callCtx, cancel := context.WithTimeout(ctx, p.limits.CallTimeout)
-	out, failure := inst.call(callCtx, &callState{env: env}, export, input)
+	out, failure := inst.call(callCtx, &callState{env: env, msgs: msgs}, export, input)
 	if failure == nil && decode != nil {
 		failure = decode(out)
 	}
@@ -258,9 +263,9 @@ type Response struct {
 // On failure it returns a *PluginError; the input is untouched.
 func (p *Plugin) Compact(ctx context.Context, req *Request) (*Response, error) {
 	start := time.Now()
-	input := encodeFor(p.mod.path(), req)
+	input := p.encode(req)
 	var resp *Response
-	err := p.run(ctx, abi.ExportCompact, input, req.Env, func(out []byte) *PluginError {
+	err := p.run(ctx, abi.ExportCompact, input, req.Env, req.Conversation.Messages, func(out []byte) *PluginError {
 		var pe *PluginError
 		resp, pe = decodeResult(req.Conversation, out)
 		return pe
@@ -282,7 +287,7 @@ func (p *Plugin) ShouldCompact(ctx context.Context, req *Request) (abi.ShouldCom
 		return abi.ShouldCompactResult{Compact: true}, nil
 	}
 	var res abi.ShouldCompactResult
-	err := p.run(ctx, abi.ExportShouldCompact, encodeFor(p.mod.path(), req), req.Env, func(out []byte) *PluginError {
+	err := p.run(ctx, abi.ExportShouldCompact, p.encode(req), req.Env, req.Conversation.Messages, func(out []byte) *PluginError {
 		if err := json.Unmarshal(out, &res); err != nil {
 			return &PluginError{Kind: ErrInvalidOutput, Detail: "should_compact: " + err.Error()}
 		}
@@ -295,7 +300,7 @@ func (p *Plugin) ShouldCompact(ctx context.Context, req *Request) (abi.ShouldCom
 // without interpreting it. Conformance checks and benchmarks use it.
 func (p *Plugin) Call(ctx context.Context, export string, input []byte, env CallEnv) ([]byte, error) {
 	var out []byte
-	err := p.run(ctx, export, input, env, func(o []byte) *PluginError {
+	err := p.run(ctx, export, input, env, nil, func(o []byte) *PluginError {
 		out = append([]byte(nil), o...)
 		return nil
 	})
@@ -308,5 +313,5 @@ func (p *Plugin) Ping(ctx context.Context) error {
 	if p.Path() != "fast" {
 		return p.named("ping", &PluginError{Kind: ErrInvalidModule, Detail: "ping needs the fast path"})
 	}
-	return p.run(ctx, exportPing, nil, CallEnv{}, nil)
+	return p.run(ctx, exportPing, nil, CallEnv{}, nil, nil)
 }

@@ -47,7 +47,7 @@ func policyOf(in registry.Info) client.Policy {
 	if pl := in.Plugin; pl != nil {
 		d := pl.Description()
 		p.Serving, p.Version, p.ABI, p.Description = true, d.Version, d.ABI.String(), d.Description
-		p.ConfigSchema, p.Defaults, p.Exports, p.Path = d.ConfigSchema, d.Defaults, d.Exports, pl.Path()
+		p.ConfigSchema, p.Defaults, p.Exports, p.Path, p.View = d.ConfigSchema, d.Defaults, d.Exports, pl.Path(), pl.View()
 		l := pl.Limits()
 		p.Limits = &client.Limits{MaxMemoryBytes: int64(l.MaxMemoryPages) << 16, CallTimeout: l.CallTimeout.String(),
 			MaxOutputBytes: l.MaxOutputBytes, MaxInstances: l.MaxInstances}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/internal/chat"
 )
@@ -209,7 +210,7 @@ func TestPolicies(t *testing.T) {
 	if broken.Name != "broken" || broken.Serving || broken.Error == nil || !strings.Contains(broken.Error.Message, "not a valid compactd plugin module") || broken.Error.SHA256 == "" {
 		t.Errorf("broken = %+v", broken)
 	}
-	if !lastn.Serving || lastn.Path != "fast" || lastn.ABI != "1.0" || lastn.Limits == nil || lastn.Limits.CallTimeout != "10s" || len(lastn.SHA256) != 64 || lastn.LoadedAt.IsZero() {
+	if !lastn.Serving || lastn.Path != "fast" || lastn.ABI != "1.0" || lastn.View != "full" || lastn.Limits == nil || lastn.Limits.CallTimeout != "10s" || len(lastn.SHA256) != 64 || lastn.LoadedAt.IsZero() {
 		t.Errorf("lastn = %+v", lastn)
 	}
 	if sliding.Path != "fast" || len(sliding.ConfigSchema) == 0 || len(sliding.Defaults) == 0 || sliding.Calls == 0 /* the smoke test */ {
@@ -241,7 +242,7 @@ func TestStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(st.Conversations) != 2 || st.Conversations[0].ID != "conv-b" || st.Totals.Requests != 4 || st.Totals.Compactions != 3 ||
-		st.Policies.Serving != 1 || st.Version != "test" || st.ABI != "1.0" || st.Store.TTL != "168h0m0s" || st.UptimeSeconds <= 0 {
+		st.Policies.Serving != 1 || st.Version != "test" || st.ABI != abi.Version.String() || st.Store.TTL != "168h0m0s" || st.UptimeSeconds <= 0 {
 		t.Errorf("status = %+v", st)
 	}
 	a, err := td.c.Conversation(bg, "conv-a")
