@@ -25,6 +25,7 @@ import (
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/internal/policyconfig"
+	"github.com/compactd/compactd/internal/wasminstr"
 	extism "github.com/extism/go-sdk"
 	"github.com/hashicorp/go-hclog"
 	"github.com/tetratelabs/wazero"
@@ -125,8 +126,23 @@ func (e *Engine) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Plug
 		// tracker enforces ours, so that it sees (and can report) a
 		// refused growth, which wazero's limit would refuse silently.
 		WithMemoryLimitPages(wasmMaxPages)
-	rt := wazero.NewRuntimeWithConfig(ctx, rc)
-	compiled, err := rt.CompileModule(ctx, wasm)
+	// A module for the fast path is made interruptible by our own
+	// instrumentation (package wasminstr), much cheaper than wazero's
+	// checks; one the instrumenter refuses keeps wazero's checks.
+	code, fastRC := wasm, rc
+	var guard *wasminstr.Result
+	if !e.cfg.DisableFastPath {
+		if fns, err := wasminstr.FunctionExports(wasm); err == nil && fns[abi.ExportFastAlloc] && fns[abi.ExportFastCall] {
+			if res, err := wasminstr.Instrument(wasm); err == nil {
+				guard, code = res, res.Module
+				fastRC = rc.WithCloseOnContextDone(false)
+			} else {
+				e.logger.Debug("fast path keeps wazero's termination checks", "plugin", label, "reason", err)
+			}
+		}
+	}
+	rt := wazero.NewRuntimeWithConfig(ctx, fastRC)
+	compiled, err := rt.CompileModule(ctx, code)
 	if err != nil {
 		_ = rt.Close(ctx)
 		return nil, loadErr(ErrInvalidModule, "%v", err)
@@ -159,7 +175,7 @@ func (e *Engine) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Plug
 			_ = rt.Close(ctx)
 			return nil, loadErr(ErrInvalidModule, "%v", err)
 		}
-		mod = &fastModule{rt: rt, compiled: compiled, limits: limits}
+		mod = &fastModule{rt: rt, compiled: compiled, limits: limits, guard: guard}
 	} else {
 		_ = rt.Close(ctx)
 		em, err := newExtismModule(ctx, wasm, rc, limits, pluginLogger)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sync"
 	"sync/atomic"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/internal/wasminstr"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
@@ -25,6 +27,10 @@ type fastModule struct {
 	compiled wazero.CompiledModule
 	limits   Limits
 	seq      atomic.Uint64
+	// guard is set when the module was instrumented (package wasminstr):
+	// compiled without wazero's termination checks, it is stopped
+	// through its stop global instead.
+	guard *wasminstr.Result
 }
 
 func (m *fastModule) path() string { return "fast" }
@@ -38,6 +44,10 @@ func (m *fastModule) newInstance(ctx context.Context) (instance, error) {
 		WithName(fmt.Sprintf("plugin-%d", m.seq.Add(1))).
 		WithStartFunctions("_initialize").
 		WithStderr(stderr)
+	if m.guard != nil {
+		// The start function and _initialize run below, under the guard.
+		cfg = cfg.WithStartFunctions()
+	}
 	// _initialize runs Go package initializers, which may call host
 	// functions: give them a kernel.
 	st := &callState{kernel: newKernel(uint64(m.limits.MaxMemoryPages) << 16)}
@@ -49,7 +59,28 @@ func (m *fastModule) newInstance(ctx context.Context) (instance, error) {
 		pe.Export = "_initialize"
 		return nil, pe
 	}
+	var stop api.MutableGlobal
+	if m.guard != nil {
+		stop, _ = mod.ExportedGlobal(wasminstr.StopGlobal).(api.MutableGlobal)
+		if stop == nil {
+			_ = mod.Close(ctx)
+			return nil, &PluginError{Kind: ErrInvalidModule, Detail: "instrumented module without its stop global"}
+		}
+		for _, name := range []string{wasminstr.StartExport, "_initialize"} {
+			fn := mod.ExportedFunction(name)
+			if fn == nil {
+				continue
+			}
+			if err := guarded(initCtx, stop, func() error { _, err := fn.Call(initCtx); return err }); err != nil {
+				_ = mod.Close(ctx)
+				pe := classify(initCtx, err, tracker, stderr)
+				pe.Export = name
+				return nil, pe
+			}
+		}
+	}
 	inst := &fastInstance{
+		stop:      stop,
 		mod:       mod,
 		allocFn:   mod.ExportedFunction(abi.ExportFastAlloc),
 		callFn:    mod.ExportedFunction(abi.ExportFastCall),
@@ -67,6 +98,9 @@ func (m *fastModule) newInstance(ctx context.Context) (instance, error) {
 }
 
 type fastInstance struct {
+	// stop is the instrumented module's stop global (nil when wazero's
+	// checks guard the module).
+	stop            api.MutableGlobal
 	mod             api.Module
 	allocFn, callFn api.Function
 	mem             api.Memory
@@ -115,7 +149,7 @@ func (f *fastInstance) call(ctx context.Context, st *callState, export string, i
 	n := uint32(len(input))
 	if f.buf == 0 || n > f.bufCap || f.bufCap > fastShrinkBytes && n < f.bufCap/4 {
 		f.stack[0] = uint64(n)
-		if err := f.allocFn.CallWithStack(ctx, f.stack[:1]); err != nil {
+		if err := f.guardedCall(ctx, f.allocFn, f.stack[:1]); err != nil {
 			f.buf = 0
 			return nil, classify(ctx, err, f.tracker, f.stderr)
 		}
@@ -126,7 +160,7 @@ func (f *fastInstance) call(ctx context.Context, st *callState, export string, i
 		return nil, &PluginError{Kind: ErrInvalidOutput, Detail: fmt.Sprintf("%s returned an address outside memory", abi.ExportFastAlloc)}
 	}
 	f.stack[0], f.stack[1], f.stack[2] = fastFunction(export), uint64(ptr), uint64(len(input))
-	if err := f.callFn.CallWithStack(ctx, f.stack[:3]); err != nil {
+	if err := f.guardedCall(ctx, f.callFn, f.stack[:3]); err != nil {
 		return nil, classify(ctx, err, f.tracker, f.stderr)
 	}
 	outPtr, outLen := uint32(f.stack[0]>>32), uint32(f.stack[0])
@@ -154,4 +188,44 @@ func (f *fastInstance) close(ctx context.Context) { _ = f.mod.Close(ctx) }
 func reported(body []byte) *PluginError {
 	ae := abi.ParseError(body)
 	return &PluginError{Kind: ErrReported, Code: ae.Code, Detail: ae.Error(), Err: ae}
+}
+
+// guardedCall calls fn, stopping an instrumented module through its stop
+// global when ctx ends (wazero's own checks stop the others).
+func (f *fastInstance) guardedCall(ctx context.Context, fn api.Function, stack []uint64) error {
+	if f.stop == nil {
+		return fn.CallWithStack(ctx, stack)
+	}
+	return guarded(ctx, f.stop, func() error { return fn.CallWithStack(ctx, stack) })
+}
+
+// guarded runs call (a call into an instrumented module) and, if ctx ends
+// first, sets the module's stop global so the guest traps at its next
+// check (within wasminstr.Fuel loop iterations). A stop that comes too
+// late to matter (the call had returned) is undone, so the instance stays
+// usable.
+func guarded(ctx context.Context, stop api.MutableGlobal, call func() error) error {
+	if ctx.Done() == nil {
+		return call()
+	}
+	var mu sync.Mutex
+	running, fired := true, false
+	unwatch := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if running {
+			stop.Set(1)
+			fired = true
+		}
+	})
+	err := call()
+	if !unwatch() {
+		mu.Lock()
+		running = false
+		if fired && err == nil {
+			stop.Set(0) // the call finished before the guest saw the stop
+		}
+		mu.Unlock()
+	}
+	return err
 }
