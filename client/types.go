@@ -106,7 +106,14 @@ type Policy struct {
 	Path        string    `json:"path,omitempty"` // "fast" or "extism"
 	// View is the view of the conversation the plugin reads: "full"
 	// (every message's content) or "headers" (contents on demand).
-	View         string          `json:"view,omitempty"`
+	View string `json:"view,omitempty"`
+	// Tier is how its code runs: "lazy" (described from a previous load,
+	// compiled on first use), "interpreted" (a new version, until the
+	// compiler is done) or "compiled".
+	Tier string `json:"tier,omitempty"`
+	// Instances are its pooled instances, waiting for calls, and the
+	// linear memory they hold.
+	Instances    *Instances      `json:"instances,omitempty"`
 	ConfigSchema json.RawMessage `json:"config_schema,omitempty"`
 	Defaults     json.RawMessage `json:"defaults,omitempty"`
 	Exports      []string        `json:"exports,omitempty"`
@@ -116,6 +123,12 @@ type Policy struct {
 	// Error is the file's last load failure; the version above (if any)
 	// keeps serving.
 	Error *LoadError `json:"error,omitempty"`
+}
+
+// Instances describe a plugin's pool of instances.
+type Instances struct {
+	Idle            int    `json:"idle"`
+	IdleMemoryBytes uint64 `json:"idle_memory_bytes"`
 }
 
 // Limits are a plugin's runtime limits.

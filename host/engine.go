@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 
@@ -29,6 +30,7 @@ import (
 	extism "github.com/extism/go-sdk"
 	"github.com/hashicorp/go-hclog"
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 )
 
@@ -53,12 +55,22 @@ type Engine struct {
 	cache  wazero.CompilationCache
 	logger hclog.Logger
 
+	// Background compiles (LoadOptions.Quick): one at a time, none
+	// while a hold is on (HoldCompiles); Close stops waiting ones and
+	// waits for the running one.
+	compileSlot chan struct{}
+	background  sync.WaitGroup
+	done        chan struct{}
+	holdMu      sync.Mutex
+	holds       int
+	unheld      chan struct{} // closed when holds drops to 0
+
 	closeOnce sync.Once
 }
 
 // NewEngine returns an engine. Close it to release the compilation cache.
 func NewEngine(cfg Config) (*Engine, error) {
-	e := &Engine{cfg: cfg, logger: cfg.Logger}
+	e := &Engine{cfg: cfg, logger: cfg.Logger, compileSlot: make(chan struct{}, 1), done: make(chan struct{})}
 	if e.logger == nil {
 		e.logger = hclog.NewNullLogger()
 	}
@@ -84,7 +96,11 @@ func NewEngine(cfg Config) (*Engine, error) {
 // be closed first. A second Close does nothing.
 func (e *Engine) Close(ctx context.Context) error {
 	var err error
-	e.closeOnce.Do(func() { err = e.cache.Close(ctx) })
+	e.closeOnce.Do(func() {
+		close(e.done)
+		e.background.Wait()
+		err = e.cache.Close(ctx)
+	})
 	return err
 }
 
@@ -100,9 +116,31 @@ type LoadOptions struct {
 	Source string
 	// Limits override the engine's defaults field by field.
 	Limits Limits
+	// Described, if set, is what describe answered for the same bytes
+	// before (the registry keeps it by SHA-256): Load then neither
+	// compiles nor runs the module, which is compiled (from the
+	// compilation cache, if it has it) when the plugin is first called or
+	// warmed (Plugin.Warm). A restart with unchanged plugins serves at
+	// once.
+	Described *abi.Description
+	// Quick compiles a module that takes the fast path with wazero's
+	// interpreter, which takes a tenth of the compiler's time (and more
+	// memory), so a new plugin serves sooner; the optimizing compiler
+	// then runs in the background, and its module replaces the
+	// interpreted one once ready (calls in flight finish on the one they
+	// started on). Plugin.Tier tells which serves.
+	Quick bool
 }
 
-// Load compiles wasm, instantiates it once and asks it to describe itself.
+// Compilation tiers (Plugin.Tier).
+const (
+	TierLazy        = "lazy"        // described from a previous load; not compiled yet
+	TierInterpreted = "interpreted" // wazero's interpreter, until the compiler is done
+	TierCompiled    = "compiled"    // wazero's optimizing compiler
+)
+
+// Load compiles wasm, instantiates it once and asks it to describe itself
+// (or, with opts.Described, takes that description and compiles later).
 // It fails with a *PluginError of kind ErrInvalidModule, ErrABIMismatch or
 // ErrInvalidDescription (or whatever describe did wrong) for a module that
 // cannot serve.
@@ -115,10 +153,162 @@ func (e *Engine) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Plug
 		label = filepath.Base(label)
 	}
 	sum := sha256.Sum256(wasm)
+	pluginLogger := e.logger.Named(trimExt(label))
+
+	if opts.Described != nil {
+		p := newPlugin(nil, limits, pluginLogger)
+		p.source, p.sha256, p.fromDescription = opts.Source, hex.EncodeToString(sum[:]), true
+		p.lazyPath = "extism"
+		if fns, err := wasminstr.FunctionExports(wasm); err == nil && fns[abi.ExportFastAlloc] && fns[abi.ExportFastCall] && !e.cfg.DisableFastPath {
+			p.lazyPath = "fast"
+		}
+		p.loadModule = e.reloader(opts.Source, wasm, sum, label, limits, pluginLogger)
+		if err := p.setDescription(*opts.Described); err != nil {
+			return nil, err
+		}
+		p.logger = e.logger.Named(p.desc.Name)
+		return p, nil
+	}
+
+	b, err := e.build(ctx, wasm, label, limits, pluginLogger, opts.Quick)
+	if err != nil {
+		return nil, err
+	}
+	p := newPlugin(b.mod, limits, pluginLogger)
+	p.source, p.sha256 = opts.Source, hex.EncodeToString(sum[:])
+	// After ReleaseIdle, the module is compiled again from its file.
+	if opts.Source != "" {
+		p.lazyPath = b.mod.path()
+		p.loadModule = e.reloader(opts.Source, nil, sum, label, limits, pluginLogger)
+	}
+	for name := range b.exports {
+		p.exportNames[name] = true
+	}
+	p.desc.Name = label
+	if err := p.describe(ctx); err != nil {
+		p.Close(ctx)
+		return nil, err
+	}
+	p.logger = e.logger.Named(p.desc.Name)
+	if b.interpreted {
+		e.compileLater(p, wasm, label, limits, pluginLogger)
+	}
+	return p, nil
+}
+
+// reloader returns a plugin's loadModule: it compiles the module from
+// wasm or, when that is nil, from the file source, which must still hold
+// the bytes with hash sum (a file that changed is a new version, which
+// the registry loads on its own). Keeping no copy of the bytes keeps an
+// unloaded plugin's memory at nothing.
+func (e *Engine) reloader(source string, wasm []byte, sum [sha256.Size]byte, label string, limits Limits, logger hclog.Logger) func(context.Context) (module, error) {
+	if source != "" {
+		wasm = nil
+	}
+	return func(ctx context.Context) (module, error) {
+		code := wasm
+		if code == nil {
+			var err error
+			code, err = os.ReadFile(source)
+			if err == nil && sha256.Sum256(code) != sum {
+				err = fmt.Errorf("%s changed since it was loaded", source)
+			}
+			if err != nil {
+				return nil, &PluginError{Plugin: label, Export: "load", Kind: ErrInvalidModule, Detail: err.Error(), Err: err}
+			}
+		}
+		b, err := e.build(ctx, code, label, limits, logger, false)
+		if err != nil {
+			return nil, err
+		}
+		return b.mod, nil
+	}
+}
+
+// compileLater compiles a plugin's module with the optimizing compiler in
+// the background and swaps it in. One such compile runs at a time, so a
+// cold start with many plugins does not starve the calls they serve.
+func (e *Engine) compileLater(p *Plugin, wasm []byte, label string, limits Limits, logger hclog.Logger) {
+	e.background.Add(1)
+	go func() {
+		defer e.background.Done()
+		for {
+			e.holdMu.Lock()
+			unheld := e.unheld
+			e.holdMu.Unlock()
+			if unheld == nil {
+				break
+			}
+			select {
+			case <-unheld:
+			case <-e.done:
+				return
+			case <-p.Done():
+				return
+			}
+		}
+		select {
+		case e.compileSlot <- struct{}{}:
+			defer func() { <-e.compileSlot }()
+		case <-e.done:
+			return
+		case <-p.Done():
+			return
+		}
+		if p.isClosed() {
+			return
+		}
+		ctx := context.Background()
+		b, err := e.build(ctx, wasm, label, limits, logger, false)
+		if err != nil {
+			logger.Warn("compiling in the background failed; the interpreter keeps serving", "error", err)
+			return
+		}
+		if !p.upgrade(ctx, b.mod) {
+			_ = b.mod.close(ctx)
+			return
+		}
+		logger.Debug("compiled module swapped in", "plugin", p.Name())
+	}()
+}
+
+// HoldCompiles keeps background compiles (LoadOptions.Quick) from
+// starting until the returned release is called: a start with many
+// plugins loads them all (quickly, interpreted) before the compiler takes
+// a core. Holds nest; release may be called once.
+func (e *Engine) HoldCompiles() (release func()) {
+	e.holdMu.Lock()
+	e.holds++
+	if e.unheld == nil {
+		e.unheld = make(chan struct{})
+	}
+	e.holdMu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			e.holdMu.Lock()
+			defer e.holdMu.Unlock()
+			if e.holds--; e.holds == 0 {
+				close(e.unheld)
+				e.unheld = nil
+			}
+		})
+	}
+}
+
+// built is a compiled module and what Load needs to know of it.
+type built struct {
+	mod         module
+	exports     map[string]api.FunctionDefinition
+	interpreted bool
+}
+
+// build compiles wasm for the path it takes (quick: with the interpreter,
+// for the fast path).
+func (e *Engine) build(ctx context.Context, wasm []byte, label string, limits Limits, logger hclog.Logger, quick bool) (*built, error) {
 	loadErr := func(kind error, format string, args ...any) error {
 		return &PluginError{Plugin: label, Export: "load", Kind: kind, Detail: fmt.Sprintf(format, args...)}
 	}
-
 	rc := wazero.NewRuntimeConfig().
 		WithCompilationCache(e.cache).
 		WithCloseOnContextDone(true).
@@ -129,7 +319,7 @@ func (e *Engine) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Plug
 	// A module for the fast path is made interruptible by our own
 	// instrumentation (package wasminstr), much cheaper than wazero's
 	// checks; one the instrumenter refuses keeps wazero's checks.
-	code, fastRC := wasm, rc
+	code, fastRC, interpreted := wasm, rc, false
 	var guard *wasminstr.Result
 	if !e.cfg.DisableFastPath {
 		if fns, err := wasminstr.FunctionExports(wasm); err == nil && fns[abi.ExportFastAlloc] && fns[abi.ExportFastCall] {
@@ -139,6 +329,12 @@ func (e *Engine) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Plug
 			} else {
 				e.logger.Debug("fast path keeps wazero's termination checks", "plugin", label, "reason", err)
 			}
+			if quick {
+				fastRC = wazero.NewRuntimeConfigInterpreter().
+					WithCloseOnContextDone(guard == nil).
+					WithMemoryLimitPages(wasmMaxPages)
+				interpreted = true
+			}
 		}
 	}
 	rt := wazero.NewRuntimeWithConfig(ctx, fastRC)
@@ -147,56 +343,46 @@ func (e *Engine) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Plug
 		_ = rt.Close(ctx)
 		return nil, loadErr(ErrInvalidModule, "%v", err)
 	}
+	kept := false
+	defer func() {
+		if !kept {
+			// A runtime with a compilation cache leaves its compiled
+			// modules in the cache's memory: close them too.
+			_ = compiled.Close(ctx)
+			_ = rt.Close(ctx)
+		}
+	}()
 	for _, imp := range compiled.ImportedFunctions() {
 		mod, name, _ := imp.Import()
 		if mod != wasiModule && mod != abi.ExtismEnvModule && mod != abi.HostModule {
-			_ = rt.Close(ctx)
 			return nil, loadErr(ErrInvalidModule, "imports %s.%s, which compactd does not provide", mod, name)
 		}
 	}
 	exports := compiled.ExportedFunctions()
 	for _, name := range []string{abi.ExportDescribe, abi.ExportCompact} {
 		if _, ok := exports[name]; !ok {
-			_ = rt.Close(ctx)
 			return nil, loadErr(ErrInvalidModule, "missing required export %q", name)
 		}
 	}
 	_, hasAlloc := exports[abi.ExportFastAlloc]
 	_, hasCall := exports[abi.ExportFastCall]
 
-	pluginLogger := e.logger.Named(trimExt(label))
-	var mod module
 	if hasAlloc && hasCall && !e.cfg.DisableFastPath && fastImportsOK(compiled) {
 		if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
-			_ = rt.Close(ctx)
 			return nil, loadErr(ErrInvalidModule, "instantiating WASI: %v", err)
 		}
-		if err := instantiateFastHostModules(ctx, rt, pluginLogger); err != nil {
-			_ = rt.Close(ctx)
+		if err := instantiateFastHostModules(ctx, rt, logger); err != nil {
 			return nil, loadErr(ErrInvalidModule, "%v", err)
 		}
-		mod = &fastModule{rt: rt, compiled: compiled, limits: limits, guard: guard}
-	} else {
-		_ = rt.Close(ctx)
-		em, err := newExtismModule(ctx, wasm, rc, limits, pluginLogger)
-		if err != nil {
-			return nil, loadErr(ErrInvalidModule, "%v", err)
-		}
-		mod = em
+		kept = true
+		return &built{mod: &fastModule{rt: rt, compiled: compiled, limits: limits, guard: guard, interp: interpreted},
+			exports: exports, interpreted: interpreted}, nil
 	}
-
-	p := newPlugin(mod, limits, pluginLogger)
-	p.source, p.sha256 = opts.Source, hex.EncodeToString(sum[:])
-	for name := range exports {
-		p.exportNames[name] = true
+	em, err := newExtismModule(ctx, wasm, rc, e.cfg.CacheDir, limits, logger)
+	if err != nil {
+		return nil, loadErr(ErrInvalidModule, "%v", err)
 	}
-	p.desc.Name = label
-	if err := p.describe(ctx); err != nil {
-		p.Close(ctx)
-		return nil, err
-	}
-	p.logger = e.logger.Named(p.desc.Name)
-	return p, nil
+	return &built{mod: em, exports: exports}, nil
 }
 
 // describe calls the describe export and validates its answer.
@@ -211,6 +397,11 @@ func (p *Plugin) describe(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return p.setDescription(desc)
+}
+
+// setDescription validates a description and makes it the plugin's.
+func (p *Plugin) setDescription(desc abi.Description) error {
 	fail := func(kind error, format string, args ...any) error {
 		return &PluginError{Plugin: p.desc.Name, Version: desc.Version, Export: abi.ExportDescribe, Kind: kind, Detail: fmt.Sprintf(format, args...)}
 	}
@@ -236,9 +427,12 @@ func (p *Plugin) describe(ctx context.Context) error {
 		return fail(ErrInvalidDescription, "view %q: want %q or %q", desc.View, abi.ViewFull, abi.ViewHeaders)
 	}
 	p.desc, p.schema = desc, schema
+	p.hasShouldCompact = false
 	for _, ex := range desc.Exports {
 		if ex == abi.ExportShouldCompact {
-			p.hasShouldCompact = p.exportNames[abi.ExportShouldCompact]
+			// A plugin loaded from its description lists what the same
+			// bytes exported when they were checked.
+			p.hasShouldCompact = p.exportNames[abi.ExportShouldCompact] || p.fromDescription
 		}
 	}
 	return nil

@@ -16,21 +16,40 @@ import (
 // follows the Extism guest ABI, in any language.
 type extismModule struct {
 	compiled *extism.CompiledPlugin
-	limits   Limits
-	logger   hclog.Logger
-	closed   atomic.Bool
+	// cache is the module's own compilation cache object (on the
+	// engine's directory, if it has one): the SDK closes only its
+	// runtime, which leaves compiled modules in a shared cache's memory;
+	// closing this cache releases them.
+	cache  wazero.CompilationCache
+	limits Limits
+	logger hclog.Logger
+	closed atomic.Bool
 }
 
 func (m *extismModule) path() string { return "extism" }
+
+func (m *extismModule) interpreted() bool { return false }
 
 func (m *extismModule) close(ctx context.Context) error {
 	if m.closed.Swap(true) {
 		return nil
 	}
-	return m.compiled.Close(ctx)
+	err := m.compiled.Close(ctx)
+	if cerr := m.cache.Close(ctx); err == nil {
+		err = cerr
+	}
+	return err
 }
 
-func newExtismModule(ctx context.Context, wasm []byte, rc wazero.RuntimeConfig, limits Limits, logger hclog.Logger) (*extismModule, error) {
+func newExtismModule(ctx context.Context, wasm []byte, rc wazero.RuntimeConfig, cacheDir string, limits Limits, logger hclog.Logger) (*extismModule, error) {
+	cache := wazero.NewCompilationCache()
+	if cacheDir != "" {
+		var err error
+		if cache, err = wazero.NewCompilationCacheWithDir(cacheDir); err != nil {
+			return nil, err
+		}
+	}
+	rc = rc.WithCompilationCache(cache)
 	manifest := extism.Manifest{
 		Wasm: []extism.Wasm{extism.WasmData{Data: wasm}},
 		// The memory tracker enforces the limit (see Engine.Load).
@@ -41,9 +60,10 @@ func newExtismModule(ctx context.Context, wasm []byte, rc wazero.RuntimeConfig, 
 		EnableWasi:    true,
 	}, extismHostFunctions())
 	if err != nil {
+		_ = cache.Close(ctx)
 		return nil, err
 	}
-	return &extismModule{compiled: compiled, limits: limits, logger: logger}, nil
+	return &extismModule{compiled: compiled, cache: cache, limits: limits, logger: logger}, nil
 }
 
 func extismHostFunctions() []extism.HostFunction {

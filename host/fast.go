@@ -31,11 +31,24 @@ type fastModule struct {
 	// compiled without wazero's termination checks, it is stopped
 	// through its stop global instead.
 	guard *wasminstr.Result
+	// interp: compiled by wazero's interpreter (LoadOptions.Quick).
+	interp bool
 }
 
 func (m *fastModule) path() string { return "fast" }
 
-func (m *fastModule) close(ctx context.Context) error { return m.rt.Close(ctx) }
+func (m *fastModule) interpreted() bool { return m.interp }
+
+// close releases the module. The compiled module must be closed on its
+// own: a runtime with a compilation cache keeps its compiled modules in
+// the cache's engine (memory) when it is closed.
+func (m *fastModule) close(ctx context.Context) error {
+	err := m.compiled.Close(ctx)
+	if cerr := m.rt.Close(ctx); err == nil {
+		err = cerr
+	}
+	return err
+}
 
 func (m *fastModule) newInstance(ctx context.Context) (instance, error) {
 	tracker := newMemoryTracker(m.limits.MaxMemoryPages)

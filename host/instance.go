@@ -16,6 +16,8 @@ type module interface {
 	newInstance(ctx context.Context) (instance, error)
 	// path names the path: "fast" or "extism".
 	path() string
+	// interpreted reports whether wazero's interpreter runs it.
+	interpreted() bool
 	close(ctx context.Context) error
 }
 

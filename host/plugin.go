@@ -23,24 +23,47 @@ type Plugin struct {
 	exportNames      map[string]bool
 	hasShouldCompact bool
 	view             string // abi.ViewFull or abi.ViewHeaders
-	mod              module
 	limits           Limits
 	logger           hclog.Logger
 	loadedAt         time.Time
 
+	// loadModule compiles the module of a plugin loaded from its
+	// description alone (LoadOptions.Described), on first use; nil
+	// otherwise.
+	loadModule func(ctx context.Context) (module, error)
+	loadMu     sync.Mutex // held while loadModule runs
+	lazyPath   string     // the path a lazy plugin will take, until it is loaded
+	// fromDescription: loaded from LoadOptions.Described.
+	fromDescription bool
+
 	slots    chan struct{} // one token per instance allowed to run
 	mu       sync.Mutex
-	idle     []instance
+	cur      *modRef // the module new instances come from; nil until loaded
+	idle     []*pooled
 	inflight int
 	closed   bool
 	done     chan struct{}
 
 	calls, failures, discarded atomic.Uint64
+	lastCall                   atomic.Int64 // UnixNano of the last call's end
+}
+
+// modRef is a module and the instances made from it that are not closed
+// yet. A module replaced by a compiled one (LoadOptions.Quick) is closed
+// when its last instance is.
+type modRef struct {
+	mod  module
+	live int
+}
+
+// pooled is an instance and the module it came from.
+type pooled struct {
+	instance
+	ref *modRef
 }
 
 func newPlugin(mod module, limits Limits, logger hclog.Logger) *Plugin {
-	return &Plugin{
-		mod:         mod,
+	p := &Plugin{
 		limits:      limits,
 		logger:      logger,
 		loadedAt:    time.Now(),
@@ -48,6 +71,155 @@ func newPlugin(mod module, limits Limits, logger hclog.Logger) *Plugin {
 		slots:       make(chan struct{}, limits.MaxInstances),
 		done:        make(chan struct{}),
 	}
+	if mod != nil {
+		p.cur = &modRef{mod: mod}
+	}
+	return p
+}
+
+// Tier says how the plugin's code runs now: TierLazy (not compiled yet),
+// TierInterpreted or TierCompiled.
+func (p *Plugin) Tier() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.cur == nil:
+		return TierLazy
+	case p.cur.mod.interpreted():
+		return TierInterpreted
+	}
+	return TierCompiled
+}
+
+// Warm compiles a lazily loaded plugin's module now, rather than on its
+// first call. It does nothing for a loaded one.
+func (p *Plugin) Warm(ctx context.Context) error {
+	_, err := p.module(ctx)
+	return err
+}
+
+// module returns the current module, compiling it first for a lazily
+// loaded plugin.
+func (p *Plugin) module(ctx context.Context) (*modRef, *PluginError) {
+	p.mu.Lock()
+	ref := p.cur
+	p.mu.Unlock()
+	if ref != nil {
+		return ref, nil
+	}
+	p.loadMu.Lock()
+	defer p.loadMu.Unlock()
+	p.mu.Lock()
+	ref = p.cur
+	closed := p.closed
+	p.mu.Unlock()
+	switch {
+	case ref != nil:
+		return ref, nil
+	case closed:
+		return nil, &PluginError{Kind: ErrClosed}
+	}
+	mod, err := p.loadModule(ctx)
+	if err != nil {
+		var pe *PluginError
+		if !errors.As(err, &pe) {
+			pe = &PluginError{Kind: ErrInvalidModule, Detail: err.Error(), Err: err}
+		}
+		return nil, pe
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		_ = mod.close(ctx)
+		return nil, &PluginError{Kind: ErrClosed}
+	}
+	p.cur = &modRef{mod: mod}
+	return p.cur, nil
+}
+
+// ReleaseIdle unloads the plugin's compiled code and instances if it has
+// had no call for idle (and none is running), so an unused plugin costs
+// no memory; its next call compiles it again (from the compilation
+// cache: tens of milliseconds). It reports whether it released anything.
+// A plugin that cannot be compiled again (loaded from memory without its
+// bytes) keeps its code.
+func (p *Plugin) ReleaseIdle(ctx context.Context, idle time.Duration) bool {
+	if p.loadModule == nil || time.Since(time.Unix(0, max(p.lastCall.Load(), p.loadedAt.UnixNano()))) < idle {
+		return false
+	}
+	if !p.loadMu.TryLock() {
+		return false // being loaded
+	}
+	defer p.loadMu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.inflight > 0 || p.cur == nil || p.cur.mod.interpreted() {
+		return false
+	}
+	for _, pi := range p.idle {
+		pi.close(ctx)
+		pi.ref.live--
+	}
+	p.idle = nil
+	if p.cur.live == 0 {
+		_ = p.cur.mod.close(ctx)
+	}
+	p.cur = nil
+	return true
+}
+
+// upgrade makes mod (the same bytes, compiled) the module new instances
+// come from. Idle instances of the old module are closed now, busy ones
+// when their call returns, and the old module with its last instance. It
+// reports false if the plugin was closed (the caller closes mod).
+func (p *Plugin) upgrade(ctx context.Context, mod module) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	old := p.cur
+	p.cur = &modRef{mod: mod}
+	keep := p.idle[:0]
+	for _, pi := range p.idle {
+		if pi.ref == old {
+			p.closeInstanceLocked(ctx, pi)
+			continue
+		}
+		keep = append(keep, pi)
+	}
+	p.idle = keep
+	if old != nil && old.live == 0 {
+		_ = old.mod.close(ctx)
+	}
+	return true
+}
+
+// closeInstanceLocked closes an instance, and its module if that was
+// replaced and this was its last instance. The caller holds p.mu.
+func (p *Plugin) closeInstanceLocked(ctx context.Context, pi *pooled) {
+	pi.close(ctx)
+	pi.ref.live--
+	if pi.ref != p.cur && pi.ref.live == 0 {
+		_ = pi.ref.mod.close(ctx)
+	}
+}
+
+// loaded makes sure a lazily loaded plugin is compiled before its input
+// is encoded for the path it takes.
+func (p *Plugin) loaded(ctx context.Context, export string) error {
+	if _, pe := p.module(ctx); pe != nil {
+		p.calls.Add(1)
+		p.failures.Add(1)
+		return p.named(export, pe)
+	}
+	return nil
+}
+
+func (p *Plugin) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
 }
 
 // Description returns what the plugin's describe export said.
@@ -72,7 +244,14 @@ func (p *Plugin) SHA256() string { return p.sha256 }
 func (p *Plugin) LoadedAt() time.Time { return p.loadedAt }
 
 // Path returns "fast" or "extism": how the host calls the plugin.
-func (p *Plugin) Path() string { return p.mod.path() }
+func (p *Plugin) Path() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cur != nil {
+		return p.cur.mod.path()
+	}
+	return p.lazyPath
+}
 
 // View returns the view of the conversation the plugin reads:
 // abi.ViewFull or abi.ViewHeaders.
@@ -119,18 +298,20 @@ func (p *Plugin) Close(ctx context.Context) {
 func (p *Plugin) Done() <-chan struct{} { return p.done }
 
 func (p *Plugin) shutdownLocked(ctx context.Context) {
-	for _, inst := range p.idle {
-		inst.close(ctx)
+	for _, pi := range p.idle {
+		pi.close(ctx)
 	}
 	p.idle = nil
-	if err := p.mod.close(ctx); err != nil {
-		p.logger.Warn("closing module", "error", err)
+	if p.cur != nil {
+		if err := p.cur.mod.close(ctx); err != nil {
+			p.logger.Warn("closing module", "error", err)
+		}
 	}
 	close(p.done)
 }
 
 // acquire reserves an instance: an idle one, or a new one.
-func (p *Plugin) acquire(ctx context.Context) (instance, error) {
+func (p *Plugin) acquire(ctx context.Context) (*pooled, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -147,14 +328,29 @@ func (p *Plugin) acquire(ctx context.Context) (instance, error) {
 	}
 	p.mu.Lock()
 	if n := len(p.idle); n > 0 {
-		inst := p.idle[n-1]
+		pi := p.idle[n-1]
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
-		return inst, nil
+		return pi, nil
 	}
 	p.mu.Unlock()
-	inst, err := p.mod.newInstance(ctx)
+	if _, pe := p.module(ctx); pe != nil {
+		<-p.slots
+		p.finish(context.WithoutCancel(ctx))
+		return nil, pe
+	}
+	p.mu.Lock()
+	ref := p.cur
+	ref.live++ // counted before the instance exists: an upgrade now must not close ref
+	p.mu.Unlock()
+	inst, err := ref.mod.newInstance(ctx)
 	if err != nil {
+		p.mu.Lock()
+		ref.live--
+		if ref != p.cur && ref.live == 0 {
+			_ = ref.mod.close(ctx)
+		}
+		p.mu.Unlock()
 		<-p.slots
 		p.finish(context.WithoutCancel(ctx))
 		var pe *PluginError
@@ -163,7 +359,7 @@ func (p *Plugin) acquire(ctx context.Context) (instance, error) {
 		}
 		return nil, pe
 	}
-	return inst, nil
+	return &pooled{instance: inst, ref: ref}, nil
 }
 
 // recycleFraction: an instance whose memory grew past this share of the
@@ -172,19 +368,19 @@ func (p *Plugin) acquire(ctx context.Context) (instance, error) {
 const recycleFraction = 2
 
 // release returns inst to the pool, or discards it if the call poisoned it.
-func (p *Plugin) release(ctx context.Context, inst instance, failure *PluginError) {
+func (p *Plugin) release(ctx context.Context, pi *pooled, failure *PluginError) {
 	discard := failure != nil && poisons(failure.Kind) ||
-		inst.memoryBytes() > (uint64(p.limits.MaxMemoryPages)<<16)/recycleFraction
-	if discard {
-		inst.close(ctx)
-		if failure != nil {
-			p.discarded.Add(1)
-		}
-	} else {
-		p.mu.Lock()
-		p.idle = append(p.idle, inst)
-		p.mu.Unlock()
+		pi.memoryBytes() > (uint64(p.limits.MaxMemoryPages)<<16)/recycleFraction
+	if discard && failure != nil {
+		p.discarded.Add(1)
 	}
+	p.mu.Lock()
+	if discard || pi.ref != p.cur || p.closed {
+		p.closeInstanceLocked(ctx, pi)
+	} else {
+		p.idle = append(p.idle, pi)
+	}
+	p.mu.Unlock()
 	<-p.slots
 	p.finish(ctx)
 }
@@ -203,6 +399,7 @@ func (p *Plugin) finish(ctx context.Context) {
 // (the output lives in the instance's memory).
 func (p *Plugin) run(ctx context.Context, export string, input []byte, env CallEnv, msgs []abi.Message, decode func(out []byte) *PluginError) error {
 	p.calls.Add(1)
+	defer p.lastCall.Store(time.Now().UnixNano())
 	inst, err := p.acquire(ctx)
 	if err != nil {
 		p.failures.Add(1)
@@ -263,6 +460,9 @@ type Response struct {
 // On failure it returns a *PluginError; the input is untouched.
 func (p *Plugin) Compact(ctx context.Context, req *Request) (*Response, error) {
 	start := time.Now()
+	if err := p.loaded(ctx, abi.ExportCompact); err != nil {
+		return nil, err
+	}
 	input := p.encode(req)
 	var resp *Response
 	err := p.run(ctx, abi.ExportCompact, input, req.Env, req.Conversation.Messages, func(out []byte) *PluginError {
@@ -287,6 +487,9 @@ func (p *Plugin) ShouldCompact(ctx context.Context, req *Request) (abi.ShouldCom
 		return abi.ShouldCompactResult{Compact: true}, nil
 	}
 	var res abi.ShouldCompactResult
+	if err := p.loaded(ctx, abi.ExportShouldCompact); err != nil {
+		return res, err
+	}
 	err := p.run(ctx, abi.ExportShouldCompact, p.encode(req), req.Env, req.Conversation.Messages, func(out []byte) *PluginError {
 		if err := json.Unmarshal(out, &res); err != nil {
 			return &PluginError{Kind: ErrInvalidOutput, Detail: "should_compact: " + err.Error()}

@@ -11,7 +11,7 @@ import (
 var tokensKey = []byte(`"tokens"`)
 
 // encode encodes req for the plugin's path and view.
-func (p *Plugin) encode(req *Request) []byte { return encodeFor(p.mod.path(), p.view, req) }
+func (p *Plugin) encode(req *Request) []byte { return encodeFor(p.Path(), p.view, req) }
 
 // encodeFor encodes req for a path and a view: the binary fast encoding
 // on the fast path (abi.AppendFastRequestView), JSON on the Extism path;

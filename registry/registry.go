@@ -30,6 +30,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -69,19 +70,38 @@ type Options struct {
 	// Tokens counts tokens for the smoke test (a new Counter if nil).
 	Tokens *tokens.Counter
 	// Debounce is how long the directory must be quiet after an event
-	// before the registry acts on it (default 100ms).
+	// before the registry acts on it (default 20ms: a file written in one
+	// go or renamed into place is complete by then; one written slowly
+	// that fails to load while still changing is not reported, its next
+	// event brings the rest).
 	Debounce time.Duration
 	// MaxDelay bounds how long a steady stream of events can hold a reload
 	// back (default 1s).
 	MaxDelay time.Duration
 	// Logger receives load, reload and failure logs (discarded if nil).
 	Logger hclog.Logger
+	// DescribedDir, if set, keeps the description of every file that
+	// loaded and passed the smoke test, by SHA-256 (see described.go):
+	// the same bytes later serve at once, compiled on first use.
+	DescribedDir string
+	// IdleUnload unloads a plugin's compiled code and instances once it
+	// has had no call for this long (host.Plugin.ReleaseIdle); its next
+	// call compiles it again from the compilation cache. 0 means
+	// DefaultIdleUnload; a negative value keeps everything loaded.
+	IdleUnload time.Duration
+	// Quick loads new bytes with the host's interpreter first
+	// (host.LoadOptions.Quick): a new version serves in a fraction of a
+	// second and the compiled module replaces it in the background.
+	Quick bool
 }
 
 // Default debounce settings.
 const (
-	DefaultDebounce = 100 * time.Millisecond
+	DefaultDebounce = 20 * time.Millisecond
 	DefaultMaxDelay = time.Second
+	// DefaultIdleUnload: a plugin unused for this long gives its memory
+	// back.
+	DefaultIdleUnload = 5 * time.Minute
 )
 
 // Registry maps policy names to loaded plugins. It is safe for concurrent
@@ -164,6 +184,9 @@ func New(opts Options) *Registry {
 	if opts.MaxDelay <= 0 {
 		opts.MaxDelay = DefaultMaxDelay
 	}
+	if opts.IdleUnload == 0 {
+		opts.IdleUnload = DefaultIdleUnload
+	}
 	if opts.Tokens == nil {
 		opts.Tokens = tokens.New(tokens.Options{})
 	}
@@ -241,6 +264,7 @@ func (r *Registry) LoadAll(ctx context.Context) error {
 	}
 	r.loadMu.Lock()
 	defer r.loadMu.Unlock()
+	defer r.opts.Engine.HoldCompiles()() // the compiler waits for the quick loads
 	// Compile and check the files in parallel (a cold compile of a Go
 	// plugin takes seconds), then swap them in in file order, so that of
 	// two files claiming one name the first by name wins.
@@ -388,6 +412,7 @@ type prepared struct {
 // bad, loads and checks them. It swaps nothing in, so several files can be
 // prepared at once. nil means there is nothing to do.
 func (r *Registry) prepare(ctx context.Context, path string, force bool) *prepared {
+	before, _ := os.Stat(path)
 	wasm, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &prepared{path: path, gone: true}
@@ -422,7 +447,7 @@ func (r *Registry) prepare(ctx context.Context, path string, force bool) *prepar
 
 	r.counters.loads.Add(1)
 	start := time.Now()
-	p, err := r.load(ctx, path, wasm, limits)
+	p, err := r.load(ctx, path, wasm, hash, limits)
 	if err == nil {
 		r.mu.RLock()
 		want := r.limitsFor(p.Name())
@@ -431,10 +456,16 @@ func (r *Registry) prepare(ctx context.Context, path string, force bool) *prepar
 			// Limits are keyed by policy name; load again with its own.
 			p.Close(ctx)
 			limits = want
-			p, err = r.load(ctx, path, wasm, limits)
+			p, err = r.load(ctx, path, wasm, hash, limits)
 		}
 	}
 	if err != nil {
+		if after, serr := os.Stat(path); serr == nil && before != nil && (after.Size() != before.Size() || !after.ModTime().Equal(before.ModTime())) {
+			// The file changed while it loaded (a writer still at it):
+			// its next event brings the complete bytes.
+			r.logger.Debug("plugin file changed while loading; waiting for its next version", "file", path, "error", err)
+			return nil
+		}
 		r.counters.failures.Add(1)
 		r.logger.Error("plugin failed to load; the previous version (if any) keeps serving", "file", path, "sha256", hash[:12], "error", err)
 		r.recordError(path, hash, err)
@@ -457,9 +488,17 @@ func (r *Registry) commit(ctx context.Context, pr *prepared) {
 }
 
 // load compiles wasm, lets the host check its description, and smoke
-// tests it.
-func (r *Registry) load(ctx context.Context, path string, wasm []byte, limits host.Limits) (*host.Plugin, error) {
-	p, err := r.opts.Engine.Load(ctx, wasm, host.LoadOptions{Source: path, Limits: limits})
+// tests it. Bytes that passed before (their description is cached) are
+// loaded from their description: they compile on first use.
+func (r *Registry) load(ctx context.Context, path string, wasm []byte, hash string, limits host.Limits) (*host.Plugin, error) {
+	if desc := r.lookupDescribed(hash); desc != nil {
+		p, err := r.opts.Engine.Load(ctx, wasm, host.LoadOptions{Source: path, Limits: limits, Described: desc})
+		if err == nil {
+			return p, nil
+		}
+		r.logger.Warn("a cached description does not load; checking the file again", "file", path, "error", err)
+	}
+	p, err := r.opts.Engine.Load(ctx, wasm, host.LoadOptions{Source: path, Limits: limits, Quick: r.opts.Quick})
 	if err != nil {
 		return nil, err
 	}
@@ -467,6 +506,7 @@ func (r *Registry) load(ctx context.Context, path string, wasm []byte, limits ho
 		p.Close(ctx)
 		return nil, fmt.Errorf("%w: %s@%s: %w", ErrSmoke, p.Name(), p.Version(), err)
 	}
+	r.storeDescribed(hash, p.Description())
 	return p, nil
 }
 
@@ -586,6 +626,32 @@ func (r *Registry) recordError(path, hash string, err error) {
 		r.byFile[path] = fs
 	}
 	fs.err, fs.errHash, fs.errAt, fs.conflict = err, hash, time.Now(), ""
+}
+
+// ReleaseIdle unloads the code and instances of every plugin that has had
+// no call for Options.IdleUnload, and returns how many it unloaded. The
+// watcher calls it periodically; it is safe to call at any time.
+func (r *Registry) ReleaseIdle(ctx context.Context) int {
+	if r.opts.IdleUnload < 0 {
+		return 0
+	}
+	r.mu.RLock()
+	serving := make([]*host.Plugin, 0, len(r.byName))
+	for _, v := range r.byName {
+		serving = append(serving, v.plugin)
+	}
+	r.mu.RUnlock()
+	n := 0
+	for _, p := range serving {
+		if p.ReleaseIdle(ctx, r.opts.IdleUnload) {
+			r.logger.Debug("plugin unused; its code and instances were unloaded", "name", p.Name())
+			n++
+		}
+	}
+	if n > 0 {
+		debug.FreeOSMemory() // give the memory back now, not in minutes
+	}
+	return n
 }
 
 // SetLimits changes the plugins' limits (a config reload) and reloads the

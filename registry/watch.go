@@ -53,6 +53,13 @@ func (r *Registry) watch(ctx context.Context) {
 	var first time.Time
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	// Idle plugins are unloaded on a tick of a tenth of IdleUnload.
+	janitor := make(<-chan time.Time)
+	if r.opts.IdleUnload > 0 {
+		tick := time.NewTicker(max(r.opts.IdleUnload/10, time.Second))
+		defer tick.Stop()
+		janitor = tick.C
+	}
 	schedule := func() {
 		now := time.Now()
 		if first.IsZero() {
@@ -90,6 +97,8 @@ func (r *Registry) watch(ctx context.Context) {
 			r.logger.Warn("watching the plugins directory", "error", err)
 			rescan = true
 			schedule()
+		case <-janitor:
+			r.ReleaseIdle(ctx)
 		case <-timer.C:
 			paths := pending
 			pending, first = map[string]bool{}, time.Time{}

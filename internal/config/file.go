@@ -118,6 +118,14 @@ type Limits struct {
 	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM
 	// (default 30s).
 	ShutdownTimeout Duration `yaml:"shutdown_timeout,omitempty" json:"shutdown_timeout"`
+	// ConversationCacheBytes bounds the memory of recent conversations the
+	// daemon keeps, so a request that repeats one plus a new turn is
+	// parsed and counted only for the turn (default 64 MiB).
+	ConversationCacheBytes int64 `yaml:"conversation_cache_bytes,omitempty" json:"conversation_cache_bytes"`
+	// PluginIdleUnload unloads a plugin's compiled code and instances
+	// once it has had no call for this long; its next call compiles it
+	// from the compilation cache (default 5m).
+	PluginIdleUnload Duration `yaml:"plugin_idle_unload,omitempty" json:"plugin_idle_unload"`
 	// Plugin holds every plugin's limits (the host's defaults otherwise).
 	Plugin PluginLimits `yaml:"plugin,omitempty" json:"plugin"`
 	// Plugins override Plugin field by field, by policy name.
@@ -187,6 +195,11 @@ const (
 	DefaultStateTTL         = 7 * 24 * time.Hour
 	DefaultMaxConversations = 10000
 	DefaultMaxStateBytes    = 256 << 20
+	// DefaultConversationCacheBytes and DefaultPluginIdleUnload are the
+	// defaults of limits.conversation_cache_bytes and
+	// limits.plugin_idle_unload.
+	DefaultConversationCacheBytes = 64 << 20
+	DefaultPluginIdleUnload       = 5 * time.Minute
 )
 
 // WithDefaults returns a copy of c with every unset field set: first from
@@ -221,6 +234,10 @@ func (c *Config) WithDefaults(base Config) *Config {
 	setD(&l.WriteTimeout, l.RequestTimeout.D()+30*time.Second)
 	setD(&l.IdleTimeout, DefaultIdleTimeout)
 	setD(&l.ShutdownTimeout, DefaultShutdownTimeout)
+	setD(&l.PluginIdleUnload, DefaultPluginIdleUnload)
+	if l.ConversationCacheBytes == 0 {
+		l.ConversationCacheBytes = DefaultConversationCacheBytes
+	}
 	setD(&out.State.TTL, DefaultStateTTL)
 	if out.State.MaxConversations == 0 {
 		out.State.MaxConversations = DefaultMaxConversations
@@ -454,8 +471,12 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("log_level %q: want trace, debug, info, warn, error or off", c.LogLevel)
 		}
 	}
-	if c.Limits.MaxBodyBytes < 0 || c.Limits.MaxMessages < 0 || c.State.MaxConversations < 0 || c.State.MaxStateBytes < 0 {
+	if c.Limits.MaxBodyBytes < 0 || c.Limits.MaxMessages < 0 || c.State.MaxConversations < 0 || c.State.MaxStateBytes < 0 ||
+		c.Limits.ConversationCacheBytes < 0 {
 		return fmt.Errorf("limits and state sizes must not be negative")
+	}
+	if d := c.Limits.PluginIdleUnload.D(); d != 0 && d < time.Second {
+		return fmt.Errorf("limits.plugin_idle_unload %v: want at least 1s", d)
 	}
 	if c.Compact != nil {
 		for k, v := range map[string]*int{"max_tokens": c.Compact.MaxTokens, "token_threshold": c.Compact.TokenThreshold,

@@ -203,6 +203,8 @@ func restartRequired(old, next *Config) []string {
 	add("limits.read_timeout", old.Limits.ReadTimeout, next.Limits.ReadTimeout)
 	add("limits.write_timeout", old.Limits.WriteTimeout, next.Limits.WriteTimeout)
 	add("limits.idle_timeout", old.Limits.IdleTimeout, next.Limits.IdleTimeout)
+	add("limits.conversation_cache_bytes", old.Limits.ConversationCacheBytes, next.Limits.ConversationCacheBytes)
+	add("limits.plugin_idle_unload", old.Limits.PluginIdleUnload, next.Limits.PluginIdleUnload)
 	return out
 }
 

@@ -7,12 +7,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/compactd/compactd/host"
+	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/proxy"
@@ -121,10 +123,15 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 	}
 	counter := tokens.New(tokens.Options{})
 	def, per := cfg.Limits.PluginLimits()
-	d.reg = registry.New(registry.Options{
+	ropts := registry.Options{
 		Dir: cfg.PluginsDir, Engine: d.engine, DefaultLimits: def, Limits: per, Tokens: counter,
-		Debounce: opts.Debounce, Logger: d.logger.Named("registry"),
-	})
+		Debounce: opts.Debounce, Logger: d.logger.Named("registry"), Quick: true,
+		IdleUnload: cfg.Limits.PluginIdleUnload.D(),
+	}
+	if cfg.StateDir != "" {
+		ropts.DescribedDir = filepath.Join(cfg.StateDir, "described")
+	}
+	d.reg = registry.New(ropts)
 	if err := d.reg.Start(ctx); err != nil {
 		return nil, err
 	}
@@ -138,7 +145,8 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 	}
 
 	copts := compactor.Options{Policies: d.reg, Tokens: counter, Config: d.cfg, State: d.store, Logger: d.logger.Named("compactor")}
-	sopts := Options{Registry: d.reg, Store: d.store, Config: d.cfg, Version: opts.Version, Logger: d.logger.Named("api")}
+	sopts := Options{Registry: d.reg, Store: d.store, Config: d.cfg, Version: opts.Version, Logger: d.logger.Named("api"),
+		Memory: chat.NewMemory(chat.MemoryOptions{MaxBytes: cfg.Limits.ConversationCacheBytes})}
 	if opts.LLM != nil {
 		if copts.NewLLM, err = opts.LLM(cfg, d.store); err != nil {
 			return nil, fmt.Errorf("llm provider: %w", err)

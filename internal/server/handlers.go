@@ -53,6 +53,8 @@ func policyOf(in registry.Info) client.Policy {
 			MaxOutputBytes: l.MaxOutputBytes, MaxInstances: l.MaxInstances}
 		st := pl.Stats()
 		p.Calls, p.Failures = st.Calls, st.Failures
+		p.Tier = pl.Tier()
+		p.Instances = &client.Instances{Idle: st.Idle, IdleMemoryBytes: st.IdleMemoryBytes}
 	}
 	if in.Error != nil {
 		p.Error = &client.LoadError{Message: in.Error.Error(), SHA256: in.ErrorSHA256, At: in.ErrorAt}

@@ -63,6 +63,8 @@ func run(ctx context.Context) error {
 	turnPolicies := flag.String("turn-policies", "", "policies for -turns, comma-separated (default: every plugin)")
 	turnLengths := flag.String("turn-lengths", "10,100,500", "history lengths for -turns")
 	turnConvs := flag.Int("turn-conversations", 64, "conversations each -turns figure is the mean of")
+	doLifecycle := flag.Bool("lifecycle", true, "measure starts, reloads and memory")
+	reloadCount := flag.Int("reloads", 20, "new plugin versions written for -lifecycle")
 	flag.Parse()
 
 	if *data == "" {
@@ -138,6 +140,16 @@ func run(ctx context.Context) error {
 	if *doLoad {
 		fmt.Fprintf(w, "Load average (1, 5, 15 min) at start / end: %s / %s.\n\n", loadStart, loadbench.LoadAverage())
 		loadbench.WriteLoadTables(w, loaded, results)
+	}
+	if *doLifecycle {
+		fmt.Fprintln(os.Stderr, "lifecycle: starts, reloads, memory")
+		loadStart := loadbench.LoadAverage()
+		r, err := loadbench.Lifecycle(ctx, loadbench.LifecycleOptions{Bin: *bin, Plugins: *plugins, Dir: filepath.Join(work, "lifecycle"), Reloads: *reloadCount})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "\nThe daemon's start, hot reload and memory, with every built-in plugin (load average at start / end: %s / %s):\n\n", loadStart, loadbench.LoadAverage())
+		loadbench.WriteLifecycle(w, r)
 	}
 	if *doTurns {
 		if err := turns(ctx, w, *data, *bin, *plugins, cache, work, *turnPolicies, *turnLengths, *turnConvs); err != nil {
