@@ -22,7 +22,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
+	"sync/atomic"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/internal/policyconfig"
@@ -64,6 +66,7 @@ type Engine struct {
 	holdMu      sync.Mutex
 	holds       int
 	unheld      chan struct{} // closed when holds drops to 0
+	pending     atomic.Int64  // background compiles not done
 
 	closeOnce sync.Once
 }
@@ -230,8 +233,10 @@ func (e *Engine) reloader(source string, wasm []byte, sum [sha256.Size]byte, lab
 // cold start with many plugins does not starve the calls they serve.
 func (e *Engine) compileLater(p *Plugin, wasm []byte, label string, limits Limits, logger hclog.Logger) {
 	e.background.Add(1)
+	e.pending.Add(1)
 	go func() {
 		defer e.background.Done()
+		defer e.compileDone()
 		for {
 			e.holdMu.Lock()
 			unheld := e.unheld
@@ -270,6 +275,16 @@ func (e *Engine) compileLater(p *Plugin, wasm []byte, label string, limits Limit
 		}
 		logger.Debug("compiled module swapped in", "plugin", p.Name())
 	}()
+}
+
+// compileDone is called when a background compile ends; after the last
+// pending one, the memory the interpreted modules held (several times
+// their compiled size) goes back to the system at once rather than over
+// minutes.
+func (e *Engine) compileDone() {
+	if e.pending.Add(-1) == 0 {
+		debug.FreeOSMemory()
+	}
 }
 
 // HoldCompiles keeps background compiles (LoadOptions.Quick) from

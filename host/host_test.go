@@ -587,6 +587,7 @@ func TestQuickLoad(t *testing.T) {
 	}
 	e := newTestEngine(t, false, Limits{})
 	ctx := context.Background()
+	heapBefore := heapInUse()
 	p, err := e.Load(ctx, wasm, LoadOptions{Quick: true})
 	if err != nil {
 		t.Fatal(err)
@@ -622,6 +623,11 @@ func TestQuickLoad(t *testing.T) {
 	waitTier(t, p, TierCompiled, time.Minute)
 	close(stop)
 	wg.Wait()
+	// The interpreted module (several times the compiled one's memory)
+	// is gone once its instances are.
+	if grown := int64(heapInUse()) - int64(heapBefore); grown > 48<<20 {
+		t.Errorf("%d MiB more in use after the swap: the interpreted module is kept alive", grown>>20)
+	}
 	resp, err := p.Compact(ctx, &Request{Conversation: c, Config: cfg})
 	if err != nil || !bytes.Equal(resp.Conversation.Encode(), first.Conversation.Encode()) {
 		t.Fatalf("compiled: %v", err)
@@ -801,4 +807,11 @@ func TestCloseReleasesMemory(t *testing.T) {
 			t.Logf("heap growth over %d versions: %.1f MiB", tt.versions, float64(grown)/(1<<20))
 		})
 	}
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
 }

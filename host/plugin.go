@@ -188,6 +188,7 @@ func (p *Plugin) upgrade(ctx context.Context, mod module) bool {
 		}
 		keep = append(keep, pi)
 	}
+	clear(p.idle[len(keep):]) // the array must not keep the closed ones alive
 	p.idle = keep
 	if old != nil && old.live == 0 {
 		_ = old.mod.close(ctx)
@@ -329,6 +330,7 @@ func (p *Plugin) acquire(ctx context.Context) (*pooled, error) {
 	p.mu.Lock()
 	if n := len(p.idle); n > 0 {
 		pi := p.idle[n-1]
+		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
 		return pi, nil

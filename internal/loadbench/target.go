@@ -153,6 +153,22 @@ func StartCompactd(ctx context.Context, d Daemon) (*Server, error) {
 		"--state-dir", filepath.Join(d.Dir, "state"), "--config", cfg, "--cache-dir", cache, "--log-level", "warn")
 }
 
+// StartCompiled starts compactd as StartCompactd does and waits until
+// every plugin runs compiled code (a new plugin serves interpreted while
+// the compiler works in the background): what a daemon that has run for
+// a while serves with.
+func StartCompiled(ctx context.Context, d Daemon) (*Server, error) {
+	srv, err := StartCompactd(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitCompiled(ctx, srv, ""); err != nil {
+		srv.Stop()
+		return nil, err
+	}
+	return srv, nil
+}
+
 // compactEach compacts a small conversation with each policy; it fails
 // unless every policy answers without a warning.
 func compactEach(ctx context.Context, c *client.Client, policies []string) error {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -43,7 +44,7 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	cfg := s.opts.Config.Current()
 	ctx, cancel := context.WithTimeout(r.Context(), cfg.Limits.RequestTimeout.D())
 	defer cancel()
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, cfg.Limits.MaxBodyBytes))
+	data, err := readBody(w, r, cfg.Limits.MaxBodyBytes)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -86,7 +87,7 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	chat.Remember(conv, resp.Stats.Encoding)
 	s.record(req, pipeline, conv, resp)
 
-	msgs := resp.Conversation.MessagesJSON()
+	msgs := resp.Conversation.Raw
 	format, system := "", json.RawMessage(nil)
 	if back != nil {
 		if msgs, err = back(resp); err != nil {
@@ -97,9 +98,9 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	return writeCompacted(w, msgs, resp, format, system)
 }
 
-// writeCompacted writes a compaction's answer: the messages (a JSON array
-// of the caller's bytes, not re-encoded), then the rest.
-func writeCompacted(w http.ResponseWriter, msgs []byte, resp *compactor.Response, format string, system json.RawMessage) error {
+// writeCompacted writes a compaction's answer: the messages (the caller's
+// bytes, not re-encoded), then the rest.
+func writeCompacted(w http.ResponseWriter, msgs []json.RawMessage, resp *compactor.Response, format string, system json.RawMessage) error {
 	tail := compactTail{Compacted: resp.Compacted, Summary: resp.Summary, ConversationID: resp.ConversationID,
 		Warnings: resp.Warnings, Stats: resp.Stats, Format: format, System: system}
 	if tail.Warnings == nil {
@@ -109,17 +110,28 @@ func writeCompacted(w http.ResponseWriter, msgs []byte, resp *compactor.Response
 	if err != nil {
 		return err
 	}
-	var buf bytes.Buffer
-	buf.Grow(len(msgs) + len(tb) + 16)
-	buf.WriteString(`{"messages":`)
-	buf.Write(msgs)
-	buf.WriteByte(',')
-	buf.Write(tb[1:])
-	buf.WriteByte('\n')
+	// The messages are written as the caller's bytes, straight to the
+	// connection's buffer: {"messages":[m0,m1,...],<tail>}.
+	size := len(`{"messages":[],`) + len(tb) - 1 + 1 // tail without its '{', then '\n'
+	for i, m := range msgs {
+		size += len(m)
+		if i > 0 {
+			size++
+		}
+	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", fmt.Sprint(buf.Len()))
+	w.Header().Set("Content-Length", strconv.Itoa(size))
 	w.WriteHeader(http.StatusOK)
-	w.Write(buf.Bytes())
+	io.WriteString(w, `{"messages":[`)
+	for i, m := range msgs {
+		if i > 0 {
+			io.WriteString(w, ",")
+		}
+		w.Write(m)
+	}
+	io.WriteString(w, "],")
+	w.Write(tb[1:])
+	io.WriteString(w, "\n")
 	return nil
 }
 
@@ -145,6 +157,25 @@ func (s *Server) observeCompaction(resp *compactor.Response) (failed bool) {
 	s.metrics.tokensIn.Add(uint64(resp.Stats.TokensBefore))
 	s.metrics.tokensOut.Add(uint64(resp.Stats.TokensAfter))
 	return failed
+}
+
+// readBody reads a request body of at most limit bytes into a buffer of
+// its exact size when the request says it (io.ReadAll grows its buffer
+// by copying, which cost as much as parsing the body).
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	body := http.MaxBytesReader(w, r.Body, limit)
+	n := r.ContentLength
+	if n < 0 || n > limit {
+		return io.ReadAll(body)
+	}
+	buf := make([]byte, n, n+1)
+	if _, err := io.ReadFull(body, buf); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("the body ends before its Content-Length of %d bytes", n)
+		}
+		return nil, err
+	}
+	return buf, nil
 }
 
 // requestFields are the fields of a compaction request, for the error

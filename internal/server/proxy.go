@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -56,7 +55,7 @@ const (
 // read with the request (OpenAI messages), or for the Anthropic format
 // its messages converted, with the function that writes a result back as
 // an Anthropic messages array.
-func requestConversation(req *client.CompactRequest, conv *chat.Conversation) (*chat.Conversation, func(*compactor.Response) ([]byte, error), error) {
+func requestConversation(req *client.CompactRequest, conv *chat.Conversation) (*chat.Conversation, func(*compactor.Response) ([]json.RawMessage, error), error) {
 	if req.Format != FormatAnthropic {
 		return conv, nil, nil
 	}
@@ -64,9 +63,8 @@ func requestConversation(req *client.CompactRequest, conv *chat.Conversation) (*
 	if err != nil {
 		return nil, nil, err
 	}
-	return ac.Chat, func(resp *compactor.Response) ([]byte, error) {
-		msgs, err := ac.Back(resp.Conversation, resp.Origin)
-		return jsonArray(msgs), err
+	return ac.Chat, func(resp *compactor.Response) ([]json.RawMessage, error) {
+		return ac.Back(resp.Conversation, resp.Origin)
 	}, nil
 }
 
@@ -95,19 +93,5 @@ func (s *Server) compactStored(ctx context.Context, w http.ResponseWriter, req *
 	if err != nil {
 		return err
 	}
-	return writeCompacted(w, jsonArray(st.Messages), st.Response, st.Provider, st.System)
-}
-
-// jsonArray writes raw elements as a JSON array.
-func jsonArray(elems []json.RawMessage) []byte {
-	var buf bytes.Buffer
-	buf.WriteByte('[')
-	for i, e := range elems {
-		if i > 0 {
-			buf.WriteByte(',')
-		}
-		buf.Write(e)
-	}
-	buf.WriteByte(']')
-	return buf.Bytes()
+	return writeCompacted(w, st.Messages, st.Response, st.Provider, st.System)
 }

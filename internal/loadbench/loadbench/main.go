@@ -189,7 +189,7 @@ func turns(ctx context.Context, w io.Writer, data, bin, plugins, cache, work, po
 	if err != nil {
 		return err
 	}
-	srv, err := loadbench.StartCompactd(ctx, loadbench.Daemon{Bin: bin, Plugins: plugins, CacheDir: cache,
+	srv, err := loadbench.StartCompiled(ctx, loadbench.Daemon{Bin: bin, Plugins: plugins, CacheDir: cache,
 		Dir: filepath.Join(work, "d-turns"), Policies: policies})
 	if err != nil {
 		return err
@@ -226,7 +226,7 @@ func loadOne(ctx context.Context, exe, target string, set *loadbench.Set, d load
 		srv, err = loadbench.StartBaseline(ctx, exe, target, filepath.Dir(d.Dir))
 	default:
 		d.Policies = []string{target}
-		srv, err = loadbench.StartCompactd(ctx, d)
+		srv, err = loadbench.StartCompiled(ctx, d)
 		opts.Check = loadbench.CheckCompact
 	}
 	if err != nil {
