@@ -1,7 +1,6 @@
 // Package abi holds the JSON contract (ABI v1) between the compactd host and
 // its policy plugins. It builds for the host and for GOOS=wasip1 guests, and
-// depends only on the standard library and compactd's JSON scanner
-// (internal/jsonscan, itself standard library only).
+// depends only on the standard library.
 //
 // The prose contract, precise enough to write a plugin in any language, is in
 // README.md next to this file. The Go types here are its executable form.

@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"unsafe"
-
-	"github.com/compactd/compactd/internal/jsonscan"
 )
 
 // Roles a message may have.
@@ -106,17 +104,14 @@ func OmittedContent(kind string, size, index int, src ContentSource) Content {
 	return Content{omitted: kind, size: size, index: index, src: src}
 }
 
-// ScannedString wraps a JSON string (quotes included) that a validating
-// parser accepted: valid UTF-8, valid escapes. escaped says whether it
-// holds a backslash escape. Without one its text is its bytes, taken
-// without a copy (raw must not change while the Content is in use); with
-// one, the text is decoded now, once. The host's request parser uses it;
-// a plugin has no need to.
-func ScannedString(raw json.RawMessage, escaped bool) Content {
-	if !escaped && len(raw) >= 2 {
-		return Content{raw: raw, text: unsafe.String(unsafe.SliceData(raw[1:]), len(raw)-2), hasText: true}
-	}
-	return Content{raw: raw, text: jsonscan.Unquote(raw), hasText: true}
+// StringContent is a string content whose JSON is raw (quotes included)
+// and whose decoded text is text: the caller decoded it, and guarantees
+// they agree. Text costs nothing and Raw returns raw. The host's request
+// parser uses it, with a text that views raw's bytes when the string holds
+// no escape (raw must then not change while the Content is in use); a
+// plugin has no need to.
+func StringContent(raw json.RawMessage, text string) Content {
+	return Content{raw: raw, text: text, hasText: true}
 }
 
 // WithRaw returns c with its JSON replaced by raw, which must be the same

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/internal/jsonscan"
@@ -14,7 +15,7 @@ import (
 // validates them completely (syntax and UTF-8). Each message keeps its
 // original bytes (Raw, a slice of the input) and gets its parsed form
 // (Messages) from the same pass: roles and ids as strings, content as a
-// view of the input (abi.ScannedString), so nothing is decoded twice and
+// view of the input (abi.StringContent), so nothing is decoded twice and
 // a content without escapes is never copied.
 
 // ScanMessages parses the array of messages at s (the next value) and
@@ -136,7 +137,10 @@ func scanContent(s *jsonscan.Scanner) (abi.Content, error) {
 		if err != nil {
 			return abi.Content{}, err
 		}
-		return abi.ScannedString(raw, esc), nil
+		if esc {
+			return abi.StringContent(raw, jsonscan.Unquote(raw)), nil // decoded once, here
+		}
+		return abi.StringContent(raw, unsafe.String(unsafe.SliceData(raw[1:]), len(raw)-2)), nil
 	case jsonscan.Array:
 		_, start, end, err := s.Skip()
 		if err != nil {
