@@ -222,7 +222,11 @@ func instanceMemory(ctx context.Context, srv *Server, policies []string, plugins
 
 // waitCompiled waits until policy (every policy if "") runs compiled code.
 func waitCompiled(ctx context.Context, srv *Server, policy string) error {
-	c := client.New(srv.Socket)
+	return waitCompiledAt(ctx, srv.Socket, policy)
+}
+
+func waitCompiledAt(ctx context.Context, socket, policy string) error {
+	c := client.New(socket)
 	defer c.Close()
 	deadline := time.Now().Add(3 * time.Minute)
 	for {

@@ -177,6 +177,9 @@ func startInProcess(t testing.TB, cfg string, plugins ...string) *server.Daemon 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Shutdown(bg) })
+	if err := waitCompiledAt(bg, d.Socket(), ""); err != nil {
+		t.Fatal(err)
+	}
 	return d
 }
 

@@ -186,6 +186,7 @@ func (s *Store) removeLocked(id string) {
 	delete(s.convs, id)
 	delete(s.dirty, id)
 	delete(s.pendingDetails, id)
+	delete(s.pendingBuilders, id)
 	s.removed[id] = true
 }
 
