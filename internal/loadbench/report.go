@@ -91,6 +91,9 @@ func targetLabel(t string) string {
 	case "json":
 		return "Go service: `encoding/json` decode + re-encode of the messages"
 	}
+	if p, ok := strings.CutSuffix(t, "@before"); ok {
+		return "compactd `/v1/compact` " + p + " (before)"
+	}
 	return "compactd `/v1/compact` " + t
 }
 

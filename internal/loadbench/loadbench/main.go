@@ -65,7 +65,12 @@ func run(ctx context.Context) error {
 	turnConvs := flag.Int("turn-conversations", 64, "conversations each -turns figure is the mean of")
 	doLifecycle := flag.Bool("lifecycle", true, "measure starts, reloads and memory")
 	reloadCount := flag.Int("reloads", 20, "new plugin versions written for -lifecycle")
+	beforeBin := flag.String("before-bin", "", "another compactd `binary` (e.g. an earlier commit's): targets named POLICY@before run on it, and -turns and -lifecycle measure it too, in the same run")
+	beforePlugins := flag.String("before-plugins", "", "the plugins `directory` for -before-bin")
 	flag.Parse()
+	if (*beforeBin == "") != (*beforePlugins == "") {
+		return fmt.Errorf("-before-bin and -before-plugins go together")
+	}
 
 	if *data == "" {
 		d, err := dataset.Dir()
@@ -117,8 +122,14 @@ func run(ctx context.Context) error {
 		for _, t := range strings.Split(*targets, ",") {
 			t = strings.TrimSpace(t)
 			fmt.Fprintf(os.Stderr, "%s: %s (%d requests per pass)\n", set.Name, t, set.Requests)
-			res, err := loadOne(ctx, exe, t, set, loadbench.Daemon{Bin: *bin, Plugins: *plugins, CacheDir: cache,
-				Dir: filepath.Join(work, fmt.Sprintf("d-%s-%s", set.Name, t))}, loadbench.LoadOptions{
+			d := loadbench.Daemon{Bin: *bin, Plugins: *plugins, CacheDir: cache, Dir: filepath.Join(work, fmt.Sprintf("d-%s-%s", set.Name, t))}
+			if strings.HasSuffix(t, "@before") {
+				if *beforeBin == "" {
+					return fmt.Errorf("target %s needs -before-bin and -before-plugins", t)
+				}
+				d.Bin, d.Plugins, d.CacheDir = *beforeBin, *beforePlugins, filepath.Join(work, "cache-before")
+			}
+			res, err := loadOne(ctx, exe, t, set, d, loadbench.LoadOptions{
 				Clients: *clients, Warmup: *warmup, MinTime: *minTime,
 			})
 			if err != nil {
@@ -141,26 +152,34 @@ func run(ctx context.Context) error {
 		fmt.Fprintf(w, "Load average (1, 5, 15 min) at start / end: %s / %s.\n\n", loadStart, loadbench.LoadAverage())
 		loadbench.WriteLoadTables(w, loaded, results)
 	}
+	builds := []struct{ label, bin, plugins, cache string }{{"", *bin, *plugins, cache}}
+	if *beforeBin != "" {
+		builds = append(builds, struct{ label, bin, plugins, cache string }{" (before: -before-bin)", *beforeBin, *beforePlugins, filepath.Join(work, "cache-before")})
+	}
 	if *doLifecycle {
-		fmt.Fprintln(os.Stderr, "lifecycle: starts, reloads, memory")
-		loadStart := loadbench.LoadAverage()
-		r, err := loadbench.Lifecycle(ctx, loadbench.LifecycleOptions{Bin: *bin, Plugins: *plugins, Dir: filepath.Join(work, "lifecycle"), Reloads: *reloadCount})
-		if err != nil {
-			return err
+		for i, b := range builds {
+			fmt.Fprintf(os.Stderr, "lifecycle%s: starts, reloads, memory\n", b.label)
+			loadStart := loadbench.LoadAverage()
+			r, err := loadbench.Lifecycle(ctx, loadbench.LifecycleOptions{Bin: b.bin, Plugins: b.plugins, Dir: filepath.Join(work, fmt.Sprintf("lifecycle-%d", i)), Reloads: *reloadCount})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(w, "\nThe daemon's start, hot reload and memory, with every built-in plugin%s (load average at start / end: %s / %s):\n\n", b.label, loadStart, loadbench.LoadAverage())
+			loadbench.WriteLifecycle(w, r)
 		}
-		fmt.Fprintf(w, "\nThe daemon's start, hot reload and memory, with every built-in plugin (load average at start / end: %s / %s):\n\n", loadStart, loadbench.LoadAverage())
-		loadbench.WriteLifecycle(w, r)
 	}
 	if *doTurns {
-		if err := turns(ctx, w, *data, *bin, *plugins, cache, work, *turnPolicies, *turnLengths, *turnConvs); err != nil {
-			return err
+		for _, b := range builds {
+			if err := turns(ctx, w, *data, b.bin, b.plugins, b.cache, work, *turnPolicies, *turnLengths, *turnConvs, b.label); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
 // turns measures the cost of one turn for each policy, in one daemon.
-func turns(ctx context.Context, w io.Writer, data, bin, plugins, cache, work, policyList, lengthList string, convs int) error {
+func turns(ctx context.Context, w io.Writer, data, bin, plugins, cache, work, policyList, lengthList string, convs int, label string) error {
 	var policies []string
 	if policyList != "" {
 		policies = strings.Split(policyList, ",")
@@ -190,7 +209,7 @@ func turns(ctx context.Context, w io.Writer, data, bin, plugins, cache, work, po
 		return err
 	}
 	srv, err := loadbench.StartCompiled(ctx, loadbench.Daemon{Bin: bin, Plugins: plugins, CacheDir: cache,
-		Dir: filepath.Join(work, "d-turns"), Policies: policies})
+		Dir: filepath.Join(work, "d-turns"+strings.ReplaceAll(label, " ", "")), Policies: policies})
 	if err != nil {
 		return err
 	}
@@ -198,7 +217,7 @@ func turns(ctx context.Context, w io.Writer, data, bin, plugins, cache, work, po
 	loadStart := loadbench.LoadAverage()
 	byPolicy := map[string][]loadbench.TurnResult{}
 	for i, p := range policies {
-		fmt.Fprintf(os.Stderr, "turns: %s\n", p)
+		fmt.Fprintf(os.Stderr, "turns%s: %s\n", label, p)
 		rs, err := loadbench.Turns(ctx, loadbench.TurnOptions{Socket: srv.Socket, PID: srv.PID(), Policy: p, Model: "gpt-4o",
 			Base: base, Lengths: lengths, Conversations: convs, Run: i})
 		if err != nil {
@@ -209,8 +228,8 @@ func turns(ctx context.Context, w io.Writer, data, bin, plugins, cache, work, po
 		}
 		byPolicy[p] = rs
 	}
-	fmt.Fprintf(w, "\nCost of one turn against the history's length N, per policy: the daemon's CPU per request (from the kernel), mean over %d conversations (mini-swe turns stitched into one %d-message conversation; one client). \"next turn after N\" is the request after one of N messages, with one more turn (new to the daemon). Load average at start / end: %s / %s.\n\n",
-		convs, len(base), loadStart, loadbench.LoadAverage())
+	fmt.Fprintf(w, "\nCost of one turn against the history's length N, per policy%s: the daemon's CPU per request (from the kernel), mean over %d conversations (mini-swe turns stitched into one %d-message conversation; one client). \"next turn after N\" is the request after one of N messages, with one more turn (new to the daemon). Load average at start / end: %s / %s.\n\n",
+		label, convs, len(base), loadStart, loadbench.LoadAverage())
 	loadbench.WriteTurnTable(w, lengths, byPolicy, policies)
 	return nil
 }
@@ -220,12 +239,13 @@ func loadOne(ctx context.Context, exe, target string, set *loadbench.Set, d load
 	var srv *loadbench.Server
 	var err error
 	opts.Set = set
-	opts.Body = loadbench.Body{Policy: target, Model: "gpt-4o"}
+	policy := strings.TrimSuffix(target, "@before")
+	opts.Body = loadbench.Body{Policy: policy, Model: "gpt-4o"}
 	switch target {
 	case "echo", "json":
 		srv, err = loadbench.StartBaseline(ctx, exe, target, filepath.Dir(d.Dir))
 	default:
-		d.Policies = []string{target}
+		d.Policies = []string{policy}
 		srv, err = loadbench.StartCompiled(ctx, d)
 		opts.Check = loadbench.CheckCompact
 	}
