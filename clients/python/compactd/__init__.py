@@ -41,6 +41,7 @@ from .types import (
     MessagePreview,
     Policy,
     PolicyCounts,
+    PolicyInstances,
     Stage,
     Stats,
     Status,
@@ -56,7 +57,7 @@ __all__ = [
     "CompactdError", "DaemonUnavailable", "APIError", "InvalidJSON", "BadRequest",
     "InvalidConversation", "InvalidConfig", "NoPolicy", "Unauthorized", "UnknownPolicy",
     "NotFound", "MethodNotAllowed", "RequestTooLarge", "TooManyMessages", "InternalError",
-    "CompactResponse", "Stats", "Stage", "Policy", "Limits", "LoadError", "Status",
+    "CompactResponse", "Stats", "Stage", "Policy", "PolicyInstances", "Limits", "LoadError", "Status",
     "PolicyCounts", "Totals", "StoreDescriptor", "Conversation", "CompactionDetail",
     "CompactionRow", "MessagePreview", "ConfigDocument", "Health", "Message", "Usage",
 ]

@@ -89,8 +89,19 @@ class LoadError:
 
 
 @dataclass
+class PolicyInstances:
+    """A policy's pooled instances waiting for calls, and the linear memory
+    they hold."""
+
+    idle: int
+    idle_memory_bytes: int
+
+
+@dataclass
 class Policy:
-    """One plugin file and the policy it serves."""
+    """One plugin file and the policy it serves. ``view`` is the view of the
+    conversation it reads ("full" or "headers"), ``tier`` how its code runs
+    ("lazy", "interpreted" or "compiled")."""
 
     name: str
     serving: bool
@@ -108,6 +119,9 @@ class Policy:
     exports: List[str] = field(default_factory=list)
     limits: Optional[Limits] = None
     error: Optional[LoadError] = None
+    view: str = ""
+    tier: str = ""
+    instances: Optional[PolicyInstances] = None
 
 
 @dataclass

@@ -320,6 +320,8 @@ def test_status_nested_schemas_match(client):
     props = client.openapi()["components"]["schemas"]["Status"]["properties"]
     for key, cls in (("policies", types.PolicyCounts), ("totals", types.Totals), ("store", types.StoreDescriptor)):
         assert {f.name for f in dataclasses.fields(cls)} == set(props[key]["properties"])
+    props = client.openapi()["components"]["schemas"]["Policy"]["properties"]
+    assert {f.name for f in dataclasses.fields(types.PolicyInstances)} == set(props["instances"]["properties"])
 
 
 def test_parse_time():

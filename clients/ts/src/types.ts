@@ -167,6 +167,14 @@ export interface Config {
     request_timeout: string;
     shutdown_timeout: string;
     write_timeout: string;
+    /**
+     * memory of recent conversations kept, so a request that repeats one plus a turn is parsed and counted only for the turn
+     */
+    conversation_cache_bytes?: number;
+    /**
+     * a plugin unused this long gives its compiled code and instances back
+     */
+    plugin_idle_unload?: string;
     plugins?: Record<string, PluginLimits>;
   };
   log_level: "trace" | "debug" | "info" | "warn" | "error" | "off";
@@ -517,11 +525,29 @@ export interface Policy {
   description?: string;
   error?: LoadError;
   exports?: string[];
+  /**
+   * the pooled instances waiting for calls
+   */
+  instances?: {
+    idle: number;
+    /**
+     * the linear memory they hold
+     */
+    idle_memory_bytes: number;
+  };
   limits?: Limits;
   loaded_at?: string;
   path?: "fast" | "extism";
   sha256?: string;
+  /**
+   * how its code runs: compiled on first use (a restart, or after limits.plugin_idle_unload), interpreted (a new version, until the compiler is done), compiled
+   */
+  tier?: "lazy" | "interpreted" | "compiled";
   version?: string;
+  /**
+   * the view of the conversation the plugin reads (ABI 1.1): every content, or contents on demand
+   */
+  view?: "full" | "headers";
 }
 
 export interface PolicyList {
