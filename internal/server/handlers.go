@@ -265,6 +265,13 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) error {
 	writeGauge(&b, "compactd_plugins_draining", "Replaced plugin versions still finishing calls.", float64(rc.Draining))
 	m.configReloads.write(&b)
 	writeGauge(&b, "compactd_conversations_tracked", "Conversations in the store.", float64(s.opts.Store.Totals().Conversations))
+	ms := s.memory.Stats()
+	writeCounter(&b, "compactd_conversation_cache_hits_total", "Compaction requests that repeated a remembered request of their conversation.", ms.Hits)
+	writeCounter(&b, "compactd_conversation_cache_misses_total", "Compaction requests that found no remembered request to reuse.", ms.Misses)
+	writeCounter(&b, "compactd_conversation_cache_reused_messages_total", "Messages taken from a remembered request (neither parsed nor counted again).", ms.Reused)
+	writeCounter(&b, "compactd_conversation_cache_parsed_messages_total", "Messages parsed from request bodies.", ms.Parsed)
+	writeGauge(&b, "compactd_conversation_cache_entries", "Conversations remembered (limits.conversation_cache_bytes bounds them).", float64(ms.Entries))
+	writeGauge(&b, "compactd_conversation_cache_bytes", "Bytes the remembered conversations hold.", float64(ms.Bytes))
 	if s.opts.LLMStats != nil {
 		writeLLMMetrics(&b, s.opts.LLMStats())
 	}

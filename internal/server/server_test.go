@@ -412,6 +412,11 @@ func TestHealthAndMetrics(t *testing.T) {
 		`compactd_plugins_serving`:                                                           2,
 		`compactd_plugin_load_failures_total`:                                                0,
 		`compactd_conversations_tracked`:                                                     1, // both requests sent one conversation
+		`compactd_conversation_cache_entries`:                                                1, // the three requests sent the same messages
+		`compactd_conversation_cache_misses_total`:                                           1,
+		`compactd_conversation_cache_hits_total`:                                             2,
+		`compactd_conversation_cache_reused_messages_total`:                                  16, // 8 messages each
+		`compactd_conversation_cache_parsed_messages_total`:                                  8,
 		`compactd_http_requests_in_flight`:                                                   1, // this scrape
 		`compactd_http_request_duration_seconds_bucket{handler="healthz",le="+Inf"}`:         1,
 		`compactd_http_request_duration_seconds_bucket{handler="compact",le="0.00025"}` + "": values[`compactd_http_request_duration_seconds_bucket{handler="compact",le="0.00025"}`],
