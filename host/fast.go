@@ -45,9 +45,7 @@ func (m *fastModule) newInstance(ctx context.Context) (instance, error) {
 	defer cancel()
 	mod, err := m.rt.InstantiateModule(initCtx, m.compiled, cfg)
 	if err != nil {
-		pe := classify(initCtx, err, tracker, stderr)
-		pe.Export = "_initialize"
-		return nil, pe
+		return nil, instantiateError(initCtx, err, tracker, stderr)
 	}
 	inst := &fastInstance{
 		mod:       mod,

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,7 +27,9 @@ type Plugin struct {
 	mod              module
 	limits           Limits
 	logger           hclog.Logger
+	logs             *logLimiter // shared by the versions of one file
 	loadedAt         time.Time
+	initialPages     uint32
 
 	slots    chan struct{} // one token per instance allowed to run
 	mu       sync.Mutex
@@ -44,6 +48,7 @@ func newPlugin(mod module, limits Limits, logger hclog.Logger) *Plugin {
 		logger:      logger,
 		loadedAt:    time.Now(),
 		exportNames: map[string]bool{},
+		logs:        newLogLimiter(),
 		slots:       make(chan struct{}, limits.MaxInstances),
 		done:        make(chan struct{}),
 	}
@@ -76,19 +81,28 @@ func (p *Plugin) Path() string { return p.mod.path() }
 // Limits returns the plugin's limits.
 func (p *Plugin) Limits() Limits { return p.limits }
 
+// InitialMemoryBytes returns the linear memory the module declares it
+// needs at start. A memory limit below it would refuse the module.
+func (p *Plugin) InitialMemoryBytes() uint64 { return uint64(p.initialPages) << 16 }
+
 // Stats are a plugin's counters.
 type Stats struct {
 	Calls, Failures uint64 // calls made, calls that failed
 	Discarded       uint64 // instances discarded after a failure
 	Idle            int    // instances waiting in the pool
 	IdleMemoryBytes uint64 // linear memory held by idle instances
+	// LogDropped and LogTruncated count the plugin file's log lines
+	// dropped over the rate limit and cut to the line-length limit (every
+	// version of the file together).
+	LogDropped, LogTruncated uint64
 }
 
 // Stats returns the plugin's counters.
 func (p *Plugin) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := Stats{Calls: p.calls.Load(), Failures: p.failures.Load(), Discarded: p.discarded.Load(), Idle: len(p.idle)}
+	s := Stats{Calls: p.calls.Load(), Failures: p.failures.Load(), Discarded: p.discarded.Load(), Idle: len(p.idle),
+		LogDropped: p.logs.dropped.Load(), LogTruncated: p.logs.truncated.Load()}
 	for _, inst := range p.idle {
 		s.IdleMemoryBytes += inst.memoryBytes()
 	}
@@ -115,13 +129,34 @@ func (p *Plugin) Done() <-chan struct{} { return p.done }
 
 func (p *Plugin) shutdownLocked(ctx context.Context) {
 	for _, inst := range p.idle {
-		inst.close(ctx)
+		p.closeInstance(ctx, inst)
 	}
 	p.idle = nil
-	if err := p.mod.close(ctx); err != nil {
-		p.logger.Warn("closing module", "error", err)
-	}
+	p.recovering("closing the module", func() {
+		if err := p.mod.close(ctx); err != nil {
+			p.logger.Warn("closing module", "error", err)
+		}
+	})
 	close(p.done)
+}
+
+// closeInstance closes an instance; a panic doing so is logged, not
+// raised.
+func (p *Plugin) closeInstance(ctx context.Context, inst instance) {
+	p.recovering("closing an instance", func() { inst.close(ctx) })
+}
+
+// recovering runs f and turns a panic into an error log with its stack.
+// It reports whether f panicked, and with what.
+func (p *Plugin) recovering(what string, f func()) (panicked any) {
+	defer func() {
+		if r := recover(); r != nil {
+			panicked = r
+			p.logger.Error("panic "+what+"; recovered", "panic", r, "stack", string(debug.Stack()))
+		}
+	}()
+	f()
+	return nil
 }
 
 // acquire reserves an instance: an idle one, or a new one.
@@ -148,7 +183,11 @@ func (p *Plugin) acquire(ctx context.Context) (instance, error) {
 		return inst, nil
 	}
 	p.mu.Unlock()
-	inst, err := p.mod.newInstance(ctx)
+	var inst instance
+	var err error
+	if r := p.recovering("instantiating the plugin", func() { inst, err = p.mod.newInstance(ctx) }); r != nil {
+		inst, err = nil, &PluginError{Kind: ErrPanic, Export: "instantiate", Detail: fmt.Sprint(r)}
+	}
 	if err != nil {
 		<-p.slots
 		p.finish(context.WithoutCancel(ctx))
@@ -171,7 +210,7 @@ func (p *Plugin) release(ctx context.Context, inst instance, failure *PluginErro
 	discard := failure != nil && poisons(failure.Kind) ||
 		inst.memoryBytes() > (uint64(p.limits.MaxMemoryPages)<<16)/recycleFraction
 	if discard {
-		inst.close(ctx)
+		p.closeInstance(ctx, inst)
 		if failure != nil {
 			p.discarded.Add(1)
 		}
@@ -204,9 +243,15 @@ func (p *Plugin) run(ctx context.Context, export string, input []byte, env CallE
 		return p.named(export, err.(*PluginError))
 	}
 	callCtx, cancel := context.WithTimeout(ctx, p.limits.CallTimeout)
-	out, failure := inst.call(callCtx, &callState{env: env}, export, input)
-	if failure == nil && decode != nil {
-		failure = decode(out)
+	var failure *PluginError
+	if r := p.recovering("in a call to "+export, func() {
+		var out []byte
+		out, failure = inst.call(callCtx, &callState{env: env}, export, input)
+		if failure == nil && decode != nil {
+			failure = decode(out)
+		}
+	}); r != nil {
+		failure = &PluginError{Kind: ErrPanic, Detail: fmt.Sprint(r)}
 	}
 	cancel()
 	p.release(context.WithoutCancel(ctx), inst, failure)
@@ -220,8 +265,13 @@ func (p *Plugin) run(ctx context.Context, export string, input []byte, env CallE
 	return nil
 }
 
+// named fills in the plugin's name and version, and the export when the
+// failure does not name a more precise one (such as "instantiate").
 func (p *Plugin) named(export string, pe *PluginError) *PluginError {
-	pe.Plugin, pe.Version, pe.Export = p.desc.Name, p.desc.Version, export
+	pe.Plugin, pe.Version = p.desc.Name, p.desc.Version
+	if pe.Export == "" {
+		pe.Export = export
+	}
 	return pe
 }
 

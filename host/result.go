@@ -13,6 +13,11 @@ import (
 // decodeResult parses a CompactResult, checks it against the input and
 // assembles the output conversation.
 func decodeResult(in *chat.Conversation, out []byte) (*Response, *PluginError) {
+	if at := invalidUTF8(out); at >= 0 {
+		// Go's decoder would turn the bytes into U+FFFD: the caller would
+		// get text the plugin never wrote.
+		return nil, &PluginError{Kind: ErrInvalidOutput, Detail: fmt.Sprintf("the result is not UTF-8 (byte %d)", at)}
+	}
 	var res abi.CompactResult
 	if err := json.Unmarshal(out, &res); err != nil {
 		return nil, &PluginError{Kind: ErrInvalidOutput, Detail: fmt.Sprintf("not a JSON CompactResult: %v (output starts %q)", err, preview(out)), Err: err}
