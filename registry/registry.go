@@ -14,6 +14,12 @@
 // policy name is a conflict: the first keeps the name, the second is
 // reported; when the first goes away the second is tried again.
 //
+// The registry contains plugins that misbehave: a panic while loading a
+// file or serving a watch event is recovered and recorded as that file's
+// load error, a file over Options.MaxFileBytes is refused unread, and with
+// Options.StateDir a file that was being loaded when the daemon died is
+// quarantined at the next start (see quarantine.go).
+//
 // Acquire hands out a plugin with a reference; the caller releases it when
 // its calls are over. A replaced or removed version is closed when its
 // last reference is released, so calls in flight finish on the version
@@ -26,10 +32,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -54,6 +62,13 @@ var (
 	ErrSmoke = errors.New("plugin failed the smoke test")
 	// ErrClosed: the registry was closed.
 	ErrClosed = errors.New("registry is closed")
+	// ErrQuarantined: the daemon died while loading these bytes; they are
+	// not loaded again until the file changes.
+	ErrQuarantined = errors.New("plugin file quarantined")
+	// ErrTooLarge: the file is over Options.MaxFileBytes.
+	ErrTooLarge = errors.New("plugin file too large")
+	// ErrPanic: loading the file made the registry panic (recovered).
+	ErrPanic = errors.New("loading the plugin file panicked")
 )
 
 // Options configure a Registry.
@@ -76,6 +91,13 @@ type Options struct {
 	MaxDelay time.Duration
 	// Logger receives load, reload and failure logs (discarded if nil).
 	Logger hclog.Logger
+	// StateDir, if set, holds the crash-loop protection's load markers
+	// and quarantine records (see quarantine.go). The daemon sets it to its
+	// state directory; one-shot commands leave it empty.
+	StateDir string
+	// MaxFileBytes refuses plugin files larger than this, unread (default
+	// DefaultMaxFileBytes).
+	MaxFileBytes int64
 }
 
 // Default debounce settings.
@@ -83,6 +105,13 @@ const (
 	DefaultDebounce = 100 * time.Millisecond
 	DefaultMaxDelay = time.Second
 )
+
+// DefaultMaxFileBytes is the largest plugin file loaded by default: 64
+// MiB, some fifteen times a Go plugin with encoding/json. Compiling a
+// module takes memory in proportion to its code, so a cap on the file is
+// a cap on what one file can make the daemon allocate before any limit
+// of the sandbox applies.
+const DefaultMaxFileBytes = 64 << 20
 
 // Registry maps policy names to loaded plugins. It is safe for concurrent
 // use.
@@ -98,6 +127,12 @@ type Registry struct {
 	byFile   map[string]*fileState
 	draining []*version // retired versions, closed after their last release
 	closed   bool
+	// quarantine holds the files the daemon died loading, by path;
+	// suspects the files it may have died loading (path → hash), loaded
+	// one at a time. See quarantine.go.
+	quarantine map[string]loadRecord
+	suspects   map[string]string
+	markersOff bool
 
 	watcher *fsnotify.Watcher
 	cancel  context.CancelFunc
@@ -167,7 +202,11 @@ func New(opts Options) *Registry {
 	if opts.Tokens == nil {
 		opts.Tokens = tokens.New(tokens.Options{})
 	}
-	r := &Registry{opts: opts, logger: opts.Logger, byName: map[string]*version{}, byFile: map[string]*fileState{}}
+	if opts.MaxFileBytes <= 0 {
+		opts.MaxFileBytes = DefaultMaxFileBytes
+	}
+	r := &Registry{opts: opts, logger: opts.Logger, byName: map[string]*version{}, byFile: map[string]*fileState{},
+		quarantine: map[string]loadRecord{}, suspects: map[string]string{}}
 	if r.logger == nil {
 		r.logger = hclog.NewNullLogger()
 	}
@@ -243,19 +282,31 @@ func (r *Registry) LoadAll(ctx context.Context) error {
 	defer r.loadMu.Unlock()
 	// Compile and check the files in parallel (a cold compile of a Go
 	// plugin takes seconds), then swap them in in file order, so that of
-	// two files claiming one name the first by name wins.
+	// two files claiming one name the first by name wins. Files suspected
+	// of having crashed the last daemon are prepared one at a time, after
+	// the others (see quarantine.go).
 	ready := make([]*prepared, len(files))
+	r.mu.RLock()
+	var suspects []int
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
 	var wg sync.WaitGroup
 	for i, f := range files {
+		if _, ok := r.suspects[f]; ok {
+			suspects = append(suspects, i)
+			continue
+		}
 		wg.Add(1)
-		sem <- struct{}{}
 		go func() {
+			sem <- struct{}{}
 			defer func() { <-sem; wg.Done() }()
-			ready[i] = r.prepare(ctx, f, false)
+			ready[i] = r.safePrepare(ctx, f, false)
 		}()
 	}
+	r.mu.RUnlock()
 	wg.Wait()
+	for _, i := range suspects {
+		ready[i] = r.safePrepare(ctx, files[i], false)
+	}
 	present := map[string]bool{}
 	for i, f := range files {
 		present[f] = true
@@ -372,7 +423,42 @@ func (r *Registry) limitsFor(name string) host.Limits {
 // and loads, checks and swaps in its bytes if they are new (or force is
 // set). The caller holds loadMu.
 func (r *Registry) loadLocked(ctx context.Context, path string, force bool) {
-	r.commit(ctx, r.prepare(ctx, path, force))
+	r.commit(ctx, r.safePrepare(ctx, path, force))
+}
+
+// safePrepare is prepare with a panic recovered and recorded as the
+// file's load error.
+func (r *Registry) safePrepare(ctx context.Context, path string, force bool) (pr *prepared) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.counters.failures.Add(1)
+			r.logger.Error("panic while loading a plugin file; recorded as its load error", "file", path, "panic", p, "stack", string(debug.Stack()))
+			r.recordError(path, "", fmt.Errorf("%w: %v", ErrPanic, p))
+			pr = nil
+		}
+	}()
+	return r.prepare(ctx, path, force)
+}
+
+// readPlugin reads a plugin file of at most max bytes; a larger one is
+// refused without reading it.
+func readPlugin(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > max {
+		return nil, fmt.Errorf("%w: %s is %d bytes; the limit is %d", ErrTooLarge, filepath.Base(path), st.Size(), max)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%w: %s is over %d bytes", ErrTooLarge, filepath.Base(path), max)
+	}
+	return b, nil
 }
 
 // prepared is a file's bytes loaded and checked, not yet serving.
@@ -388,9 +474,15 @@ type prepared struct {
 // bad, loads and checks them. It swaps nothing in, so several files can be
 // prepared at once. nil means there is nothing to do.
 func (r *Registry) prepare(ctx context.Context, path string, force bool) *prepared {
-	wasm, err := os.ReadFile(path)
+	wasm, err := readPlugin(path, r.opts.MaxFileBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &prepared{path: path, gone: true}
+	}
+	if errors.Is(err, ErrTooLarge) {
+		r.counters.failures.Add(1)
+		r.logger.Error("plugin file refused", "file", path, "error", err)
+		r.recordError(path, "", err)
+		return nil
 	}
 	if err != nil {
 		r.recordError(path, "", fmt.Errorf("reading %s: %w", path, err))
@@ -417,11 +509,25 @@ func (r *Registry) prepare(ctx context.Context, path string, force bool) *prepar
 			return nil
 		}
 	}
+	if err := r.quarantinedLocked(path, hash); err != nil {
+		r.mu.Unlock()
+		r.counters.failures.Add(1)
+		r.logger.Error("plugin file is quarantined; the other plugins serve", "file", path, "sha256", short(hash), "error", err)
+		r.recordError(path, hash, err)
+		return nil
+	}
 	limits := r.limitsFor(base)
 	r.mu.Unlock()
 
 	r.counters.loads.Add(1)
 	start := time.Now()
+	done := r.beginLoad(path, hash)
+	defer func() {
+		done()
+		r.mu.Lock()
+		delete(r.suspects, path)
+		r.mu.Unlock()
+	}()
 	p, err := r.load(ctx, path, wasm, limits)
 	if err == nil {
 		r.mu.RLock()
@@ -543,6 +649,7 @@ func (r *Registry) unloadLocked(ctx context.Context, path string) {
 		return
 	}
 	delete(r.byFile, path)
+	r.forgetLocked(path)
 	var freed []string
 	if v := r.byName[fs.name]; fs.name != "" && v != nil && v.file == path {
 		delete(r.byName, fs.name)
@@ -624,6 +731,12 @@ type Info struct {
 	Error       error
 	ErrorSHA256 string
 	ErrorAt     time.Time
+	// Quarantined reports that the daemon died while loading the file's
+	// current bytes: they are not loaded until the file changes.
+	Quarantined bool
+	// LogDropped and LogTruncated count the file's log lines dropped over
+	// the rate limit and cut to the line limit, over every version.
+	LogDropped, LogTruncated uint64
 }
 
 // Policies lists the files the registry knows, sorted by file.
@@ -633,7 +746,8 @@ func (r *Registry) Policies() []Info {
 	out := make([]Info, 0, len(r.byFile))
 	for _, fs := range r.byFile {
 		info := Info{Name: fs.name, File: fs.path, SHA256: fs.sha256, LoadedAt: fs.loaded,
-			Error: fs.err, ErrorSHA256: fs.errHash, ErrorAt: fs.errAt}
+			Error: fs.err, ErrorSHA256: fs.errHash, ErrorAt: fs.errAt, Quarantined: errors.Is(fs.err, ErrQuarantined)}
+		info.LogDropped, info.LogTruncated = r.opts.Engine.LogCounts(filepath.Base(fs.path))
 		if v, ok := r.byName[fs.name]; ok && v.file == fs.path {
 			info.Plugin = v.plugin
 		}
