@@ -528,24 +528,14 @@ func (r *Registry) prepare(ctx context.Context, path string, force bool) *prepar
 		delete(r.suspects, path)
 		r.mu.Unlock()
 	}()
-	p, err := r.load(ctx, path, wasm, limits)
-	if err == nil {
-		r.mu.RLock()
-		want := r.limitsFor(p.Name())
-		r.mu.RUnlock()
-		if want != limits {
-			// Limits are keyed by policy name; load again with its own.
-			p.Close(ctx)
-			limits = want
-			p, err = r.load(ctx, path, wasm, limits)
-		}
-	}
+	p, limits, err := r.load(ctx, path, wasm, limits)
 	if err != nil {
 		r.counters.failures.Add(1)
 		r.logger.Error("plugin failed to load; the previous version (if any) keeps serving", "file", path, "sha256", hash[:12], "error", err)
 		r.recordError(path, hash, err)
 		return nil
 	}
+	r.logger.Debug("plugin file loaded and checked", "file", path, "sha256", short(hash), "took", time.Since(start).Round(time.Millisecond))
 	return &prepared{path: path, hash: hash, plugin: p, limits: limits, took: time.Since(start)}
 }
 
@@ -563,17 +553,30 @@ func (r *Registry) commit(ctx context.Context, pr *prepared) {
 }
 
 // load compiles wasm, lets the host check its description, and smoke
-// tests it.
-func (r *Registry) load(ctx context.Context, path string, wasm []byte, limits host.Limits) (*host.Plugin, error) {
+// tests it. limits are the file's (keyed by its base name); once the
+// plugin has said its policy name, it is loaded again under that name's
+// limits if they differ, so the smoke test runs under the limits the
+// policy will serve with. It returns the limits it used.
+func (r *Registry) load(ctx context.Context, path string, wasm []byte, limits host.Limits) (*host.Plugin, host.Limits, error) {
 	p, err := r.opts.Engine.Load(ctx, wasm, host.LoadOptions{Source: path, Limits: limits})
 	if err != nil {
-		return nil, err
+		return nil, limits, err
+	}
+	r.mu.RLock()
+	want := r.limitsFor(p.Name())
+	r.mu.RUnlock()
+	if want != limits {
+		p.Close(ctx)
+		limits = want
+		if p, err = r.opts.Engine.Load(ctx, wasm, host.LoadOptions{Source: path, Limits: limits}); err != nil {
+			return nil, limits, err
+		}
 	}
 	if err := conform.Smoke(ctx, p, r.tok); err != nil {
 		p.Close(ctx)
-		return nil, fmt.Errorf("%w: %s@%s: %w", ErrSmoke, p.Name(), p.Version(), err)
+		return nil, limits, fmt.Errorf("%w: %s@%s: %w", ErrSmoke, p.Name(), p.Version(), err)
 	}
-	return p, nil
+	return p, limits, nil
 }
 
 // install makes p the serving version of its name, unless another file
