@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"unicode/utf8"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
@@ -44,6 +45,9 @@ func Parse(data []byte) (*Conversation, error) {
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: empty input", ErrMalformed)
+	}
+	if !utf8.Valid(data) {
+		return nil, fmt.Errorf("%w: the input is not UTF-8 (JSON text is UTF-8, RFC 8259)", ErrMalformed)
 	}
 	switch data[0] {
 	case '[':
@@ -108,7 +112,9 @@ func parseEnvelope(data []byte) (*Conversation, error) {
 	return c, nil
 }
 
-// FromRaw parses each raw message. The slices are kept, not copied.
+// FromRaw parses each raw message and checks that its content is in
+// OpenAI's format (a string, null, or content parts the role may carry).
+// The slices are kept, not copied.
 func FromRaw(raw []json.RawMessage) (*Conversation, error) {
 	c := &Conversation{Raw: raw, Messages: make([]abi.Message, len(raw))}
 	for i, r := range raw {
@@ -117,6 +123,9 @@ func FromRaw(raw []json.RawMessage) (*Conversation, error) {
 		}
 		if err := json.Unmarshal(r, &c.Messages[i]); err != nil {
 			return nil, fmt.Errorf("%w: message %d: %v", ErrMalformed, i, err)
+		}
+		if err := checkContent(c.Messages[i].Role, c.Messages[i].Content); err != nil {
+			return nil, fmt.Errorf("%w: message %d (%s): %v", ErrMalformed, i, c.Messages[i].Role, err)
 		}
 		c.Messages[i].Tokens = 0 // a caller's "tokens" field is not trusted
 	}

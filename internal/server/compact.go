@@ -16,13 +16,21 @@ import (
 	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/compactor"
+	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/models"
 	"github.com/compactd/compactd/internal/proxy"
 	"github.com/compactd/compactd/internal/store"
 )
 
-// maxConversationID caps a caller's conversation_id.
-const maxConversationID = 256
+// Limits of a compaction request (README.md, "POST /v1/compact").
+const (
+	// maxConversationID caps a caller's conversation_id, in bytes.
+	maxConversationID = 256
+	// maxModelName caps the model's name, in bytes.
+	maxModelName = 256
+	// maxPipeline caps the policies one request may run.
+	maxPipeline = config.MaxPipeline
+)
 
 // compactTail is the response after its messages, which are written as
 // the caller's bytes rather than re-encoded.
@@ -146,8 +154,15 @@ func (s *Server) observeCompaction(resp *compactor.Response) (failed bool) {
 	return failed
 }
 
-// decodeCompactRequest decodes and checks the body's shape.
+// decodeCompactRequest decodes and checks the body's shape and ranges.
 func decodeCompactRequest(data []byte) (*client.CompactRequest, error) {
+	if !utf8.Valid(data) {
+		// RFC 8259: JSON text exchanged between systems is UTF-8. Go's
+		// decoder would replace the bytes in decoded strings and keep them
+		// in raw messages: the caller would get back text it did not send,
+		// or bytes no provider accepts.
+		return nil, apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "the body is not UTF-8 (byte %d): JSON text is UTF-8 (RFC 8259)", invalidUTF8At(data))
+	}
 	var req client.CompactRequest
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -174,10 +189,33 @@ func decodeCompactRequest(data []byte) (*client.CompactRequest, error) {
 		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "format %q: want \"openai\" (the default) or \"anthropic\"", req.Format)
 	case req.System != nil && req.Format != FormatAnthropic:
 		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "\"system\" is Anthropic's top-level system prompt: send it with \"format\": \"anthropic\" (OpenAI messages carry system messages in \"messages\")")
-	case req.ContextWindow < 0 || req.TargetTokens < 0:
-		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "context_window and target_tokens must not be negative")
+	case len(req.Model) > maxModelName:
+		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "model is %d bytes; the limit is %d", len(req.Model), maxModelName)
+	case len(req.Pipeline) > maxPipeline:
+		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "pipeline has %d policies; the limit is %d", len(req.Pipeline), maxPipeline)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"context_window", req.ContextWindow}, {"target_tokens", req.TargetTokens}} {
+		if f.v < 0 || f.v > abi.MaxTokenCount {
+			return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "%s is %d; the range is 0 to %d tokens", f.name, f.v, abi.MaxTokenCount)
+		}
 	}
 	return &req, nil
+}
+
+// invalidUTF8At returns the offset of the first byte of b that is not
+// part of valid UTF-8.
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
 }
 
 // jsonProblem describes a decoding error with its position.
