@@ -41,7 +41,7 @@ const (
 	MaxMaxMessages     = 1_000_000
 	MinRequestTimeout  = 100 * time.Millisecond
 	MaxServerTimeout   = time.Hour
-	MinServerTimeout   = time.Second
+	MinServerTimeout   = 100 * time.Millisecond
 	MaxIdleTimeout     = 24 * time.Hour
 	MinStateTTL        = time.Minute
 	MaxStateTTL        = 10 * 365 * 24 * time.Hour

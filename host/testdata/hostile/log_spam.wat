@@ -1,4 +1,4 @@
-;; compact logs without end: 1023 short lines, then one 8 MiB line, over
+;; compact logs without end: one 8 MiB line, then 1023 short lines, over
 ;; and over, until the call's time limit stops it. The host keeps at most
 ;; its rate of lines, cuts long ones, and counts what it dropped.
 (module
@@ -27,9 +27,9 @@
   (func (export "describe") (result i32) (call $out (i32.const 16)) (i32.const 0))
   (func (export "compact") (result i32) (local $i i32)
     (loop $forever
-      (local.set $i (i32.add (local.get $i) (i32.const 1)))
       (if (i32.and (local.get $i) (i32.const 1023))
         (then (call $log_info (call $alloc (i64.const 16))))
         (else (call $log_warn (call $alloc (i64.const 8388608)))))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
       (br $forever))
     (i32.const 1)))
