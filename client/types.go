@@ -113,6 +113,14 @@ type Policy struct {
 	// Error is the file's last load failure; the version above (if any)
 	// keeps serving.
 	Error *LoadError `json:"error,omitempty"`
+	// Quarantined reports that the daemon died while loading the file's
+	// current bytes: they are not loaded again until the file changes or
+	// is removed and put back (Error says when).
+	Quarantined bool `json:"quarantined,omitempty"`
+	// LogLinesDropped and LogLinesTruncated count the file's log lines
+	// dropped over the rate limit and cut to the line-length limit.
+	LogLinesDropped   uint64 `json:"log_lines_dropped"`
+	LogLinesTruncated uint64 `json:"log_lines_truncated"`
 }
 
 // Limits are a plugin's runtime limits.
