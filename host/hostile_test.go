@@ -224,6 +224,14 @@ func TestLogLimiter(t *testing.T) {
 	if strings.Count(got, "\n") != 1 || !strings.Contains(got, "(15 more bytes cut)") || strings.Contains(got, "below the level") {
 		t.Errorf("log output:\n%s", got)
 	}
+	// Escaping counts toward the line's length.
+	line, used := escapeLogLine(make([]byte, abi.MaxLogLineBytes), abi.MaxLogLineBytes)
+	if len(line) > abi.MaxLogLineBytes || used != abi.MaxLogLineBytes/4 || !strings.HasPrefix(line, `\x00\x00`) {
+		t.Errorf("NUL bytes: %d bytes of line for %d of message", len(line), used)
+	}
+	if line, _ := escapeLogLine([]byte("ok\tcaf\xe9\r\n"), 100); line != "ok\tcaf\uFFFD\\r\\n" {
+		t.Errorf("escaped %q", line)
+	}
 }
 
 // TestKernelStaysWithinItsLimit: the fast path's kernel arena doubles as

@@ -64,41 +64,41 @@ func pluginLog(logger hclog.Logger, limits *logLimiter, level hclog.Level, msg [
 	if dropped > 0 {
 		logger.Warn(fmt.Sprintf("plugin log rate limit: %d lines dropped (limit %d lines a second, bursts of %d)", dropped, abi.LogLinesPerSecond, abi.LogBurst))
 	}
-	text := string(msg)
-	if size > abi.MaxLogLineBytes {
-		cut := min(abi.MaxLogLineBytes, len(text))
-		for cut > 0 && cut < len(text) && !utf8.RuneStart(text[cut]) {
-			cut--
-		}
-		text = fmt.Sprintf("%s… (%d more bytes cut)", text[:cut], size-cut)
+	line, used := escapeLogLine(msg, abi.MaxLogLineBytes)
+	if used < size {
+		line = fmt.Sprintf("%s… (%d more bytes cut)", line, size-used)
 		limits.truncated.Add(1)
 	}
-	logger.Log(level, escapeLogLine(text))
+	logger.Log(level, line)
 }
 
-// escapeLogLine keeps a message on one line of printable UTF-8: control
-// characters other than tab are written as \xNN (\n as \n).
-func escapeLogLine(s string) string {
-	clean := utf8.ValidString(s)
-	for i := 0; clean && i < len(s); i++ {
-		clean = s[i] >= 0x20 && s[i] != 0x7f || s[i] == '\t'
-	}
-	if clean {
-		return s
-	}
+// escapeLogLine returns msg as one line of printable UTF-8 of at most
+// limit bytes (control characters other than tab written as \xNN, \n as
+// \n, invalid UTF-8 as U+FFFD) and how many bytes of msg it holds.
+func escapeLogLine(msg []byte, limit int) (string, int) {
 	var b strings.Builder
-	b.Grow(len(s) + 16)
-	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
+	b.Grow(min(len(msg), limit))
+	i := 0
+	for i < len(msg) {
+		r, n := utf8.DecodeRune(msg[i:])
+		var piece string
 		switch {
 		case r == '\n':
-			b.WriteString(`\n`)
+			piece = `\n`
 		case r == '\r':
-			b.WriteString(`\r`)
+			piece = `\r`
 		case r < 0x20 && r != '\t' || r == 0x7f:
-			fmt.Fprintf(&b, `\x%02x`, r)
+			piece = fmt.Sprintf(`\x%02x`, r)
+		case r == utf8.RuneError && n == 1:
+			piece = "\uFFFD"
 		default:
-			b.WriteRune(r)
+			piece = string(msg[i : i+n])
 		}
+		if b.Len()+len(piece) > limit {
+			break
+		}
+		b.WriteString(piece)
+		i += n
 	}
-	return b.String()
+	return b.String(), i
 }

@@ -84,12 +84,14 @@ func TestHostileZoo(t *testing.T) {
 	if testing.Short() {
 		timeout, spam, workers = "1s", "5s", 2
 	}
-	// Two plugins get longer: the recursing one, because wazero grows its
-	// call stack by copying it up to its ceiling (~100 MB), which under
-	// -race takes seconds before the overflow is reported; and the log
-	// spammer, so that it outruns the rate limit's burst of 1000 lines
-	// however slow the machine.
-	td := setup(t, "limits:\n  plugin:\n    call_timeout: "+timeout+"\n  plugins:\n    zoo-recurse: {call_timeout: 1m}\n    zoo-logspam: {call_timeout: "+spam+"}\n", pluginLastn)
+	// The zoo's plugins are stopped after timeout, except two that get
+	// longer: the recursing one, because wazero grows its call stack by
+	// copying it up to its ceiling (~100 MB), which under -race takes
+	// seconds before the overflow is reported; and the log spammer, so
+	// that it outruns the rate limit's burst of 1000 lines however slow
+	// the machine. The healthy policy gets a minute: its requests must
+	// not fail because the machine is slow.
+	td := setup(t, "limits:\n  plugin:\n    call_timeout: "+timeout+"\n  plugins:\n    lastn: {call_timeout: 1m}\n    zoo-recurse: {call_timeout: 1m}\n    zoo-logspam: {call_timeout: "+spam+"}\n", pluginLastn)
 	built := make([][]byte, len(zoo))
 	for i, e := range zoo {
 		built[i] = zooBytes(t, e) // build (and time) everything before the daemon runs
@@ -168,7 +170,7 @@ func TestHostileZoo(t *testing.T) {
 		if e.file == "log_spam.wasm" && (got.LogLinesDropped == 0 || got.LogLinesTruncated == 0) {
 			t.Errorf("log spam: %d lines dropped, %d cut; want both counted", got.LogLinesDropped, got.LogLinesTruncated)
 		}
-		t.Logf("%-22s refused after %5.1fs: %s", e.file, time.Since(start).Seconds(), got.Error.Message)
+		t.Logf("%-22s refused after %5.1fs (daemon peak RSS so far %4d MiB): %s", e.file, time.Since(start).Seconds(), d.peakRSS()>>20, got.Error.Message)
 	}
 	close(stop)
 	wg.Wait()
@@ -180,8 +182,17 @@ func TestHostileZoo(t *testing.T) {
 		strings.Contains(metrics, `compactd_plugin_log_lines_dropped_total{file="log_spam.wasm"} 0`) {
 		t.Errorf("/metrics does not count the dropped lines (%v)", err)
 	}
-	if n := strings.Count(d.Log(), "\n"); n > 20000 {
-		t.Errorf("the daemon logged %d lines", n)
+	log := d.Log()
+	spamLines, longest := 0, 0
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, "plugin.log_spam:") {
+			spamLines++
+			longest = max(longest, len(line))
+		}
+	}
+	t.Logf("the daemon's log: %d lines, %d bytes; %d lines from log_spam, the longest %d bytes", strings.Count(log, "\n"), len(log), spamLines, longest)
+	if n := strings.Count(log, "\n"); n > 20000 || longest > 5<<10 {
+		t.Errorf("the daemon logged %d lines, log_spam's longest %d bytes", n, longest)
 	}
 	peak := d.peakRSS()
 	t.Logf("%d requests to the healthy policy and %d health checks, none failed; daemon peak RSS (VmHWM of its process) %d MiB",
