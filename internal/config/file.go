@@ -296,12 +296,13 @@ func (c *Config) ConfiguredPolicies() []string {
 // empty document is the zero Config. Unknown keys are errors that name the
 // key (with its dotted path and line) and list the keys allowed there.
 func Parse(data []byte, source string) (*Config, error) {
-	cfg, _, err := parse(data, source)
+	cfg, _, err := parse(data, source, true)
 	return cfg, err
 }
 
-// parse also returns the document, for partial updates.
-func parse(data []byte, source string) (*Config, *yaml.Node, error) {
+// parse also returns the document, for partial updates. lines says
+// whether a range error names its line.
+func parse(data []byte, source string, lines bool) (*Config, *yaml.Node, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, nil, fmt.Errorf("%w: %s: %v", ErrInvalid, source, err)
@@ -324,7 +325,7 @@ func parse(data []byte, source string) (*Config, *yaml.Node, error) {
 	}
 	if err := cfg.Validate(); err != nil {
 		var re *RangeError
-		if errors.As(err, &re) {
+		if lines && errors.As(err, &re) {
 			re.Line = lineOf(root, re.Key)
 		}
 		return nil, nil, fmt.Errorf("%w: %s: %w", ErrInvalid, source, err)

@@ -385,7 +385,7 @@ limits:
 			"# my settings\npolicy: sliding # the default\npolicies:\n  sliding:\n    window_size: 8\n    step: 2\ncompact:\n  model: \"4\"\n  prompt: \"true\"\nlimits:\n  max_messages: 100\n", ""},
 		{"emptied blocks go", `{"policies":{"sliding":null},"limits":{"max_messages":null}}`,
 			"# my settings\npolicy: sliding # the default\n", ""},
-		{"out of range rejected, nothing saved", `{"limits":{"plugin":{"max_instances":-3}}}`, "", "limits.plugin.max_instances: -3 is out of range (allowed: 1 to 256"},
+		{"out of range rejected, nothing saved", `{"limits":{"plugin":{"max_instances":-3}}}`, "", "update: limits.plugin.max_instances: -3 is out of range (allowed: 1 to 256"},
 		{"too large rejected", `{"compact":{"prompt":"` + strings.Repeat("p", MaxFileBytes) + `"}}`, "", "the limit is 1048576"},
 		{"yaml patch", "limits:\n  max_messages: 7\n",
 			"# my settings\npolicy: sliding # the default\npolicies:\n  sliding:\n    window_size: 8\n    step: 2\nlimits:\n  max_messages: 7\n", ""},

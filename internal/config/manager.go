@@ -155,7 +155,7 @@ func (m *Manager) read() (*Config, *yaml.Node, fs.FileMode, error) {
 	if st, err := os.Stat(m.opts.Path); err == nil {
 		mode = st.Mode().Perm()
 	}
-	cfg, doc, err := parse(data, m.opts.Path)
+	cfg, doc, err := parse(data, m.opts.Path, true)
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -292,7 +292,9 @@ func applyPatch(doc *yaml.Node, patch []byte) ([]byte, *Config, error) {
 	if buf.Len() > MaxFileBytes {
 		return nil, nil, fmt.Errorf("%w: update: the config file would be %d bytes; the limit is %d (delete settings with null)", ErrInvalid, buf.Len(), MaxFileBytes)
 	}
-	file, err := Parse(buf.Bytes(), "update")
+	// Range errors name no line: a line of the merged document would
+	// mislead the sender of the patch.
+	file, _, err := parse(buf.Bytes(), "update", false)
 	if err != nil {
 		return nil, nil, err
 	}
