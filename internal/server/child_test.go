@@ -27,18 +27,11 @@ import (
 // test binary runs itself as that process: with childDirEnv set, TestMain
 // runs a daemon on the directory it names (plugins/, state/, config.yaml,
 // s.sock, as setup lays them out) until SIGTERM, reloading its config on
-// SIGHUP, as `compactd serve` does.
+// SIGHUP, as `compactd serve` does (see TestMain in openapi_test.go).
 const (
 	childDirEnv   = "COMPACTD_TEST_DAEMON_DIR"
 	childCacheEnv = "COMPACTD_TEST_DAEMON_CACHE"
 )
-
-func TestMain(m *testing.M) {
-	if dir := os.Getenv(childDirEnv); dir != "" {
-		os.Exit(runChildDaemon(dir, os.Getenv(childCacheEnv)))
-	}
-	os.Exit(m.Run())
-}
 
 // runChildDaemon is the child process's main.
 func runChildDaemon(dir, cacheDir string) int {
@@ -115,7 +108,7 @@ func startChild(t testing.TB, td *testDaemon) *childDaemon {
 		d.code = d.cmd.ProcessState.ExitCode()
 		close(d.done)
 	}()
-	d.c = client.New(d.socket)
+	d.c = apiClient(t, d.socket) // validated against openapi.yaml
 	t.Cleanup(func() {
 		d.c.Close()
 		select {
