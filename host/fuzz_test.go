@@ -9,13 +9,15 @@ import (
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
+	"github.com/compactd/compactd/internal/chat"
 )
 
 // FuzzDecodeResult feeds arbitrary plugin output to the result decoder
 // against a fixed conversation. It must never panic or change the input;
 // it either refuses the output as invalid, or returns a valid conversation
 // of UTF-8 JSON messages whose refs are the caller's bytes, ending with
-// the caller's last message.
+// the caller's last message, that compactd would accept as a request
+// (content parts in OpenAI's format).
 func FuzzDecodeResult(f *testing.F) {
 	for _, seed := range []string{
 		`{"messages":[{"ref":0},{"ref":1},{"ref":2},{"ref":3},{"ref":4},{"ref":5},{"ref":6},{"ref":7},{"ref":8}],"compacted":false}`,
@@ -24,6 +26,9 @@ func FuzzDecodeResult(f *testing.F) {
 		`{"messages":[{"ref":0},{"role":"tool","tool_call_id":"ghost","content":"x"},{"ref":8}]}`,
 		`{"messages":[{"ref":0,"role":"user"},{"ref":8}]}`,
 		"{\"messages\":[{\"ref\":0},{\"ref\":8}],\"summary\":\"\xff\"}",
+		`{"messages":[{"ref":0},{"role":"user","content":[{"type":"text","text":"a","cache_control":{"type":"ephemeral"}}]},{"ref":8}],"compacted":true}`,
+		`{"messages":[{"ref":0},{"role":"user","content":[{"type":"image","source":{}}]},{"ref":8}],"compacted":true}`,
+		`{"messages":[{"ref":0},{"role":"tool","tool_call_id":"c1","content":[{"type":"image_url","image_url":{"url":"x"}}]},{"ref":8}]}`,
 		`{"messages":[]}`,
 		`not json`,
 	} {
@@ -48,6 +53,9 @@ func FuzzDecodeResult(f *testing.F) {
 		}
 		if !utf8.Valid(out) {
 			t.Fatal("accepted output that is not UTF-8")
+		}
+		if _, err := chat.FromRaw(c.Raw); err != nil {
+			t.Fatalf("accepted output compactd would refuse as a request: %v", err)
 		}
 		if c.Len() == 0 || !bytes.Equal(c.Raw[c.Len()-1], in.Raw[in.Len()-1]) {
 			t.Fatal("the last message is not the caller's")

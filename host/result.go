@@ -41,6 +41,10 @@ func decodeResult(in *chat.Conversation, out []byte) (*Response, *PluginError) {
 		}
 		m := *it.Message
 		m.Tokens = 0
+		if err := chat.CheckContent(m.Role, m.Content); err != nil {
+			// The caller would send it on, and the provider refuse it.
+			return nil, &PluginError{Kind: ErrInvalidResult, Detail: fmt.Sprintf("message %d (%s): %v", i, m.Role, err)}
+		}
 		b, err := marshalMessage(&m)
 		if err != nil {
 			return nil, &PluginError{Kind: ErrInvalidOutput, Detail: fmt.Sprintf("message %d: %v", i, err), Err: err}

@@ -124,7 +124,7 @@ func FromRaw(raw []json.RawMessage) (*Conversation, error) {
 		if err := json.Unmarshal(r, &c.Messages[i]); err != nil {
 			return nil, fmt.Errorf("%w: message %d: %v", ErrMalformed, i, err)
 		}
-		if err := checkContent(c.Messages[i].Role, c.Messages[i].Content); err != nil {
+		if err := CheckContent(c.Messages[i].Role, c.Messages[i].Content); err != nil {
 			return nil, fmt.Errorf("%w: message %d (%s): %v", ErrMalformed, i, c.Messages[i].Role, err)
 		}
 		c.Messages[i].Tokens = 0 // a caller's "tokens" field is not trusted

@@ -34,11 +34,12 @@ func partTypesFor(role string) string {
 	return strings.Join(out, ", ")
 }
 
-// checkContent reports content that is not in OpenAI's message format: an
+// CheckContent reports content that is not in OpenAI's message format: an
 // array whose elements are not content parts of a type the role may carry,
 // with the fields that type requires. Strings and null are always valid
-// (the JSON decoder already refused anything else).
-func checkContent(role string, c abi.Content) error {
+// (the JSON decoder already refused anything else). Requests are checked
+// with it when parsed, and the host checks the messages a plugin writes.
+func CheckContent(role string, c abi.Content) error {
 	if partTypesFor(role) == "" {
 		return nil // an unknown role: Validate reports it
 	}
