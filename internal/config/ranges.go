@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/host"
 	"gopkg.in/yaml.v3"
 )
@@ -53,6 +54,9 @@ const (
 	MaxCompactSetting  = math.MaxInt32
 	MaxPipeline        = 16
 	MaxSocketPathBytes = 107 // a Unix socket path, without its terminating NUL
+	MinProxyTimeout    = time.Second
+	MaxProxyTimeout    = 24 * time.Hour
+	MaxProxyStored     = 16 << 30
 	// MaxFileBytes bounds the config file: a larger file is refused at
 	// start and on SIGHUP, and an update that would make it larger is
 	// refused.
@@ -90,6 +94,7 @@ func (c *Config) checkRanges() error {
 		durationRange("state.ttl", c.State.TTL, MinStateTTL, MaxStateTTL),
 		intRange("state.max_conversations", c.State.MaxConversations, 1, MaxConversations),
 		intRange("state.max_state_bytes", c.State.MaxStateBytes, MinStateBytes, MaxStateBytes),
+		c.Proxy.checkRanges(),
 	}
 	names := make([]string, 0, len(l.Plugins))
 	for name := range l.Plugins {
@@ -118,6 +123,25 @@ func (c *Config) checkRanges() error {
 		checks = append(checks, &RangeError{Key: "socket", Value: fmt.Sprintf("a path of %d bytes", n), Allowed: fmt.Sprintf("at most %d bytes (a Unix socket path)", MaxSocketPathBytes)})
 	}
 	for _, err := range checks {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkRanges checks the proxy block's numbers (README.md, "Use it as a
+// proxy").
+func (p *Proxy) checkRanges() error {
+	if t := p.Threshold; t != 0 && !(t > 0 && t <= 1) {
+		return &RangeError{Key: "proxy.threshold", Value: strconv.FormatFloat(t, 'g', -1, 64), Allowed: "a ratio above 0 and at most 1"}
+	}
+	for _, err := range []error{
+		intRange("proxy.trigger_tokens", p.TriggerTokens, 1, abi.MaxTokenCount),
+		intRange("proxy.context_window", p.ContextWindow, 1, MaxProxyContextWindow),
+		durationRange("proxy.timeout", p.Timeout, MinProxyTimeout, MaxProxyTimeout),
+		intRange("proxy.max_stored_bytes", p.MaxStoredBytes, 1, MaxProxyStored),
+	} {
 		if err != nil {
 			return err
 		}

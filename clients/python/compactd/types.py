@@ -97,6 +97,9 @@ class Policy:
     file: str
     calls: int
     failures: int
+    #: log lines dropped over the rate limit / cut to the length limit
+    log_lines_dropped: int
+    log_lines_truncated: int
     version: str = ""
     abi: str = ""
     description: str = ""
@@ -108,6 +111,9 @@ class Policy:
     exports: List[str] = field(default_factory=list)
     limits: Optional[Limits] = None
     error: Optional[LoadError] = None
+    #: the daemon died while loading these bytes; not loaded again until
+    #: the file changes (``error`` says when)
+    quarantined: bool = False
 
 
 @dataclass
