@@ -286,8 +286,9 @@ type ConfigDocument struct {
 	// Warnings are non-fatal problems with the config.
 	Warnings []string `json:"warnings,omitempty"`
 	// Errors (GET only) are problems that would reject the running config
-	// now: it no longer passes the loaded plugins' checks, or the config
-	// file's last reload failed (the running config is the one before).
+	// now, by the checks an update, a reload and a start make (a reloaded
+	// plugin's schema may reject it), or the config file's last reload
+	// failed (the running config is the one before).
 	Errors []string `json:"errors,omitempty"`
 }
 

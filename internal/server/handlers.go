@@ -175,14 +175,18 @@ func (s *Server) runningConfig() (client.ConfigDocument, error) {
 	return doc, nil
 }
 
-// configProblems checks the running config against the plugins loaded
-// now (a plugin reloaded with a new schema may reject it) and reports the
-// last failed reload of the config file (SIGHUP), which left the running
-// config in place.
+// configProblems runs the checks PUT /v1/config and SIGHUP make (the
+// daemon's checkConfig: the plan a start would build, the memory limits
+// against the plugins loaded, the plugins' schemas) on the running config
+// again, against the plugins loaded now (a plugin reloaded with a new
+// schema or more initial memory may reject it), and reports the last
+// failed reload of the config file (SIGHUP), which left the running
+// config in place. There is one notion of a config problem: what one of
+// these answers is what the others would.
 func (s *Server) configProblems() (warnings, errs []string) {
 	warnings, err := s.opts.Config.Check()
 	if err != nil {
-		errs = append(errs, "the running config no longer passes the loaded plugins' checks: "+err.Error())
+		errs = append(errs, "the running config would be refused now (by an update, a reload or a start): "+err.Error())
 	}
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
