@@ -41,9 +41,14 @@ func decodeResult(in *chat.Conversation, out []byte) (*Response, *PluginError) {
 		}
 		m := *it.Message
 		m.Tokens = 0
-		if err := chat.CheckContent(m.Role, m.Content); err != nil {
-			// The caller would send it on, and the provider refuse it.
-			return nil, &PluginError{Kind: ErrInvalidResult, Detail: fmt.Sprintf("message %d (%s): %v", i, m.Role, err)}
+		if in.OpenAIContent() {
+			// Held to the format the caller's messages are in: the caller
+			// would send the message on, and the provider refuse it. (A
+			// conversation converted from Anthropic's format is converted
+			// back, content blocks and all, by its own rules.)
+			if err := chat.CheckContent(m.Role, m.Content); err != nil {
+				return nil, &PluginError{Kind: ErrInvalidResult, Detail: fmt.Sprintf("message %d (%s): %v", i, m.Role, err)}
+			}
 		}
 		b, err := marshalMessage(&m)
 		if err != nil {

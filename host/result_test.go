@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/compactd/compactd/internal/chat"
 )
 
 // TestDecodeResultContentParts: a message a plugin writes must be in
@@ -33,5 +35,20 @@ func TestDecodeResultContentParts(t *testing.T) {
 				t.Fatalf("got %v, want an invalid result containing %q", pe, tt.want)
 			}
 		})
+	}
+}
+
+// TestDecodeResultPartsOfOtherFormats: a conversation converted from
+// another format (Anthropic's chat form has bare {"type":"image"} parts)
+// is not held to OpenAI's parts: it is converted back by its own rules.
+func TestDecodeResultPartsOfOtherFormats(t *testing.T) {
+	in := testConversation(t)
+	converted := &chat.Conversation{Raw: in.Raw, Messages: in.Messages}
+	out := `{"messages":[{"ref":0},{"role":"user","content":[{"type":"image"}]},{"ref":` + itoa(in.Len()-1) + `}],"compacted":true}`
+	if _, pe := decodeResult(converted, []byte(out)); pe != nil {
+		t.Fatalf("refused: %v", pe)
+	}
+	if _, pe := decodeResult(in, []byte(out)); pe == nil {
+		t.Fatal("an OpenAI-format conversation took a part OpenAI's format does not have")
 	}
 }

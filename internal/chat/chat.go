@@ -36,7 +36,17 @@ type Conversation struct {
 	envelope []byte
 	// msgStart and msgEnd are the byte range of the array in envelope.
 	msgStart, msgEnd int
+	// openAI reports that every message's content is in OpenAI's format
+	// (FromRaw checked it; see OpenAIContent).
+	openAI bool
 }
+
+// OpenAIContent reports whether the conversation is in OpenAI's message
+// format: it was parsed by FromRaw (or Parse), which checked every
+// message's content parts, or derived from one with WithMessages. A
+// conversation converted from another format (Anthropic's) is not: its
+// chat form stands for content blocks OpenAI's format does not have.
+func (c *Conversation) OpenAIContent() bool { return c.openAI }
 
 // Parse reads a conversation from a JSON array of messages, or from an
 // object with a "messages" array (other keys are kept and written back by
@@ -129,6 +139,7 @@ func FromRaw(raw []json.RawMessage) (*Conversation, error) {
 		}
 		c.Messages[i].Tokens = 0 // a caller's "tokens" field is not trusted
 	}
+	c.openAI = true
 	return c, nil
 }
 
@@ -155,7 +166,7 @@ func (c *Conversation) TotalTokens() int {
 // WithMessages returns a conversation with other messages in the same
 // envelope (used for results: the caller's other keys are kept).
 func (c *Conversation) WithMessages(raw []json.RawMessage, msgs []abi.Message) *Conversation {
-	return &Conversation{Raw: raw, Messages: msgs, envelope: c.envelope, msgStart: c.msgStart, msgEnd: c.msgEnd}
+	return &Conversation{Raw: raw, Messages: msgs, envelope: c.envelope, msgStart: c.msgStart, msgEnd: c.msgEnd, openAI: c.openAI}
 }
 
 // WriteMessages writes the messages as a JSON array of their raw bytes.
