@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"unsafe"
 )
 
@@ -66,15 +67,15 @@ func AppendFastRequestView(dst []byte, config json.RawMessage, ctx *Context, msg
 	dst = appendString(dst, config)
 	dst = appendString(dst, ctx.Model)
 	dst = appendString(dst, ctx.Encoding)
-	dst = binary.LittleEndian.AppendUint32(dst, uint32(ctx.ContextWindow))
-	dst = binary.LittleEndian.AppendUint32(dst, uint32(ctx.TotalTokens))
+	dst = binary.LittleEndian.AppendUint32(dst, wireU32(ctx.ContextWindow))
+	dst = binary.LittleEndian.AppendUint32(dst, wireU32(ctx.TotalTokens))
 	dst = appendString(dst, ctx.ConversationID)
 	dst = appendString(dst, ctx.State)
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(msgs)))
 	for i := range msgs {
 		m := &msgs[i]
 		dst = appendString(dst, m.Role)
-		dst = binary.LittleEndian.AppendUint32(dst, uint32(m.Tokens))
+		dst = binary.LittleEndian.AppendUint32(dst, wireU32(m.Tokens))
 		switch {
 		case m.Content.IsNull():
 			dst = append(dst, fastContentNull)
@@ -112,6 +113,20 @@ func textSize(c Content) int {
 		return c.Len()
 	}
 	return len(c.Text())
+}
+
+// wireU32 is n as a wire u32. The host checks its integers' ranges before
+// it encodes a request (see MaxTokenCount); should a value
+// still be out of range, it saturates rather than wrapping, so a window of
+// 2^32 never reaches a plugin as 0.
+func wireU32(n int) uint32 {
+	switch {
+	case n < 0:
+		return 0
+	case uint64(n) > math.MaxUint32:
+		return math.MaxUint32
+	}
+	return uint32(n)
 }
 
 func appendString[T string | []byte | json.RawMessage](dst []byte, s T) []byte {

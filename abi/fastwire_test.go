@@ -3,6 +3,7 @@ package abi
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"reflect"
 	"testing"
 )
@@ -60,6 +61,9 @@ func TestFastRequestRejectsGarbage(t *testing.T) {
 	}
 }
 
+// FuzzDecodeFastRequest: the decoder never panics, never allocates more
+// than its input can describe, and what it accepts survives a round trip
+// through the encoder field for field.
 func FuzzDecodeFastRequest(f *testing.F) {
 	var req CompactRequest
 	_ = json.Unmarshal([]byte(fastSample), &req)
@@ -67,11 +71,25 @@ func FuzzDecodeFastRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, err := DecodeFastRequest(b, nil)
 		if err != nil {
+			if !errors.Is(err, ErrFastRequest) {
+				t.Fatalf("error %v does not wrap ErrFastRequest", err)
+			}
 			return
 		}
 		again, err := DecodeFastRequest(AppendFastRequest(nil, got.Config, &got.Context, got.Messages), nil)
 		if err != nil || len(again.Messages) != len(got.Messages) {
 			t.Fatalf("re-encoding a decoded request fails: %v", err)
+		}
+		if string(again.Config) != string(got.Config) || !reflect.DeepEqual(again.Context, got.Context) || len(again.Messages) != len(got.Messages) {
+			t.Fatalf("round trip changed the request:\n got %+v\nthen %+v", got, again)
+		}
+		for i := range got.Messages {
+			g, a := got.Messages[i], again.Messages[i]
+			if g.Role != a.Role || g.Tokens != a.Tokens || g.Name != a.Name || g.ToolCallID != a.ToolCallID ||
+				g.Text() != a.Text() || g.Content.IsNull() != a.Content.IsNull() || len(g.ToolCalls) != len(a.ToolCalls) ||
+				len(g.ToolCalls) > 0 && !reflect.DeepEqual(g.ToolCalls, a.ToolCalls) {
+				t.Fatalf("message %d changed in a round trip:\n got %+v\nthen %+v", i, g, a)
+			}
 		}
 	})
 }
@@ -145,5 +163,18 @@ func TestFastRequestHeaders(t *testing.T) {
 	var bad Content
 	if err := json.Unmarshal([]byte(`{"omitted":"image"}`), &bad); err == nil {
 		t.Error("unknown omitted kind accepted")
+	}
+}
+
+// TestFastRequestSaturates: integers beyond a u32 are sent as the largest
+// u32, never wrapped (a window of 2^32 must not reach a plugin as 0).
+func TestFastRequestSaturates(t *testing.T) {
+	ctx := Context{ContextWindow: 1 << 32, TotalTokens: -5}
+	got, err := DecodeFastRequest(AppendFastRequest(nil, nil, &ctx, []Message{{Role: RoleUser, Tokens: 1<<32 + 7}}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Context.ContextWindow != math.MaxUint32 || got.Context.TotalTokens != 0 || got.Messages[0].Tokens != math.MaxUint32 {
+		t.Errorf("context %+v, tokens %d", got.Context, got.Messages[0].Tokens)
 	}
 }

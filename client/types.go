@@ -123,6 +123,14 @@ type Policy struct {
 	// Error is the file's last load failure; the version above (if any)
 	// keeps serving.
 	Error *LoadError `json:"error,omitempty"`
+	// Quarantined reports that the daemon died while loading the file's
+	// current bytes: they are not loaded again until the file changes or
+	// is removed and put back (Error says when).
+	Quarantined bool `json:"quarantined,omitempty"`
+	// LogLinesDropped and LogLinesTruncated count the file's log lines
+	// dropped over the rate limit and cut to the line-length limit.
+	LogLinesDropped   uint64 `json:"log_lines_dropped"`
+	LogLinesTruncated uint64 `json:"log_lines_truncated"`
 }
 
 // Instances describe a plugin's pool of instances.
@@ -294,8 +302,9 @@ type ConfigDocument struct {
 	// Warnings are non-fatal problems with the config.
 	Warnings []string `json:"warnings,omitempty"`
 	// Errors (GET only) are problems that would reject the running config
-	// now: it no longer passes the loaded plugins' checks, or the config
-	// file's last reload failed (the running config is the one before).
+	// now, by the checks an update, a reload and a start make (a reloaded
+	// plugin's schema may reject it), or the config file's last reload
+	// failed (the running config is the one before).
 	Errors []string `json:"errors,omitempty"`
 }
 

@@ -17,7 +17,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -67,13 +66,19 @@ type Engine struct {
 	holds       int
 	unheld      chan struct{} // closed when holds drops to 0
 	pending     atomic.Int64  // background compiles not done
+	logsMu      sync.Mutex
+	logs        map[string]*logLimiter // per plugin file name
 
 	closeOnce sync.Once
 }
 
 // NewEngine returns an engine. Close it to release the compilation cache.
+// It fails if cfg.Limits are out of range.
 func NewEngine(cfg Config) (*Engine, error) {
-	e := &Engine{cfg: cfg, logger: cfg.Logger, compileSlot: make(chan struct{}, 1), done: make(chan struct{})}
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, fmt.Errorf("host limits: %w", err)
+	}
+	e := &Engine{cfg: cfg, logger: cfg.Logger, logs: map[string]*logLimiter{}, compileSlot: make(chan struct{}, 1), done: make(chan struct{})}
 	if e.logger == nil {
 		e.logger = hclog.NewNullLogger()
 	}
@@ -110,9 +115,6 @@ func (e *Engine) Close(ctx context.Context) error {
 // Limits returns the engine's default limits (with defaults applied).
 func (e *Engine) Limits() Limits { return e.cfg.Limits }
 
-// wasmMaxPages is the most pages a 32-bit Wasm memory can have (4 GiB).
-const wasmMaxPages = 65536
-
 // LoadOptions are per-plugin load settings.
 type LoadOptions struct {
 	// Source names where the bytes came from (a file path), for messages.
@@ -133,6 +135,12 @@ type LoadOptions struct {
 	// interpreted one once ready (calls in flight finish on the one they
 	// started on). Plugin.Tier tells which serves.
 	Quick bool
+	// Compiling, if set, is called before every compile of the module
+	// after Load returns (a lazy plugin's first use, the background
+	// compile of a Quick load, a compile after ReleaseIdle), and the
+	// function it returns after the compile: the registry marks the file
+	// as loading, so a crash while compiling is put down to it.
+	Compiling func() (done func())
 }
 
 // Compilation tiers (Plugin.Tier).
@@ -142,30 +150,62 @@ const (
 	TierCompiled    = "compiled"    // wazero's optimizing compiler
 )
 
-// Load compiles wasm, instantiates it once and asks it to describe itself
-// (or, with opts.Described, takes that description and compiles later).
-// It fails with a *PluginError of kind ErrInvalidModule, ErrABIMismatch or
-// ErrInvalidDescription (or whatever describe did wrong) for a module that
-// cannot serve.
-func (e *Engine) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Plugin, error) {
-	limits := e.cfg.Limits.Over(opts.Limits)
+// Load compiles wasm, instantiates it once and asks it to describe itself.
+// It fails with a *PluginError of kind ErrInvalidModule, ErrMemoryLimit,
+// ErrABIMismatch or ErrInvalidDescription (or whatever describe did wrong,
+// ErrTimeout included) for a module that cannot serve. Everything it runs
+// in the module runs under the plugin's call timeout and memory limit, and
+// a panic anywhere in loading (in compactd or a library) is recovered,
+// logged with its stack, and returned as ErrPanic: no module can take the
+// process down.
+func (e *Engine) Load(ctx context.Context, wasm []byte, opts LoadOptions) (p *Plugin, err error) {
 	label := opts.Source
 	if label == "" {
 		label = "(memory)"
 	} else {
 		label = filepath.Base(label)
 	}
+	if err := opts.Limits.Validate(); err != nil {
+		return nil, fmt.Errorf("plugin %s: limits: %w", label, err)
+	}
+	limits := e.cfg.Limits.Over(opts.Limits)
 	sum := sha256.Sum256(wasm)
 	pluginLogger := e.logger.Named(trimExt(label))
+	logs := e.logLimiter(label)
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		if p != nil {
+			func() {
+				defer func() { _ = recover() }()
+				p.Close(ctx)
+			}()
+		}
+		e.logger.Error("panic while loading a plugin; the plugin is refused", "plugin", label, "panic", r, "stack", string(debug.Stack()))
+		p, err = nil, &PluginError{Plugin: label, Export: "load", Kind: ErrPanic, Detail: fmt.Sprint(r)}
+	}()
 
 	if opts.Described != nil {
-		p := newPlugin(nil, limits, pluginLogger)
+		// Nothing is compiled yet, but a module that declares more
+		// initial memory than its limit is refused now, as a compiled
+		// one would be.
+		pages, _, merr := wasminstr.MemoryMinPages(wasm)
+		if merr == nil {
+			if pe := checkInitialPages(pages, limits.MaxMemoryPages); pe != nil {
+				pe.Plugin, pe.Export = label, "load"
+				return nil, pe
+			}
+		}
+		p = newPlugin(nil, limits, pluginLogger)
 		p.source, p.sha256, p.fromDescription = opts.Source, hex.EncodeToString(sum[:]), true
+		p.initialPages, p.logs = pages, logs
 		p.lazyPath = "extism"
 		if fns, err := wasminstr.FunctionExports(wasm); err == nil && fns[abi.ExportFastAlloc] && fns[abi.ExportFastCall] && !e.cfg.DisableFastPath {
 			p.lazyPath = "fast"
 		}
-		p.loadModule = e.reloader(opts.Source, wasm, sum, label, limits, pluginLogger)
+		p.loadModule = e.reloader(opts.Source, wasm, sum, label, limits, pluginLogger, logs, opts.Compiling)
 		if err := p.setDescription(*opts.Described); err != nil {
 			return nil, err
 		}
@@ -173,16 +213,16 @@ func (e *Engine) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Plug
 		return p, nil
 	}
 
-	b, err := e.build(ctx, wasm, label, limits, pluginLogger, opts.Quick)
+	b, err := e.build(ctx, wasm, label, limits, pluginLogger, logs, opts.Quick)
 	if err != nil {
 		return nil, err
 	}
-	p := newPlugin(b.mod, limits, pluginLogger)
-	p.source, p.sha256 = opts.Source, hex.EncodeToString(sum[:])
+	p = newPlugin(b.mod, limits, pluginLogger)
+	p.source, p.sha256, p.initialPages, p.logs = opts.Source, hex.EncodeToString(sum[:]), b.initialPages, logs
 	// After ReleaseIdle, the module is compiled again from its file.
 	if opts.Source != "" {
 		p.lazyPath = b.mod.path()
-		p.loadModule = e.reloader(opts.Source, nil, sum, label, limits, pluginLogger)
+		p.loadModule = e.reloader(opts.Source, nil, sum, label, limits, pluginLogger, logs, opts.Compiling)
 	}
 	for name := range b.exports {
 		p.exportNames[name] = true
@@ -194,7 +234,7 @@ func (e *Engine) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Plug
 	}
 	p.logger = e.logger.Named(p.desc.Name)
 	if b.interpreted {
-		e.compileLater(p, wasm, label, limits, pluginLogger)
+		e.compileLater(p, wasm, label, limits, pluginLogger, logs, opts.Compiling)
 	}
 	return p, nil
 }
@@ -204,7 +244,7 @@ func (e *Engine) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Plug
 // the bytes with hash sum (a file that changed is a new version, which
 // the registry loads on its own). Keeping no copy of the bytes keeps an
 // unloaded plugin's memory at nothing.
-func (e *Engine) reloader(source string, wasm []byte, sum [sha256.Size]byte, label string, limits Limits, logger hclog.Logger) func(context.Context) (module, error) {
+func (e *Engine) reloader(source string, wasm []byte, sum [sha256.Size]byte, label string, limits Limits, logger hclog.Logger, logs *logLimiter, compiling func() func()) func(context.Context) (module, error) {
 	if source != "" {
 		wasm = nil
 	}
@@ -220,7 +260,9 @@ func (e *Engine) reloader(source string, wasm []byte, sum [sha256.Size]byte, lab
 				return nil, &PluginError{Plugin: label, Export: "load", Kind: ErrInvalidModule, Detail: err.Error(), Err: err}
 			}
 		}
-		b, err := e.build(ctx, code, label, limits, logger, false)
+		done := marking(compiling)
+		b, err := e.build(ctx, code, label, limits, logger, logs, false)
+		done()
 		if err != nil {
 			return nil, err
 		}
@@ -231,7 +273,7 @@ func (e *Engine) reloader(source string, wasm []byte, sum [sha256.Size]byte, lab
 // compileLater compiles a plugin's module with the optimizing compiler in
 // the background and swaps it in. One such compile runs at a time, so a
 // cold start with many plugins does not starve the calls they serve.
-func (e *Engine) compileLater(p *Plugin, wasm []byte, label string, limits Limits, logger hclog.Logger) {
+func (e *Engine) compileLater(p *Plugin, wasm []byte, label string, limits Limits, logger hclog.Logger, logs *logLimiter, compiling func() func()) {
 	e.background.Add(1)
 	e.pending.Add(1)
 	go func() {
@@ -264,7 +306,9 @@ func (e *Engine) compileLater(p *Plugin, wasm []byte, label string, limits Limit
 			return
 		}
 		ctx := context.Background()
-		b, err := e.build(ctx, wasm, label, limits, logger, false)
+		done := marking(compiling)
+		b, err := e.build(ctx, wasm, label, limits, logger, logs, false)
+		done()
 		if err != nil {
 			logger.Warn("compiling in the background failed; the interpreter keeps serving", "error", err)
 			return
@@ -275,6 +319,18 @@ func (e *Engine) compileLater(p *Plugin, wasm []byte, label string, limits Limit
 		}
 		logger.Debug("compiled module swapped in", "plugin", p.Name())
 	}()
+}
+
+// marking calls compiling (LoadOptions.Compiling), if set, and returns
+// the function to call when the compile is done.
+func marking(compiling func() func()) (done func()) {
+	if compiling == nil {
+		return func() {}
+	}
+	if done = compiling(); done == nil {
+		return func() {}
+	}
+	return done
 }
 
 // compileDone is called when a background compile ends; after the last
@@ -313,24 +369,33 @@ func (e *Engine) HoldCompiles() (release func()) {
 
 // built is a compiled module and what Load needs to know of it.
 type built struct {
-	mod         module
-	exports     map[string]api.FunctionDefinition
-	interpreted bool
+	mod          module
+	exports      map[string]api.FunctionDefinition
+	interpreted  bool
+	initialPages uint32
 }
 
 // build compiles wasm for the path it takes (quick: with the interpreter,
-// for the fast path).
-func (e *Engine) build(ctx context.Context, wasm []byte, label string, limits Limits, logger hclog.Logger, quick bool) (*built, error) {
+// for the fast path). It runs at load, on a lazy plugin's first call and
+// in background compiles: a panic in it (in compactd or a library) is
+// recovered, logged with its stack and returned as ErrPanic.
+func (e *Engine) build(ctx context.Context, wasm []byte, label string, limits Limits, logger hclog.Logger, logs *logLimiter, quick bool) (b *built, err error) {
 	loadErr := func(kind error, format string, args ...any) error {
 		return &PluginError{Plugin: label, Export: "load", Kind: kind, Detail: fmt.Sprintf(format, args...)}
 	}
+	defer func() {
+		if r := recover(); r != nil {
+			e.logger.Error("panic while compiling a plugin; the plugin is refused", "plugin", label, "panic", r, "stack", string(debug.Stack()))
+			b, err = nil, &PluginError{Plugin: label, Export: "load", Kind: ErrPanic, Detail: fmt.Sprint(r)}
+		}
+	}()
 	rc := wazero.NewRuntimeConfig().
 		WithCompilationCache(e.cache).
 		WithCloseOnContextDone(true).
 		// wazero's own limit is left at the Wasm maximum: the memory
 		// tracker enforces ours, so that it sees (and can report) a
 		// refused growth, which wazero's limit would refuse silently.
-		WithMemoryLimitPages(wasmMaxPages)
+		WithMemoryLimitPages(MaxMemoryPages)
 	// A module for the fast path is made interruptible by our own
 	// instrumentation (package wasminstr), much cheaper than wazero's
 	// checks; one the instrumenter refuses keeps wazero's checks.
@@ -347,7 +412,7 @@ func (e *Engine) build(ctx context.Context, wasm []byte, label string, limits Li
 			if quick {
 				fastRC = wazero.NewRuntimeConfigInterpreter().
 					WithCloseOnContextDone(guard == nil).
-					WithMemoryLimitPages(wasmMaxPages)
+					WithMemoryLimitPages(MaxMemoryPages)
 				interpreted = true
 			}
 		}
@@ -379,6 +444,11 @@ func (e *Engine) build(ctx context.Context, wasm []byte, label string, limits Li
 			return nil, loadErr(ErrInvalidModule, "missing required export %q", name)
 		}
 	}
+	initialPages, merr := checkMemory(compiled, limits.MaxMemoryPages)
+	if merr != nil {
+		merr.Plugin, merr.Export = label, "load"
+		return nil, merr
+	}
 	_, hasAlloc := exports[abi.ExportFastAlloc]
 	_, hasCall := exports[abi.ExportFastCall]
 
@@ -386,60 +456,120 @@ func (e *Engine) build(ctx context.Context, wasm []byte, label string, limits Li
 		if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
 			return nil, loadErr(ErrInvalidModule, "instantiating WASI: %v", err)
 		}
-		if err := instantiateFastHostModules(ctx, rt, logger); err != nil {
+		if err := instantiateFastHostModules(ctx, rt, logger, logs); err != nil {
 			return nil, loadErr(ErrInvalidModule, "%v", err)
 		}
 		kept = true
 		return &built{mod: &fastModule{rt: rt, compiled: compiled, limits: limits, guard: guard, interp: interpreted},
-			exports: exports, interpreted: interpreted}, nil
+			exports: exports, interpreted: interpreted, initialPages: initialPages}, nil
 	}
-	em, err := newExtismModule(ctx, wasm, rc, e.cfg.CacheDir, limits, logger)
+	em, err := newExtismModule(ctx, wasm, rc, e.cfg.CacheDir, limits, logger, logs)
 	if err != nil {
 		return nil, loadErr(ErrInvalidModule, "%v", err)
 	}
-	return &built{mod: em, exports: exports}, nil
+	return &built{mod: em, exports: exports, initialPages: initialPages}, nil
+}
+
+// checkMemory checks the module's linear memory: defined by the module
+// (not imported), exported as "memory" (the ABI's rule; wazero supports
+// one memory per module, so that is all of it), and declaring no more
+// initial pages than maxPages. A module asking for more at start is
+// refused here: the memory allocator could only refuse it mid-way through
+// instantiation. It returns the initial pages.
+func checkMemory(compiled wazero.CompiledModule, maxPages uint32) (uint32, *PluginError) {
+	if imported := compiled.ImportedMemories(); len(imported) > 0 {
+		mod, name, _ := imported[0].Import()
+		return 0, &PluginError{Kind: ErrInvalidModule, Detail: fmt.Sprintf("imports its linear memory (%s.%s); a plugin defines and exports its own", mod, name)}
+	}
+	mem, ok := compiled.ExportedMemories()["memory"]
+	if !ok {
+		return 0, &PluginError{Kind: ErrInvalidModule, Detail: `does not export its linear memory as "memory"`}
+	}
+	if pe := checkInitialPages(mem.Min(), maxPages); pe != nil {
+		return 0, pe
+	}
+	return mem.Min(), nil
+}
+
+// checkInitialPages refuses a module whose memory declares more initial
+// pages than maxPages.
+func checkInitialPages(pages, maxPages uint32) *PluginError {
+	if pages > maxPages {
+		return &PluginError{Kind: ErrMemoryLimit, Detail: fmt.Sprintf("declares %d pages (%s) of initial memory; the limit is %d pages (%s)",
+			pages, mib(uint64(pages)<<16), maxPages, mib(uint64(maxPages)<<16))}
+	}
+	return nil
+}
+
+// mib formats a byte count in MiB.
+func mib(n uint64) string {
+	if n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
+
+// logLimiter returns the log limiter of the plugin file label, shared by
+// every version loaded from it: rewriting a file does not reset its
+// budget.
+func (e *Engine) logLimiter(label string) *logLimiter {
+	e.logsMu.Lock()
+	defer e.logsMu.Unlock()
+	l := e.logs[label]
+	if l == nil {
+		l = newLogLimiter()
+		e.logs[label] = l
+	}
+	return l
+}
+
+// LogCounts returns how many log lines the plugin file named base (as in
+// LoadOptions.Source, without its directory) had dropped over the rate
+// limit and cut to the line-length limit, over every version loaded from
+// it.
+func (e *Engine) LogCounts(base string) (dropped, truncated uint64) {
+	e.logsMu.Lock()
+	l := e.logs[base]
+	e.logsMu.Unlock()
+	if l == nil {
+		return 0, 0
+	}
+	return l.dropped.Load(), l.truncated.Load()
 }
 
 // describe calls the describe export and validates its answer.
 func (p *Plugin) describe(ctx context.Context) error {
 	var desc abi.Description
+	var schema *policyconfig.Schema
 	err := p.run(ctx, abi.ExportDescribe, nil, CallEnv{}, nil, func(out []byte) *PluginError {
-		if err := json.Unmarshal(out, &desc); err != nil {
-			return &PluginError{Kind: ErrInvalidDescription, Detail: "not a JSON description: " + err.Error()}
-		}
-		return nil
+		var pe *PluginError
+		desc, schema, pe = parseDescription(out)
+		return pe
 	})
 	if err != nil {
 		return err
 	}
-	return p.setDescription(desc)
+	p.adopt(desc, schema)
+	return nil
 }
 
-// setDescription validates a description and makes it the plugin's.
+// setDescription checks a description the same bytes gave before and
+// makes it the plugin's.
 func (p *Plugin) setDescription(desc abi.Description) error {
-	fail := func(kind error, format string, args ...any) error {
-		return &PluginError{Plugin: p.desc.Name, Version: desc.Version, Export: abi.ExportDescribe, Kind: kind, Detail: fmt.Sprintf(format, args...)}
+	schema, pe := checkDescription(desc)
+	if pe != nil {
+		pe.Plugin, pe.Version, pe.Export = p.desc.Name, desc.Version, abi.ExportDescribe
+		return pe
 	}
-	if !abi.Compatible(abi.Version, desc.ABI) {
-		return fail(ErrABIMismatch, "plugin %q speaks ABI %s; this compactd speaks %d.x", desc.Name, desc.ABI, abi.Major)
-	}
-	if !abi.ValidName(desc.Name) {
-		return fail(ErrInvalidDescription, "name %q: want 1-64 characters of a-z, 0-9, _ and -, starting with a letter", desc.Name)
-	}
-	if desc.Version == "" {
-		return fail(ErrInvalidDescription, "plugin %q has no version", desc.Name)
-	}
-	schema, err := policyconfig.Compile(desc.Name, desc.ConfigSchema, desc.Defaults)
-	if err != nil {
-		return fail(ErrInvalidDescription, "%v", err)
-	}
-	switch desc.View {
-	case "", abi.ViewFull:
-		p.view = abi.ViewFull
-	case abi.ViewHeaders:
+	p.adopt(desc, schema)
+	return nil
+}
+
+// adopt makes a checked description the plugin's.
+func (p *Plugin) adopt(desc abi.Description, schema *policyconfig.Schema) {
+	p.view = abi.ViewFull
+	if desc.View == abi.ViewHeaders {
 		p.view = abi.ViewHeaders
-	default:
-		return fail(ErrInvalidDescription, "view %q: want %q or %q", desc.View, abi.ViewFull, abi.ViewHeaders)
 	}
 	p.desc, p.schema = desc, schema
 	p.hasShouldCompact = false
@@ -450,7 +580,6 @@ func (p *Plugin) setDescription(desc abi.Description) error {
 			p.hasShouldCompact = p.exportNames[abi.ExportShouldCompact] || p.fromDescription
 		}
 	}
-	return nil
 }
 
 func trimExt(name string) string {

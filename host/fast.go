@@ -68,9 +68,7 @@ func (m *fastModule) newInstance(ctx context.Context) (instance, error) {
 	defer cancel()
 	mod, err := m.rt.InstantiateModule(initCtx, m.compiled, cfg)
 	if err != nil {
-		pe := classify(initCtx, err, tracker, stderr)
-		pe.Export = "_initialize"
-		return nil, pe
+		return nil, instantiateError(initCtx, err, tracker, stderr)
 	}
 	var stop api.MutableGlobal
 	if m.guard != nil {
@@ -86,9 +84,7 @@ func (m *fastModule) newInstance(ctx context.Context) (instance, error) {
 			}
 			if err := guarded(initCtx, stop, func() error { _, err := fn.Call(initCtx); return err }); err != nil {
 				_ = mod.Close(ctx)
-				pe := classify(initCtx, err, tracker, stderr)
-				pe.Export = name
-				return nil, pe
+				return nil, instantiateError(initCtx, err, tracker, stderr)
 			}
 		}
 	}

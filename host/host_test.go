@@ -156,8 +156,10 @@ func TestRefsAreByteIdentical(t *testing.T) {
 // TestHostileGo runs the Go misbehaving plugin on both paths.
 func TestHostileGo(t *testing.T) {
 	// A Go guest takes a few seconds to die of memory exhaustion (its
-	// runtime collects and retries before it gives up), hence the limit.
-	limits := Limits{CallTimeout: 30 * time.Second, MaxMemoryPages: 1024, MaxOutputBytes: 8 << 20, MaxInstances: 2}
+	// runtime collects and retries before it gives up), hence the limit;
+	// under -race on a loaded 2-core machine (load average 17 seen) the
+	// Extism path took up to two minutes, where 30s failed.
+	limits := Limits{CallTimeout: 4 * time.Minute, MaxMemoryPages: 1024, MaxOutputBytes: 8 << 20, MaxInstances: 2}
 	roomy := Limits{MaxMemoryPages: 8192}
 	tests := []struct {
 		mode   string

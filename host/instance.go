@@ -50,6 +50,21 @@ func classify(ctx context.Context, err error, mem *memoryTracker, stderr *stderr
 	return pe
 }
 
+// instantiateError reports a failed instantiation: the start section or
+// _initialize ran past the time limit, hit the memory limit or trapped, or
+// the module could not be instantiated at all.
+func instantiateError(ctx context.Context, err error, mem *memoryTracker, stderr *stderrBuffer) *PluginError {
+	pe := classify(ctx, err, mem, stderr)
+	if pe.Kind == ErrTrap && !strings.Contains(err.Error(), "wasm error") {
+		pe.Kind, pe.Detail = ErrInvalidModule, "instantiating: "+firstLine(err.Error())
+	}
+	pe.Export = "instantiate"
+	if pe.Kind == ErrTimeout {
+		pe.Detail = "the start section or _initialize ran past the time limit"
+	}
+	return pe
+}
+
 func firstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		return s[:i]

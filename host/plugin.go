@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,7 +27,9 @@ type Plugin struct {
 	view             string // abi.ViewFull or abi.ViewHeaders
 	limits           Limits
 	logger           hclog.Logger
+	logs             *logLimiter // shared by the versions of one file
 	loadedAt         time.Time
+	initialPages     uint32
 
 	// loadModule compiles the module of a plugin loaded from its
 	// description alone (LoadOptions.Described), on first use; nil
@@ -68,6 +72,7 @@ func newPlugin(mod module, limits Limits, logger hclog.Logger) *Plugin {
 		logger:      logger,
 		loadedAt:    time.Now(),
 		exportNames: map[string]bool{},
+		logs:        newLogLimiter(),
 		slots:       make(chan struct{}, limits.MaxInstances),
 		done:        make(chan struct{}),
 	}
@@ -157,12 +162,12 @@ func (p *Plugin) ReleaseIdle(ctx context.Context, idle time.Duration) bool {
 		return false
 	}
 	for _, pi := range p.idle {
-		pi.close(ctx)
+		p.closeInstance(ctx, pi)
 		pi.ref.live--
 	}
 	p.idle = nil
 	if p.cur.live == 0 {
-		_ = p.cur.mod.close(ctx)
+		p.closeModule(ctx, p.cur.mod)
 	}
 	p.cur = nil
 	return true
@@ -191,7 +196,7 @@ func (p *Plugin) upgrade(ctx context.Context, mod module) bool {
 	clear(p.idle[len(keep):]) // the array must not keep the closed ones alive
 	p.idle = keep
 	if old != nil && old.live == 0 {
-		_ = old.mod.close(ctx)
+		p.closeModule(ctx, old.mod)
 	}
 	return true
 }
@@ -199,10 +204,10 @@ func (p *Plugin) upgrade(ctx context.Context, mod module) bool {
 // closeInstanceLocked closes an instance, and its module if that was
 // replaced and this was its last instance. The caller holds p.mu.
 func (p *Plugin) closeInstanceLocked(ctx context.Context, pi *pooled) {
-	pi.close(ctx)
+	p.closeInstance(ctx, pi)
 	pi.ref.live--
 	if pi.ref != p.cur && pi.ref.live == 0 {
-		_ = pi.ref.mod.close(ctx)
+		p.closeModule(ctx, pi.ref.mod)
 	}
 }
 
@@ -261,19 +266,28 @@ func (p *Plugin) View() string { return p.view }
 // Limits returns the plugin's limits.
 func (p *Plugin) Limits() Limits { return p.limits }
 
+// InitialMemoryBytes returns the linear memory the module declares it
+// needs at start. A memory limit below it would refuse the module.
+func (p *Plugin) InitialMemoryBytes() uint64 { return uint64(p.initialPages) << 16 }
+
 // Stats are a plugin's counters.
 type Stats struct {
 	Calls, Failures uint64 // calls made, calls that failed
 	Discarded       uint64 // instances discarded after a failure
 	Idle            int    // instances waiting in the pool
 	IdleMemoryBytes uint64 // linear memory held by idle instances
+	// LogDropped and LogTruncated count the plugin file's log lines
+	// dropped over the rate limit and cut to the line-length limit (every
+	// version of the file together).
+	LogDropped, LogTruncated uint64
 }
 
 // Stats returns the plugin's counters.
 func (p *Plugin) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := Stats{Calls: p.calls.Load(), Failures: p.failures.Load(), Discarded: p.discarded.Load(), Idle: len(p.idle)}
+	s := Stats{Calls: p.calls.Load(), Failures: p.failures.Load(), Discarded: p.discarded.Load(), Idle: len(p.idle),
+		LogDropped: p.logs.dropped.Load(), LogTruncated: p.logs.truncated.Load()}
 	for _, inst := range p.idle {
 		s.IdleMemoryBytes += inst.memoryBytes()
 	}
@@ -300,15 +314,42 @@ func (p *Plugin) Done() <-chan struct{} { return p.done }
 
 func (p *Plugin) shutdownLocked(ctx context.Context) {
 	for _, pi := range p.idle {
-		pi.close(ctx)
+		p.closeInstance(ctx, pi)
 	}
 	p.idle = nil
 	if p.cur != nil {
-		if err := p.cur.mod.close(ctx); err != nil {
-			p.logger.Warn("closing module", "error", err)
-		}
+		p.closeModule(ctx, p.cur.mod)
 	}
 	close(p.done)
+}
+
+// closeInstance closes an instance; a panic doing so is logged, not
+// raised.
+func (p *Plugin) closeInstance(ctx context.Context, inst instance) {
+	p.recovering("closing an instance", func() { inst.close(ctx) })
+}
+
+// closeModule closes a compiled module; an error or a panic doing so is
+// logged, not raised.
+func (p *Plugin) closeModule(ctx context.Context, mod module) {
+	p.recovering("closing the module", func() {
+		if err := mod.close(ctx); err != nil {
+			p.logger.Warn("closing module", "error", err)
+		}
+	})
+}
+
+// recovering runs f and turns a panic into an error log with its stack.
+// It reports whether f panicked, and with what.
+func (p *Plugin) recovering(what string, f func()) (panicked any) {
+	defer func() {
+		if r := recover(); r != nil {
+			panicked = r
+			p.logger.Error("panic "+what+"; recovered", "panic", r, "stack", string(debug.Stack()))
+		}
+	}()
+	f()
+	return nil
 }
 
 // acquire reserves an instance: an idle one, or a new one.
@@ -345,12 +386,16 @@ func (p *Plugin) acquire(ctx context.Context) (*pooled, error) {
 	ref := p.cur
 	ref.live++ // counted before the instance exists: an upgrade now must not close ref
 	p.mu.Unlock()
-	inst, err := ref.mod.newInstance(ctx)
+	var inst instance
+	var err error
+	if r := p.recovering("instantiating the plugin", func() { inst, err = ref.mod.newInstance(ctx) }); r != nil {
+		inst, err = nil, &PluginError{Kind: ErrPanic, Export: "instantiate", Detail: fmt.Sprint(r)}
+	}
 	if err != nil {
 		p.mu.Lock()
 		ref.live--
 		if ref != p.cur && ref.live == 0 {
-			_ = ref.mod.close(ctx)
+			p.closeModule(ctx, ref.mod)
 		}
 		p.mu.Unlock()
 		<-p.slots
@@ -408,9 +453,15 @@ func (p *Plugin) run(ctx context.Context, export string, input []byte, env CallE
 		return p.named(export, err.(*PluginError))
 	}
 	callCtx, cancel := context.WithTimeout(ctx, p.limits.CallTimeout)
-	out, failure := inst.call(callCtx, &callState{env: env, msgs: msgs}, export, input)
-	if failure == nil && decode != nil {
-		failure = decode(out)
+	var failure *PluginError
+	if r := p.recovering("in a call to "+export, func() {
+		var out []byte
+		out, failure = inst.call(callCtx, &callState{env: env, msgs: msgs}, export, input)
+		if failure == nil && decode != nil {
+			failure = decode(out)
+		}
+	}); r != nil {
+		failure = &PluginError{Kind: ErrPanic, Detail: fmt.Sprint(r)}
 	}
 	cancel()
 	p.release(context.WithoutCancel(ctx), inst, failure)
@@ -424,8 +475,13 @@ func (p *Plugin) run(ctx context.Context, export string, input []byte, env CallE
 	return nil
 }
 
+// named fills in the plugin's name and version, and the export when the
+// failure does not name a more precise one (such as "instantiate").
 func (p *Plugin) named(export string, pe *PluginError) *PluginError {
-	pe.Plugin, pe.Version, pe.Export = p.desc.Name, p.desc.Version, export
+	pe.Plugin, pe.Version = p.desc.Name, p.desc.Version
+	if pe.Export == "" {
+		pe.Export = export
+	}
 	return pe
 }
 

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"runtime"
 	"runtime/debug"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/compactd/compactd/abi"
@@ -271,14 +272,31 @@ func (wasmHost) Content(index int) ([]byte, bool) {
 	return b, true
 }
 
+// CountTokens counts text with the host's tokenizer. The host takes at
+// most abi.MaxHostInputBytes at once, so a longer text is counted in
+// pieces cut at UTF-8 boundaries (the sum may differ by a token or so per
+// piece from a count in one go).
 func (wasmHost) CountTokens(text string) int {
-	if text == "" {
-		return 0
+	total := 0
+	for text != "" {
+		piece := text
+		if len(piece) > abi.MaxHostInputBytes {
+			cut := abi.MaxHostInputBytes
+			for cut > 0 && !utf8.RuneStart(text[cut]) {
+				cut--
+			}
+			piece = text[:cut]
+		}
+		text = text[len(piece):]
+		offset := toKernel(unsafe.Slice(unsafe.StringData(piece), len(piece)))
+		n := hostCountTokens(offset)
+		extismFree(offset)
+		if n == abi.CountTokensRefused {
+			return -1 // cannot happen: every piece is within the limit
+		}
+		total += int(n)
 	}
-	offset := toKernel(unsafe.Slice(unsafe.StringData(text), len(text)))
-	n := hostCountTokens(offset)
-	extismFree(offset)
-	return int(n)
+	return total
 }
 
 func (wasmHost) Complete(req abi.LLMRequest) (abi.LLMResponse, error) {

@@ -107,10 +107,19 @@ func TestValidatorChecksAcceptedRequests(t *testing.T) {
 	}))
 	defer srv.Close()
 	for body, bad := range map[string]bool{
-		`{"policy":"x","messages":[{"role":"user","content":"hi"}]}`:  false,
-		`{"policy":"x","messages":[{"role":"robot","content":"hi"}]}`: true,
-		`{"policy":"x","surprise":1,"messages":[]}`:                   true,
-		`{"policy":"x","context_window":-5,"messages":[]}`:            true,
+		`{"policy":"x","messages":[{"role":"user","content":"hi"}]}`:                                       false,
+		`{"policy":"x","messages":[{"role":"robot","content":"hi"}]}`:                                      true,
+		`{"policy":"x","surprise":1,"messages":[]}`:                                                        true,
+		`{"policy":"x","context_window":-5,"messages":[]}`:                                                 true,
+		`{"policy":"x","context_window":2147483648,"messages":[]}`:                                         true,
+		`{"pipeline":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"],"messages":[]}`: true,
+		`{"policy":"x","messages":[{"role":"user","content":[{"type":"text","text":"a","cache_control":{"type":"ephemeral"}},{"type":"image_url","image_url":{"url":"u"}},{"type":"file","file":{"file_id":"f"}}]}]}`: false,
+		`{"policy":"x","messages":[{"role":"user","content":[{"type":"image","source":{}}]}]}`:                                                                                                                        true,
+		`{"policy":"x","messages":[{"role":"user","content":[{"type":"text"}]}]}`:                                                                                                                                     true,
+		`{"policy":"x","messages":[{"role":"user","content":[{"type":"file","file":{}}]}]}`:                                                                                                                           true,
+		`{"policy":"x","messages":[{"role":"user","content":["hi"]}]}`:                                                                                                                                                true,
+		`{"policy":"x","format":"anthropic","messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]}]}`:                                                                        false,
+		`{"policy":"x","format":"openai","messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]}]}`:                                                                           true,
 	} {
 		var rec recorder
 		c := &http.Client{Transport: v.Transport(&rec, nil)}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"unicode/utf8"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
@@ -45,6 +46,9 @@ type Conversation struct {
 	countedBy string
 	// memo is set when a Memory parsed the conversation (see Remember).
 	memo *memo
+	// openAI reports that every message's content is in OpenAI's format
+	// (FromRaw checked it; see OpenAIContent).
+	openAI bool
 }
 
 // Counted returns how many leading messages already have their Tokens
@@ -61,6 +65,13 @@ func (c *Conversation) Counted(tokName string) int {
 // tokenizer named tokName.
 func (c *Conversation) SetCounted(tokName string) { c.counted, c.countedBy = len(c.Messages), tokName }
 
+// OpenAIContent reports whether the conversation is in OpenAI's message
+// format: it was parsed by FromRaw (or Parse), which checked every
+// message's content parts, or derived from one with WithMessages. A
+// conversation converted from another format (Anthropic's) is not: its
+// chat form stands for content blocks OpenAI's format does not have.
+func (c *Conversation) OpenAIContent() bool { return c.openAI }
+
 // Parse reads a conversation from a JSON array of messages, or from an
 // object with a "messages" array (other keys are kept and written back by
 // Encode). It does not validate the structure; call Validate. The
@@ -70,6 +81,9 @@ func Parse(data []byte) (*Conversation, error) {
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: empty input", ErrMalformed)
+	}
+	if !utf8.Valid(data) {
+		return nil, fmt.Errorf("%w: the input is not UTF-8 (JSON text is UTF-8, RFC 8259)", ErrMalformed)
 	}
 	s := jsonscan.New(data)
 	switch data[0] {
@@ -135,8 +149,9 @@ func parseEnvelope(s *jsonscan.Scanner) (*Conversation, error) {
 	return c, nil
 }
 
-// FromRaw parses each raw message (one JSON object each). The slices are
-// kept, not copied.
+// FromRaw parses each raw message and checks that its content is in
+// OpenAI's format (a string, null, or content parts the role may carry).
+// The slices are kept, not copied.
 func FromRaw(raw []json.RawMessage) (*Conversation, error) {
 	c := &Conversation{Raw: raw, Messages: make([]abi.Message, len(raw))}
 	var s jsonscan.Scanner
@@ -152,7 +167,12 @@ func FromRaw(raw []json.RawMessage) (*Conversation, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: message %d: %v", ErrMalformed, i, err)
 		}
+		if err := CheckContent(c.Messages[i].Role, c.Messages[i].Content); err != nil {
+			return nil, fmt.Errorf("%w: message %d (%s): %v", ErrMalformed, i, c.Messages[i].Role, err)
+		}
+		c.Messages[i].Tokens = 0 // a caller's "tokens" field is not trusted
 	}
+	c.openAI = true
 	return c, nil
 }
 
@@ -179,7 +199,7 @@ func (c *Conversation) TotalTokens() int {
 // WithMessages returns a conversation with other messages in the same
 // envelope (used for results: the caller's other keys are kept).
 func (c *Conversation) WithMessages(raw []json.RawMessage, msgs []abi.Message) *Conversation {
-	return &Conversation{Raw: raw, Messages: msgs, envelope: c.envelope, msgStart: c.msgStart, msgEnd: c.msgEnd}
+	return &Conversation{Raw: raw, Messages: msgs, envelope: c.envelope, msgStart: c.msgStart, msgEnd: c.msgEnd, openAI: c.openAI}
 }
 
 // WriteMessages writes the messages as a JSON array of their raw bytes.

@@ -32,6 +32,20 @@ func TestParse(t *testing.T) {
 		{"element not object", `["hi"]`, 0, ErrMalformed, "message 0 is not a JSON object"},
 		{"bad content type", `[{"role":"user","content":7}]`, 0, ErrMalformed, "message 0"},
 		{"messages twice", `{"messages":[],"messages":[]}`, 0, ErrMalformed, "twice"},
+		{"not UTF-8", "[{\"role\":\"user\",\"content\":\"caf\xe9\"}]", 0, ErrMalformed, "not UTF-8"},
+		// F9: content parts are checked against OpenAI's message format.
+		{"parts", `[{"role":"user","content":[{"type":"text","text":"a","cache_control":{"type":"ephemeral"}},{"type":"image_url","image_url":{"url":"data:,x","detail":"low"}},` +
+			`{"type":"input_audio","input_audio":{"data":"AAAA","format":"wav"}},{"type":"file","file":{"file_id":"f1"}}]},` +
+			`{"role":"assistant","content":[{"type":"text","text":"b"},{"type":"refusal","refusal":"no"}]},{"role":"tool","content":[]}]`, 3, nil, ""},
+		{"part not an object", `[{"role":"user","content":["hi"]}]`, 0, ErrMalformed, `message 0 (user): content part 0: want an object`},
+		{"part without type", `[{"role":"user","content":[{"text":"hi"}]}]`, 0, ErrMalformed, `want a "type" string (text, image_url, input_audio, file)`},
+		{"unknown part type", `[{"role":"user","content":[{"type":"image","source":{}}]}]`, 0, ErrMalformed, `type "image" is not a content part of user messages`},
+		{"image in a system message", `[{"role":"system","content":[{"type":"image_url","image_url":{"url":"x"}}]}]`, 0, ErrMalformed, "system messages in OpenAI's format (they take text)"},
+		{"refusal from a user", `[{"role":"user","content":[{"type":"refusal","refusal":"no"}]}]`, 0, ErrMalformed, "refusal"},
+		{"text part without text", `[{"role":"user","content":[{"type":"text","text":7}]}]`, 0, ErrMalformed, `a text part needs a "text" string`},
+		{"image without url", `[{"role":"user","content":[{"type":"image_url","image_url":"x"}]}]`, 0, ErrMalformed, `image_url part: "image_url" must be an object`},
+		{"audio without format", `[{"role":"user","content":[{"type":"input_audio","input_audio":{"data":"x"}}]}]`, 0, ErrMalformed, "input_audio"},
+		{"file without data or id", `[{"role":"user","content":[{"type":"file","file":{"filename":"a.pdf"}}]}]`, 0, ErrMalformed, "file_id"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -131,7 +131,7 @@ func (m *Memory) ScanMessages(s *jsonscan.Scanner) (*Conversation, error) {
 		return ScanMessages(s) // its error
 	}
 	arrStart := s.Pos()
-	c := &Conversation{}
+	c := &Conversation{openAI: true}
 	mo := &memo{mem: m, body: len(data)}
 	c.memo = mo
 	s.BeginArray()

@@ -22,7 +22,7 @@ import (
 // leaves s after it. The conversation keeps slices of s's data, which must
 // not change afterwards.
 func ScanMessages(s *jsonscan.Scanner) (*Conversation, error) {
-	c := &Conversation{}
+	c := &Conversation{openAI: true}
 	if err := c.scanFrom(s, 0, true); err != nil {
 		return nil, err
 	}
@@ -77,6 +77,12 @@ func (c *Conversation) scanMessageAt(s *jsonscan.Scanner, i int) error {
 			return syntaxError(data, err)
 		}
 		return fmt.Errorf("%w: message %d: %v", ErrMalformed, i, err)
+	}
+	{
+		m := &c.Messages[len(c.Messages)-1]
+		if err := CheckContent(m.Role, m.Content); err != nil {
+			return fmt.Errorf("%w: message %d (%s): %v", ErrMalformed, i, m.Role, err)
+		}
 	}
 	c.Raw = append(c.Raw, json.RawMessage(data[start:s.Pos():s.Pos()]))
 	return nil

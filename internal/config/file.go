@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"reflect"
 	"sort"
@@ -141,10 +142,19 @@ type PluginLimits struct {
 	MaxInstances   int      `yaml:"max_instances,omitempty" json:"max_instances,omitempty"`
 }
 
-// Host returns the limits as the host takes them.
+// Host returns the limits as the host takes them. Out-of-range values
+// (which Validate refuses) are passed on as they are, never wrapped, so
+// the host refuses them too.
 func (l PluginLimits) Host() host.Limits {
+	pages := uint32(0)
+	switch {
+	case l.MaxMemoryMB < 0 || l.MaxMemoryMB > math.MaxUint32/16:
+		pages = math.MaxUint32
+	default:
+		pages = uint32(l.MaxMemoryMB) * 16 // 64 KiB pages
+	}
 	return host.Limits{
-		MaxMemoryPages: uint32(l.MaxMemoryMB) * 16, // 64 KiB pages
+		MaxMemoryPages: pages,
 		CallTimeout:    l.CallTimeout.D(),
 		MaxOutputBytes: l.MaxOutputBytes,
 		MaxInstances:   l.MaxInstances,
@@ -303,12 +313,13 @@ func (c *Config) ConfiguredPolicies() []string {
 // empty document is the zero Config. Unknown keys are errors that name the
 // key (with its dotted path and line) and list the keys allowed there.
 func Parse(data []byte, source string) (*Config, error) {
-	cfg, _, err := parse(data, source)
+	cfg, _, err := parse(data, source, true)
 	return cfg, err
 }
 
-// parse also returns the document, for partial updates.
-func parse(data []byte, source string) (*Config, *yaml.Node, error) {
+// parse also returns the document, for partial updates. lines says
+// whether a range error names its line.
+func parse(data []byte, source string, lines bool) (*Config, *yaml.Node, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, nil, fmt.Errorf("%w: %s: %v", ErrInvalid, source, err)
@@ -330,7 +341,11 @@ func parse(data []byte, source string) (*Config, *yaml.Node, error) {
 		return nil, nil, fmt.Errorf("%w: %s: %v", ErrInvalid, source, strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n  "))
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, nil, fmt.Errorf("%w: %s: %v", ErrInvalid, source, err)
+		var re *RangeError
+		if lines && errors.As(err, &re) {
+			re.Line = lineOf(root, re.Key)
+		}
+		return nil, nil, fmt.Errorf("%w: %s: %w", ErrInvalid, source, err)
 	}
 	return cfg, &doc, nil
 }
@@ -441,7 +456,8 @@ func join(path, key string) string {
 	return path + "." + key
 }
 
-// Validate checks what the types cannot: names, exclusive keys, ranges.
+// Validate checks what the types cannot: names, exclusive keys, and the
+// range of every number (a *RangeError names the key and its range).
 func (c *Config) Validate() error {
 	if c.Policy != "" && len(c.Pipeline) > 0 {
 		return fmt.Errorf("policy and pipeline are exclusive: set one")
@@ -471,21 +487,8 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("log_level %q: want trace, debug, info, warn, error or off", c.LogLevel)
 		}
 	}
-	if c.Limits.MaxBodyBytes < 0 || c.Limits.MaxMessages < 0 || c.State.MaxConversations < 0 || c.State.MaxStateBytes < 0 ||
-		c.Limits.ConversationCacheBytes < 0 {
-		return fmt.Errorf("limits and state sizes must not be negative")
-	}
-	if d := c.Limits.PluginIdleUnload.D(); d != 0 && d < time.Second {
-		return fmt.Errorf("limits.plugin_idle_unload %v: want at least 1s", d)
-	}
-	if c.Compact != nil {
-		for k, v := range map[string]*int{"max_tokens": c.Compact.MaxTokens, "token_threshold": c.Compact.TokenThreshold,
-			"message_threshold": c.Compact.MessageThreshold, "turn_threshold": c.Compact.TurnThreshold,
-			"retention_window": c.Compact.RetentionWindow} {
-			if v != nil && *v < 0 {
-				return fmt.Errorf("compact.%s must not be negative", k)
-			}
-		}
+	if err := c.checkRanges(); err != nil {
+		return err
 	}
 	if c.TCP.Listen != "" {
 		if err := CheckLoopback(c.TCP.Listen); err != nil {

@@ -118,7 +118,7 @@ func (c *Config) ProxyPipeline() []string {
 	return c.DefaultPipeline()
 }
 
-// Validate checks the block's ranges and URLs.
+// Validate checks the block's URLs, names and ranges.
 func (p *Proxy) Validate() error {
 	for _, u := range []struct{ key, env, value string }{
 		{"proxy.openai.upstream", EnvOpenAIUpstream, p.OpenAI.Upstream},
@@ -143,22 +143,9 @@ func (p *Proxy) Validate() error {
 			return fmt.Errorf("proxy: policy name %q: want 1-64 characters of a-z, 0-9, _ and -, starting with a letter", n)
 		}
 	}
-	if p.Threshold < 0 || p.Threshold > 1 || p.Threshold != p.Threshold {
-		return fmt.Errorf("proxy.threshold %v: want a ratio above 0 and at most 1 (default %v)", p.Threshold, DefaultProxyThreshold)
-	}
-	if p.TriggerTokens < 0 {
-		return fmt.Errorf("proxy.trigger_tokens %d: want 0 (off) or a positive number of tokens", p.TriggerTokens)
-	}
-	if p.ContextWindow < 0 || p.ContextWindow > MaxProxyContextWindow {
-		return fmt.Errorf("proxy.context_window %d: want 0 (the model's) up to %d", p.ContextWindow, MaxProxyContextWindow)
-	}
-	if p.Timeout != 0 && p.Timeout.D() < time.Second {
-		return fmt.Errorf("proxy.timeout %s: want at least 1s (default %s)", p.Timeout, DefaultProxyTimeout)
-	}
-	if p.MaxStoredBytes < 0 {
-		return fmt.Errorf("proxy.max_stored_bytes %d: must not be negative (default %d)", p.MaxStoredBytes, DefaultProxyMaxStoredBytes)
-	}
-	return nil
+	// The numbers' ranges are checked with every other setting's
+	// (checkRanges), so that their errors name the line.
+	return p.checkRanges()
 }
 
 // CheckUpstream reports whether s is a usable upstream base URL: absolute

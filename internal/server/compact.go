@@ -11,19 +11,28 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/compactor"
+	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/jsonscan"
 	"github.com/compactd/compactd/internal/models"
 	"github.com/compactd/compactd/internal/proxy"
 	"github.com/compactd/compactd/internal/store"
 )
 
-// maxConversationID caps a caller's conversation_id.
-const maxConversationID = 256
+// Limits of a compaction request (README.md, "POST /v1/compact").
+const (
+	// maxConversationID caps a caller's conversation_id, in bytes.
+	maxConversationID = 256
+	// maxModelName caps the model's name, in bytes.
+	maxModelName = 256
+	// maxPipeline caps the policies one request may run.
+	maxPipeline = config.MaxPipeline
+)
 
 // compactTail is the response after its messages, which are written as
 // the caller's bytes rather than re-encoded.
@@ -188,6 +197,12 @@ const requestFields = "policy, pipeline, config, model, conversation_id, context
 // It checks the body's shape; the conversation's structure is checked by
 // the compactor.
 func decodeCompactRequest(data []byte, mem *chat.Memory) (*client.CompactRequest, *chat.Conversation, error) {
+	if !utf8.Valid(data) {
+		// RFC 8259: JSON text exchanged between systems is UTF-8. The
+		// caller would otherwise get back text it did not send, or bytes
+		// no provider accepts.
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "the body is not UTF-8 (byte %d): JSON text is UTF-8 (RFC 8259)", invalidUTF8At(data))
+	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, nil, apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "empty body: want a JSON object with \"messages\"")
 	}
@@ -290,16 +305,39 @@ func decodeCompactRequest(data []byte, mem *chat.Memory) (*client.CompactRequest
 		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "give \"policy\" or \"pipeline\", not both")
 	case len(req.ConversationID) > maxConversationID:
 		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "conversation_id is %d bytes; the limit is %d", len(req.ConversationID), maxConversationID)
-	case strings.ContainsRune(req.ConversationID, 0):
+	case !utf8.ValidString(req.ConversationID) || strings.ContainsRune(req.ConversationID, 0):
 		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "conversation_id must be UTF-8 text without NUL")
 	case req.Format != "" && req.Format != FormatOpenAI && req.Format != FormatAnthropic:
 		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "format %q: want \"openai\" (the default) or \"anthropic\"", req.Format)
 	case req.System != nil && req.Format != FormatAnthropic:
 		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "\"system\" is Anthropic's top-level system prompt: send it with \"format\": \"anthropic\" (OpenAI messages carry system messages in \"messages\")")
-	case req.ContextWindow < 0 || req.TargetTokens < 0:
-		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "context_window and target_tokens must not be negative")
+	case len(req.Model) > maxModelName:
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "model is %d bytes; the limit is %d", len(req.Model), maxModelName)
+	case len(req.Pipeline) > maxPipeline:
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "pipeline has %d policies; the limit is %d", len(req.Pipeline), maxPipeline)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"context_window", req.ContextWindow}, {"target_tokens", req.TargetTokens}} {
+		if f.v < 0 || f.v > abi.MaxTokenCount {
+			return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "%s is %d; the range is 0 to %d tokens", f.name, f.v, abi.MaxTokenCount)
+		}
 	}
 	return &req, conv, nil
+}
+
+// invalidUTF8At returns the offset of the first byte of b that is not
+// part of valid UTF-8.
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
 }
 
 // rawElements reads the messages array as raw elements (views of the

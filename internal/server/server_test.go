@@ -148,7 +148,21 @@ func TestCompactErrors(t *testing.T) {
 		{"unknown role", `{"policy":"lastn","messages":[{"role":"robot","content":"a"}]}`, 400, CodeInvalidConversation, "robot"},
 		{"conversation id with NUL", `{"policy":"lastn","conversation_id":"a\u0000b","messages":` + msgs + `}`, 400, CodeBadRequest, "NUL"},
 		{"conversation id too long", `{"policy":"lastn","conversation_id":"` + strings.Repeat("x", 300) + `","messages":` + msgs + `}`, 400, CodeBadRequest, "limit is 256"},
-		{"negative window", `{"policy":"lastn","context_window":-1,"messages":` + msgs + `}`, 400, CodeBadRequest, "negative"},
+		{"negative window", `{"policy":"lastn","context_window":-1,"messages":` + msgs + `}`, 400, CodeBadRequest, "context_window is -1; the range is 0 to 2147483647"},
+		// F7: beyond what a plugin can be sent, not truncated.
+		{"window over 2^32", `{"policy":"lastn","context_window":4294967296,"messages":` + msgs + `}`, 400, CodeBadRequest, "context_window is 4294967296; the range is 0 to 2147483647"},
+		{"target over 2^31", `{"policy":"lastn","target_tokens":2147483648,"messages":` + msgs + `}`, 400, CodeBadRequest, "target_tokens is 2147483648"},
+		{"window as a float", `{"policy":"lastn","context_window":1e100,"messages":` + msgs + `}`, 400, CodeInvalidJSON, `field "context_window"`},
+		// F8: invalid UTF-8 anywhere, even where nothing decodes it.
+		{"invalid UTF-8 in content", "{\"policy\":\"lastn\",\"messages\":[{\"role\":\"user\",\"content\":\"caf\xe9\"}]}", 400, CodeInvalidJSON, "not UTF-8 (byte 59)"},
+		{"invalid UTF-8 in conversation id", "{\"policy\":\"lastn\",\"conversation_id\":\"\xff\",\"messages\":" + msgs + "}", 400, CodeInvalidJSON, "not UTF-8"},
+		{"invalid UTF-8 in an unknown field", "{\"policy\":\"lastn\",\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"x\":\"\xc3\"}]}", 400, CodeInvalidJSON, "not UTF-8"},
+		// F9: content parts in OpenAI's format.
+		{"unknown content part", `{"policy":"lastn","messages":[{"role":"user","content":[{"type":"tool_result","content":"x"}]}]}`, 400, CodeInvalidConversation, `type "tool_result" is not a content part of user messages`},
+		{"content part not an object", `{"policy":"lastn","messages":[{"role":"user","content":[42]}]}`, 400, CodeInvalidConversation, "content part 0: want an object"},
+		// F6: pipelines are capped.
+		{"pipeline too long", `{"pipeline":` + mustJSON(t, strings.Split(strings.Repeat("lastn ", 17), " ")[:17]) + `,"messages":` + msgs + `}`, 400, CodeBadRequest, "pipeline has 17 policies; the limit is 16"},
+		{"model name too long", `{"policy":"lastn","model":"` + strings.Repeat("m", 300) + `","messages":` + msgs + `}`, 400, CodeBadRequest, "model is 300 bytes"},
 		{"too many messages", `{"policy":"lastn","messages":` + mustJSON(t, chatMessages(10)) + `}`, 413, CodeTooManyMessages, "limit is 20"},
 		{"body too large", `{"policy":"lastn","messages":[{"role":"user","content":"` + strings.Repeat("x", 5000) + `"}]}`, 413, CodeRequestTooLarge, "4096"},
 	}
@@ -305,6 +319,21 @@ func TestConfigAPI(t *testing.T) {
 		{"not an object", `[1]`, 400, CodeInvalidConfig, "want an object"},
 		{"empty", ``, 400, CodeBadRequest, "empty body"},
 		{"not JSON", `{"a":`, 400, CodeInvalidConfig, ""},
+		// F1, F4: limits a start could not use are refused before they
+		// are saved, naming the key and its range.
+		{"memory limit of 1 MiB", `{"limits":{"plugin":{"max_memory_mb":1}}}`, 400, CodeInvalidConfig, "limits.plugin.max_memory_mb: 1 is out of range (allowed: 16 to 4096"},
+		{"negative memory limit", `{"limits":{"plugin":{"max_memory_mb":-1}}}`, 400, CodeInvalidConfig, "limits.plugin.max_memory_mb: -1 is out of range"},
+		{"negative instances", `{"limits":{"plugin":{"max_instances":-3}}}`, 400, CodeInvalidConfig, "limits.plugin.max_instances: -3 is out of range (allowed: 1 to 256"},
+		{"negative output limit", `{"limits":{"plugins":{"lastn":{"max_output_bytes":-1}}}}`, 400, CodeInvalidConfig, "limits.plugins.lastn.max_output_bytes: -1 is out of range"},
+		// F10: a whole number no plugin can decode as an integer.
+		{"1e100 for an integer", `{"policies":{"lastn":{"n":1e100}}}`, 400, CodeInvalidConfig, "n: 1e+100 is out of range"},
+		{"1e100 for a limit", `{"limits":{"max_messages":1e100}}`, 400, CodeInvalidConfig, "1e100"},
+		// Built as a start would: the provider block and the TCP token.
+		{"unknown LLM provider", `{"llm":{"provider":"nope"}}`, 400, CodeInvalidConfig, `llm.provider: "nope" is not a provider`},
+		{"LLM key variable unset", `{"llm":{"provider":"anthropic"}}`, 400, CodeInvalidConfig, "ANTHROPIC_API_KEY"},
+		{"LLM concurrency", `{"llm":{"provider":"openai","concurrency":100000}}`, 400, CodeInvalidConfig, "llm.concurrency: 100000 is out of range"},
+		{"TCP without a token", `{"tcp":{"listen":"127.0.0.1:7077"}}`, 400, CodeInvalidConfig, "no bearer token"},
+		{"pipeline too long", `{"policy":null,"pipeline":["lastn","lastn","lastn","lastn","lastn","lastn","lastn","lastn","lastn","lastn","lastn","lastn","lastn","lastn","lastn","lastn","lastn"]}`, 400, CodeInvalidConfig, "1 to 16 policies"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -315,6 +344,9 @@ func TestConfigAPI(t *testing.T) {
 			}
 			if b, _ := os.ReadFile(td.config); string(b) != initial {
 				t.Errorf("a rejected update changed the file:\n%s", b)
+			}
+			if p, _ := td.c.Policy(bg, "lastn"); p == nil || p.Limits.MaxInstances != td.Daemon.engine.Limits().MaxInstances || !p.Serving {
+				t.Errorf("a rejected update changed the plugin: %+v", p)
 			}
 		})
 	}

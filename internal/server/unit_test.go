@@ -9,6 +9,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/internal/chat"
 )
@@ -37,6 +38,21 @@ func TestConfigBodyLimit(t *testing.T) {
 	}
 }
 
+// TestLongPipeline (F6): a pipeline of 100,000 names is refused at once,
+// before any policy is looked up.
+func TestLongPipeline(t *testing.T) {
+	td := startDaemon(t, "", pluginLastn)
+	names := make([]string, 100000)
+	for i := range names {
+		names[i] = "lastn"
+	}
+	body := mustJSON(t, map[string]any{"pipeline": names, "messages": chatMessages(1)})
+	status, resp, _ := td.raw(t, "POST", "/v1/compact", body)
+	if code, msg := errorCode(t, resp); status != 400 || code != CodeBadRequest || !strings.Contains(msg, "pipeline has 100000 policies; the limit is 16") {
+		t.Errorf("%d %s %q", status, code, msg)
+	}
+}
+
 func FuzzDecodeCompactRequest(f *testing.F) {
 	f.Add([]byte(`{"policy":"sliding","config":{"n":1},"messages":[{"role":"user","content":"hi"}]}`))
 	f.Add([]byte(`{"pipeline":["a","b"],"conversation_id":"x","messages":[]}`))
@@ -51,7 +67,8 @@ func FuzzDecodeCompactRequest(f *testing.F) {
 			return
 		}
 		if conv == nil || (req.Policy != "" && len(req.Pipeline) > 0) || len(req.ConversationID) > maxConversationID ||
-			strings.ContainsRune(req.ConversationID, 0) || !json.Valid(data) || !utf8.Valid(data) {
+			strings.ContainsRune(req.ConversationID, 0) || !utf8.Valid(data) || len(req.Pipeline) > maxPipeline ||
+			req.ContextWindow < 0 || req.ContextWindow > abi.MaxTokenCount || req.TargetTokens < 0 || req.TargetTokens > abi.MaxTokenCount {
 			t.Fatalf("accepted an invalid request: %+v", req)
 		}
 		for _, m := range conv.Raw {

@@ -1,8 +1,8 @@
 // Package wasmbuild builds plugin modules from source: Go plugins with the
 // standard toolchain (GOOS=wasip1 GOARCH=wasm, -buildmode=c-shared) and C
-// plugins with clang for wasm32-wasi. `make plugins`, the tests and the
-// benchmarks all build through it, so a test always runs the .wasm its
-// sources produce today.
+// plugins with clang for wasm32-wasi, and text modules (.wat) with
+// wat2wasm. `make plugins`, the tests and the benchmarks all build through
+// it, so a test always runs the .wasm its sources produce today.
 package wasmbuild
 
 import (
@@ -90,6 +90,19 @@ func C(ctx context.Context, src, out string, defines []string, extraExports ...s
 	}
 	args = append(args, "-o", out, src)
 	return run(exec.CommandContext(ctx, clang, args...), "clang "+src)
+}
+
+// Wat assembles the WebAssembly text module src to out with wat2wasm
+// (Debian's wabt, which `make deps` installs). The hostile plugins of the
+// tests are written this way: a text module says exactly what a module
+// declares (memory sizes, a start section, imports), which no compiler
+// would produce on purpose.
+func Wat(ctx context.Context, src, out string) error {
+	tool, err := exec.LookPath("wat2wasm")
+	if err != nil {
+		return fmt.Errorf("%w: wat2wasm (Debian: apt-get install wabt; `make deps` does): %v", ErrToolMissing, err)
+	}
+	return run(exec.CommandContext(ctx, tool, "-o", out, src), "wat2wasm "+src)
 }
 
 func run(cmd *exec.Cmd, what string) error {

@@ -436,3 +436,35 @@ func FunctionExports(module []byte) (map[string]bool, error) {
 	}
 	return map[string]bool{}, nil
 }
+
+// MemoryMinPages returns the initial size, in 64 KiB pages, of the first
+// memory a module defines, reading only its memory section (cheap: nothing
+// is validated or compiled). ok is false when the module defines no
+// memory.
+func MemoryMinPages(module []byte) (pages uint32, ok bool, err error) {
+	if len(module) < 8 || !bytes.Equal(module[:4], []byte("\x00asm")) {
+		return 0, false, fmt.Errorf("%w: not a WebAssembly binary", ErrUnsupported)
+	}
+	r := reader{b: module, off: 8}
+	for r.off < len(r.b) {
+		id := r.byte()
+		body := r.bytes(int(r.u32()))
+		if r.err != nil {
+			return 0, false, fmt.Errorf("%w: %v", ErrUnsupported, r.err)
+		}
+		if id != secMemory {
+			continue
+		}
+		mr := reader{b: body}
+		if n := mr.u32(); n == 0 || mr.err != nil {
+			return 0, false, mr.err
+		}
+		mr.byte() // limits flags
+		pages = mr.u32()
+		if mr.err != nil {
+			return 0, false, fmt.Errorf("%w: memory section: %v", ErrUnsupported, mr.err)
+		}
+		return pages, true, nil
+	}
+	return 0, false, nil
+}

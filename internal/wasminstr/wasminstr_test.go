@@ -276,3 +276,32 @@ func FuzzInstrument(f *testing.F) {
 		}
 	})
 }
+
+// TestMemoryMinPages reads the initial memory a module declares, as
+// wazero does.
+func TestMemoryMinPages(t *testing.T) {
+	tests := []struct {
+		name  string
+		wasm  []byte
+		pages uint32
+		ok    bool
+	}{
+		// (module (memory 4097)): more than 256 MiB at start.
+		{"big", []byte("\x00asm\x01\x00\x00\x00\x05\x04\x01\x00\x81\x20"), 4097, true},
+		// (module (memory 1 2)).
+		{"bounded", []byte("\x00asm\x01\x00\x00\x00\x05\x04\x01\x01\x01\x02"), 1, true},
+		// (module): no memory.
+		{"none", []byte("\x00asm\x01\x00\x00\x00"), 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pages, ok, err := MemoryMinPages(tt.wasm)
+			if err != nil || pages != tt.pages || ok != tt.ok {
+				t.Errorf("got %d, %v, %v; want %d, %v", pages, ok, err, tt.pages, tt.ok)
+			}
+		})
+	}
+	if _, _, err := MemoryMinPages([]byte("nope")); err == nil {
+		t.Error("not a module: no error")
+	}
+}

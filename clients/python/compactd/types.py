@@ -108,6 +108,9 @@ class Policy:
     file: str
     calls: int
     failures: int
+    #: log lines dropped over the rate limit / cut to the length limit
+    log_lines_dropped: int
+    log_lines_truncated: int
     version: str = ""
     abi: str = ""
     description: str = ""
@@ -122,6 +125,9 @@ class Policy:
     view: str = ""
     tier: str = ""
     instances: Optional[PolicyInstances] = None
+    #: the daemon died while loading these bytes; not loaded again until
+    #: the file changes (``error`` says when)
+    quarantined: bool = False
 
 
 @dataclass

@@ -174,6 +174,7 @@ def test_policies(client):
     assert sliding.serving and sliding.path == "fast" and sliding.version and sliding.calls >= 1
     assert isinstance(sliding.limits, compactd.Limits) and sliding.limits.call_timeout
     assert isinstance(sliding.config_schema, dict) and sliding.loaded_at is not None and sliding.error is None
+    assert not sliding.quarantined and sliding.log_lines_dropped == 0 and sliding.log_lines_truncated == 0
     assert client.policy("lastn").path == "fast"  # the C kit exports the fast path
     with pytest.raises(compactd.UnknownPolicy):
         client.policy("nope")
@@ -209,6 +210,10 @@ def test_config(client):
     assert "lastn" in info.value.message
     with pytest.raises(compactd.InvalidConfig):
         client.update_config({"limits": {"max_mesages": 1}})
+    with pytest.raises(compactd.InvalidConfig) as info:
+        client.update_config({"limits": {"plugin": {"max_instances": -3}}})
+    assert "limits.plugin.max_instances: -3 is out of range (allowed: 1 to 256" in info.value.message
+    assert client.config().config["limits"].get("plugin", {}).get("max_instances") is None
     up = client.update_config({"log_level": "warn"})
     assert up.config["log_level"] == "warn"
     client.update_config({"log_level": None})

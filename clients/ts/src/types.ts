@@ -44,7 +44,9 @@ export interface CompactRequest {
    */
   context_window?: number;
   /**
-   * default a stable hash of the leading system messages and the first user message
+   * at most 256 bytes, no NUL; default a stable hash of the whole
+   * content (role, name, every content part) of the leading system
+   * messages and the first user message
    */
   conversation_id?: string;
   /**
@@ -55,7 +57,7 @@ export interface CompactRequest {
   format?: "openai" | "anthropic";
   messages?: Message[];
   /**
-   * the agent's model; picks the tokenizer and the context window
+   * the agent's model (at most 256 bytes); picks the tokenizer and the context window
    */
   model?: string;
   /**
@@ -154,25 +156,43 @@ export interface CompactionRow {
 }
 
 /**
- * the running config, defaults filled in (README, "Config file")
+ * the running config, defaults filled in (README, "Config file").
+ * Every number has a range, given here as `minimum` and `maximum`
+ * (durations: in their descriptions); in the file and in an update,
+ * 0 or an absent key means the default.
  */
 export interface Config {
   cache_dir: string;
   limits: {
+    /**
+     * 100ms to 24h
+     */
     idle_timeout: string;
     max_body_bytes: number;
     max_messages: number;
     plugin: PluginLimits;
+    /**
+     * 100ms to 1h
+     */
     read_timeout: string;
+    /**
+     * 100ms to 1h
+     */
     request_timeout: string;
+    /**
+     * 100ms to 1h
+     */
     shutdown_timeout: string;
+    /**
+     * 100ms to 1h0m30s
+     */
     write_timeout: string;
     /**
      * memory of recent conversations kept, so a request that repeats one plus a turn is parsed and counted only for the turn
      */
     conversation_cache_bytes?: number;
     /**
-     * a plugin unused this long gives its compiled code and instances back
+     * 1s to 8760h; a plugin unused this long gives its compiled code and instances back
      */
     plugin_idle_unload?: string;
     plugins?: Record<string, PluginLimits>;
@@ -194,11 +214,11 @@ export interface Config {
      */
     threshold: number;
     /**
-     * one upstream exchange, streams included (default 10m)
+     * 1s to 24h; one upstream exchange, streams included (default 10m)
      */
     timeout: string;
     /**
-     * overrides the model's context window for proxied requests
+     * overrides the model's context window for proxied requests (absent: the model's)
      */
     context_window?: number;
     pipeline?: string[];
@@ -207,14 +227,20 @@ export interface Config {
      */
     policy?: string;
     /**
-     * also trigger at this many tokens, whatever the window
+     * also trigger at this many tokens, whatever the window (absent: off)
      */
     trigger_tokens?: number;
   };
+  /**
+   * a Unix socket path, at most 107 bytes
+   */
   socket: string;
   state: {
     max_conversations: number;
     max_state_bytes: number;
+    /**
+     * 1m to 87600h
+     */
     ttl: string;
   };
   state_dir: string;
@@ -222,6 +248,9 @@ export interface Config {
     listen?: string;
     token_file?: string;
   };
+  /**
+   * the llm policy's settings (its schema narrows the numbers)
+   */
   compact?: {
     max_tokens?: number;
     message_threshold?: number;
@@ -237,6 +266,9 @@ export interface Config {
    */
   llm?: Record<string, unknown> | null;
   pipeline?: string[];
+  /**
+   * each policy's config, checked against its plugin's `config_schema` (integers within 64 bits)
+   */
   policies?: Record<string, unknown>;
   policy?: string;
 }
@@ -248,9 +280,12 @@ export interface ConfigDocument {
    */
   file: string;
   /**
-   * (GET) problems that would reject the running config now: it no
-   * longer passes the loaded plugins' schemas, or the config file was
-   * changed and its last reload (SIGHUP) failed
+   * (GET) problems that would reject the running config now, found
+   * by the same checks `PUT /v1/config`, SIGHUP and a start make: it
+   * no longer passes the plugins loaded now (their schemas, or the
+   * memory they declare), or the config file was changed and its
+   * last reload (SIGHUP) failed, naming the key, its range and its
+   * line
    */
   errors?: string[];
   /**
@@ -262,6 +297,13 @@ export interface ConfigDocument {
    */
   warnings?: string[];
 }
+
+/**
+ * A content part of OpenAI's chat message format (a `Message`'s
+ * `content` array in OpenAI format). Other fields (such as
+ * `cache_control`) are kept with the message.
+ */
+export type ContentPart = TextPart | ImageURLPart | InputAudioPart | FilePart | RefusalPart;
 
 /**
  * one tracked conversation's status (its last request, and counters over all of them)
@@ -339,7 +381,7 @@ export type ErrorBadRequest = ErrorBody;
  *
  * | code | status | meaning |
  * | --- | --- | --- |
- * | `invalid_json` | 400 | the body is not the JSON the endpoint takes |
+ * | `invalid_json` | 400 | the body is not the JSON the endpoint takes (or not UTF-8) |
  * | `bad_request` | 400 | the request is not what the endpoint takes |
  * | `invalid_conversation` | 400 | the messages are malformed or structurally invalid |
  * | `invalid_config` | 400 | a policy config or config update is invalid |
@@ -374,12 +416,55 @@ export type ErrorNotFound = ErrorBody;
 
 export type ErrorUnknownPolicy = ErrorBody;
 
+/**
+ * user messages only; `file` has `file_id` or `file_data`
+ */
+export interface FilePart {
+  file: {
+    file_data?: string;
+    file_id?: string;
+    filename?: string;
+    [key: string]: unknown;
+  };
+  type: "file";
+  [key: string]: unknown;
+}
+
 export interface Health {
   /**
    * policies serving
    */
   policies: number;
   status: "ok";
+}
+
+/**
+ * user messages only
+ */
+export interface ImageURLPart {
+  image_url: {
+    url: string;
+    detail?: string;
+    [key: string]: unknown;
+  };
+  type: "image_url";
+  [key: string]: unknown;
+}
+
+/**
+ * user messages only
+ */
+export interface InputAudioPart {
+  input_audio: {
+    /**
+     * base64-encoded audio
+     */
+    data: string;
+    format: string;
+    [key: string]: unknown;
+  };
+  type: "input_audio";
+  [key: string]: unknown;
 }
 
 /**
@@ -418,7 +503,11 @@ export interface LoadError {
 export interface Message {
   role: "system" | "developer" | "user" | "assistant" | "tool";
   /**
-   * text, an array of content parts, or null (an assistant message with tool calls)
+   * text, an array of content parts, or null (an assistant message
+   * with tool calls). In OpenAI format the parts are `ContentPart`s:
+   * `text` (every role), `image_url`, `input_audio` and `file`
+   * (user), `refusal` (assistant); in Anthropic format, content
+   * blocks.
    */
   content?: string | unknown[] | null;
   name?: string;
@@ -495,8 +584,14 @@ export interface OpenAIError {
 }
 
 export interface PluginLimits {
+  /**
+   * 10ms to 1h
+   */
   call_timeout?: string;
   max_instances?: number;
+  /**
+   * and at least the initial memory each loaded plugin declares
+   */
   max_memory_mb?: number;
   max_output_bytes?: number;
 }
@@ -508,6 +603,14 @@ export interface Policy {
   calls: number;
   failures: number;
   file: string;
+  /**
+   * the file's log lines dropped over the rate limit (100 a second, bursts of 1000), over every version of the file
+   */
+  log_lines_dropped: number;
+  /**
+   * the file's log lines cut to the line-length limit (4 KiB)
+   */
+  log_lines_truncated: number;
   /**
    * the policy name (the file name when the file never loaded)
    */
@@ -538,6 +641,12 @@ export interface Policy {
   limits?: Limits;
   loaded_at?: string;
   path?: "fast" | "extism";
+  /**
+   * the daemon died while loading the file's current bytes: they
+   * are not loaded again until the file changes, or is removed and
+   * put back (`error` says when and why); absent when false
+   */
+  quarantined?: boolean;
   sha256?: string;
   /**
    * how its code runs: compiled on first use (a restart, or after limits.plugin_idle_unload), interpreted (a new version, until the compiler is done), compiled
@@ -583,6 +692,15 @@ export interface ProxyUpstream {
    * the base URL, as the provider's SDK takes it
    */
   upstream?: string;
+}
+
+/**
+ * assistant messages only
+ */
+export interface RefusalPart {
+  refusal: string;
+  type: "refusal";
+  [key: string]: unknown;
 }
 
 /**
@@ -656,6 +774,12 @@ export interface Status {
   };
   uptime_seconds: number;
   version: string;
+}
+
+export interface TextPart {
+  text: string;
+  type: "text";
+  [key: string]: unknown;
 }
 
 /**

@@ -194,6 +194,7 @@ describe("status and config", () => {
     const sliding = await client.policy("sliding");
     assert.equal(sliding.path, "fast");
     assert.ok(sliding.limits && sliding.limits.call_timeout && sliding.calls >= 1);
+    assert.ok(!sliding.quarantined && sliding.log_lines_dropped === 0 && sliding.log_lines_truncated === 0);
     await rejectsWith(client.policy("nope"), "unknown_policy", 404);
   });
 
@@ -218,6 +219,8 @@ describe("status and config", () => {
     const doc = await client.config();
     assert.equal(doc.config.limits.max_messages, 10000);
     await rejectsWith(client.updateConfig({ policies: { lastn: { n: 0 } } }), "invalid_config", 400);
+    const e = await rejectsWith(client.updateConfig({ limits: { plugin: { max_instances: -3 } } }), "invalid_config", 400);
+    assert.ok(e.detail.includes("limits.plugin.max_instances: -3 is out of range (allowed: 1 to 256"), e.detail);
     const up = await client.updateConfig({ log_level: "warn" });
     assert.equal(up.config.log_level, "warn");
     await client.updateConfig({ log_level: null });
