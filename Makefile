@@ -6,7 +6,8 @@
 GO       ?= go
 BIN      := bin
 PLUGINS  := $(BIN)/plugins
-STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1 # release 2025.1.1, by its module version
+# staticcheck release 2025.1.1 (the module proxy resolves only its semver tag)
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
 
 # The commit `compactd --version` reports when the go command stamps none
 # (GOFLAGS=-buildvcs=false); empty outside a git checkout.

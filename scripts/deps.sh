@@ -33,9 +33,10 @@ rustc cargo libstd-rust-dev-wasm32 librust-serde-json-dev
 # python3-*: the Python client's tests (pytest) and its offline install (setuptools, pip)
 # rustc cargo libstd-rust-dev-wasm32 librust-serde-json-dev: the Rust kit (kits/rust), offline
 
-# Node.js and npm run the TypeScript client's tests (node >= 18). A machine
-# that already has a node (e.g. from NodeSource, with its own npm) keeps it;
-# Debian's is installed otherwise.
+# Node.js and npm run the TypeScript client's tests (node >= 18) and the
+# proxy's tests with the official provider SDKs. A machine that already
+# has a node (e.g. from NodeSource, with its own npm) keeps it; Debian's
+# is installed otherwise.
 NODE_PKGS="nodejs npm"
 
 # npm projects, one line per reason: each has a committed package-lock.json
@@ -43,11 +44,13 @@ NODE_PKGS="nodejs npm"
 NPM_DIRS="
 clients/ts
 kits/assemblyscript
+internal/proxy/sdktest/testdata
 "
 # clients/ts: the TypeScript client's dev dependencies (typescript, @types/node)
 # kits/assemblyscript: the AssemblyScript compiler and JSON library; `npm ci`
 #   fills npm's cache, so projects from `compactd new assemblyscript` install
 #   them without a download
+# internal/proxy/sdktest/testdata: the official openai and @anthropic-ai/sdk SDKs, run against the proxy
 
 # Commands (or paths) whose presence means the Debian packages are installed.
 TOOLS="clang wasm-ld wat2wasm wasm-opt gcc curl chromium node npm"

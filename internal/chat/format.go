@@ -28,12 +28,27 @@ type FormatError struct {
 }
 
 func (e *FormatError) Error() string {
-	return fmt.Sprintf("%v: message %d is in the %s format (%s); compactd takes OpenAI chat messages (role, content, tool_calls, tool_call_id)",
+	return fmt.Sprintf("%v: message %d is in the %s format (%s); OpenAI chat messages are the default (role, content, tool_calls, tool_call_id): send Anthropic's with \"format\": \"anthropic\" to /v1/compact, or through the /v1/messages proxy",
 		ErrUnsupportedFormat, e.Index, e.Format, e.Feature)
 }
 
-// Is makes errors.Is(err, ErrUnsupportedFormat) true.
-func (e *FormatError) Is(target error) bool { return target == ErrUnsupportedFormat }
+// Is makes errors.Is(err, ErrUnsupportedFormat) true, and
+// errors.Is(err, ErrMalformed): the messages are not OpenAI chat messages.
+func (e *FormatError) Is(target error) bool {
+	return target == ErrUnsupportedFormat || target == ErrMalformed
+}
+
+// checkMessage checks that message i's content is in OpenAI's format
+// (CheckContent); one recognisably in Anthropic's is a *FormatError.
+func checkMessage(i int, m *abi.Message) error {
+	if err := CheckContent(m.Role, m.Content); err != nil {
+		if f := AnthropicFeature(m); f != "" {
+			return &FormatError{Format: Anthropic, Index: i, Feature: f}
+		}
+		return fmt.Errorf("%w: message %d (%s): %v", ErrMalformed, i, m.Role, err)
+	}
+	return nil
+}
 
 // CheckFormat returns a *FormatError for the first message that is not an
 // OpenAI chat message but recognisably another provider's (see

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/internal/dataset"
 	"github.com/compactd/compactd/internal/wasmbuild"
 )
@@ -206,7 +207,7 @@ func TestPoliciesAndConform(t *testing.T) {
 		t.Fatalf("conform sliding: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r = run(t, "", "version")
-	if r.code != 0 || !strings.Contains(r.stdout, "ABI 1.0") {
+	if r.code != 0 || !strings.Contains(r.stdout, "ABI "+abi.Version.String()) {
 		t.Fatalf("version: %d %s", r.code, r.stdout)
 	}
 }

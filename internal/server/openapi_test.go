@@ -24,6 +24,9 @@ import (
 var spec *apitest.Validator
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(childDirEnv); dir != "" {
+		os.Exit(runChildDaemon(dir, os.Getenv(childCacheEnv)))
+	}
 	flag.Parse()
 	v, err := apitest.New()
 	if err != nil {

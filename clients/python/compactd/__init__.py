@@ -42,11 +42,13 @@ from .types import (
     MessagePreview,
     Policy,
     PolicyCounts,
+    PolicyInstances,
     Stage,
     Stats,
     Status,
     StoreDescriptor,
     Totals,
+    Usage,
 )
 
 __version__ = "0.1.0"
@@ -56,7 +58,7 @@ __all__ = [
     "CompactdError", "DaemonUnavailable", "APIError", "InvalidJSON", "BadRequest",
     "InvalidConversation", "UnsupportedFormat", "InvalidConfig", "NoPolicy", "Unauthorized", "UnknownPolicy",
     "NotFound", "MethodNotAllowed", "RequestTooLarge", "TooManyMessages", "InternalError",
-    "CompactResponse", "Stats", "Stage", "Policy", "Limits", "LoadError", "Status",
+    "CompactResponse", "Stats", "Stage", "Policy", "PolicyInstances", "Limits", "LoadError", "Status",
     "PolicyCounts", "Totals", "StoreDescriptor", "Conversation", "CompactionDetail",
-    "CompactionRow", "MessagePreview", "ConfigDocument", "Health", "Message",
+    "CompactionRow", "MessagePreview", "ConfigDocument", "Health", "Message", "Usage",
 ]
