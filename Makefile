@@ -1,24 +1,34 @@
 # compactd's front door. `make run` starts the daemon with the built-in
-# policies; `make test` runs every test; `make check` is the presubmit.
+# policies; `make test` runs every test; `make check` is the presubmit;
+# `make install` puts compactd and the built-in policies where
+# `compactd serve` finds them.
 
 GO       ?= go
 BIN      := bin
 PLUGINS  := $(BIN)/plugins
-STATICCHECK := honnef.co/go/tools/cmd/staticcheck@2025.1.1
+# staticcheck release 2025.1.1 (the module proxy resolves only its semver tag)
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
 
-.PHONY: all build plugins run test test-short bench check deps clean
+# The commit `compactd --version` reports when the go command stamps none
+# (GOFLAGS=-buildvcs=false); empty outside a git checkout.
+COMMIT   := $(shell git rev-parse HEAD 2>/dev/null)
+DIRTY    := $(shell git status --porcelain 2>/dev/null | grep -q . && echo true)
+LDFLAGS  := -X github.com/compactd/compactd/internal/cli.commit=$(COMMIT) -X github.com/compactd/compactd/internal/cli.dirty=$(DIRTY)
+
+.PHONY: all build plugins run test test-short bench check deps install uninstall clean
 
 all: build plugins
 
 build:
-	$(GO) build -o $(BIN)/compactd ./cmd/compactd
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/compactd ./cmd/compactd
 
 plugins: deps
 	$(GO) run ./internal/wasmbuild/buildplugins -out $(PLUGINS)
 
 # run starts the daemon in the foreground with the built-in policies; its
 # socket, state and config file live under bin/ (README.md, "Run the
-# daemon"). Ctrl-C stops it.
+# daemon"). Ctrl-C stops it. readme_test.go starts the daemon for the
+# README's examples with this recipe (make -n run).
 SOCKET   ?= $(CURDIR)/$(BIN)/compactd.sock
 run: build plugins
 	$(BIN)/compactd serve --plugins $(PLUGINS) --socket $(SOCKET) --state-dir $(BIN)/state --config $(BIN)/compactd.yaml
@@ -29,9 +39,10 @@ test: deps
 test-short: deps
 	$(GO) test -short -count=1 ./...
 
-# bench runs every benchmark and `compactd eval` on ../shared/data and
-# rewrites docs/benchmarks.md (several minutes; BENCHTIME, POLICIES and
-# BENCH_PKGS narrow it, see scripts/benchmarks.sh).
+# bench runs every benchmark and `compactd eval` on the full data set
+# ($COMPACTD_DATA, default ../shared/data) and rewrites docs/benchmarks.md
+# (several minutes; BENCHTIME, POLICIES and BENCH_PKGS narrow it, see
+# scripts/benchmarks.sh).
 bench: deps
 	scripts/benchmarks.sh
 
@@ -48,6 +59,28 @@ check:
 # so every CI run executes it). The package list is in scripts/deps.sh.
 deps:
 	FORCE=$(FORCE) scripts/deps.sh
+
+# install copies the binary to $(PREFIX)/bin and the built-in policies to
+# the plugins directory `compactd serve` reads by default ($COMPACTD_PLUGINS,
+# else $XDG_DATA_HOME/compactd/plugins, i.e. ~/.local/share/compactd/plugins),
+# so `compactd serve` with no flags serves them. A running daemon picks the
+# new plugins up without a restart. DESTDIR is prepended for packaging.
+PREFIX      ?= $(HOME)/.local
+BINDIR      ?= $(PREFIX)/bin
+PLUGINS_DIR ?= $(or $(COMPACTD_PLUGINS),$(or $(XDG_DATA_HOME),$(HOME)/.local/share)/compactd/plugins)
+install: build plugins
+	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(PLUGINS_DIR)"
+	install -m 0755 $(BIN)/compactd "$(DESTDIR)$(BINDIR)/compactd"
+	install -m 0644 $(PLUGINS)/*.wasm "$(DESTDIR)$(PLUGINS_DIR)/"
+	@echo "installed $(DESTDIR)$(BINDIR)/compactd and $$(ls $(PLUGINS)/*.wasm | wc -l) policies in $(DESTDIR)$(PLUGINS_DIR)"
+	@case ":$$PATH:" in *":$(BINDIR):"*) ;; *) echo "note: $(BINDIR) is not on your PATH";; esac
+	@echo "start it with: compactd serve   (or as a systemd user service: README.md, \"Install\")"
+
+# uninstall removes what install copied (the built-in plugins by name;
+# other plugins in the directory stay).
+uninstall:
+	rm -f "$(DESTDIR)$(BINDIR)/compactd"
+	for d in plugins/*/; do n=$$(basename $$d); [ "$$n" = internal ] || rm -f "$(DESTDIR)$(PLUGINS_DIR)/$$n.wasm"; done
 
 clean:
 	rm -rf $(BIN)

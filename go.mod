@@ -1,6 +1,6 @@
 module github.com/compactd/compactd
 
-go 1.26.8
+go 1.26
 
 require (
 	github.com/extism/go-sdk v1.7.1

@@ -62,6 +62,31 @@ const (
 	HostLLMComplete   = "llm_complete"
 	ExtismEnvModule   = "extism:host/env"
 	MaxPolicyNameSize = 64
+	// HostMessageContent and HostMessageContentInto read a content a
+	// header view left out (ABI 1.1): the first into a block of kernel
+	// memory, on both paths; the second straight into the plugin's
+	// memory, on the fast path only.
+	HostMessageContent     = "message_content"
+	HostMessageContentInto = "message_content_into"
+)
+
+// Views a plugin may declare in its description (ABI 1.1). ViewFull, the
+// default, sends every message with its content; ViewHeaders sends each
+// message without it ({"omitted": "text"|"parts", "size": N} in its
+// place), for a policy that reads few or no contents: it reads them
+// through message_content when it needs them.
+const (
+	ViewFull    = "full"
+	ViewHeaders = "headers"
+)
+
+// Results of message_content_into besides a length.
+const (
+	// ContentNoMessage: there is no message at that index.
+	ContentNoMessage = ^uint64(0)
+	// ContentUnsupported: the call is not on the fast path (the host
+	// cannot write to the plugin's memory); use message_content.
+	ContentUnsupported = ^uint64(0) - 1
 )
 
 // VersionString is an ABI version "MAJOR.MINOR". In JSON it is a string
@@ -137,6 +162,9 @@ type Description struct {
 	// "should_compact"). The host calls an optional export only when it is
 	// both listed here and exported.
 	Exports []string `json:"exports,omitempty"`
+	// View is the view of the conversation the plugin reads (ABI 1.1):
+	// ViewFull (the default, also "") or ViewHeaders.
+	View string `json:"view,omitempty"`
 }
 
 // ValidName reports whether name is a valid policy name.
@@ -161,6 +189,17 @@ type CompactRequest struct {
 	Context  Context         `json:"context"`
 
 	configCache *ConfigCache
+}
+
+// ConnectContents makes the contents a header view left out read through
+// src (the PDK calls it on every request it decodes).
+func (r *CompactRequest) ConnectContents(src ContentSource) {
+	for i := range r.Messages {
+		c := &r.Messages[i].Content
+		if c.omitted != "" {
+			c.index, c.src = i, src
+		}
+	}
 }
 
 // DecodeConfig decodes the request's config into v (a pointer to a struct

@@ -2,6 +2,7 @@ package abi
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -27,7 +28,7 @@ func TestVersionJSON(t *testing.T) {
 			t.Errorf("%s: got %v, %v", tt.in, v, err)
 		}
 	}
-	if b, _ := json.Marshal(Version); string(b) != `"1.1"` {
+	if b, _ := json.Marshal(Version); string(b) != `"`+strconv.Itoa(Major)+`.`+strconv.Itoa(Minor)+`"` {
 		t.Errorf("Version marshals to %s", b)
 	}
 	if !Compatible(VersionString{1, 0}, VersionString{1, 7}) || Compatible(VersionString{1, 0}, VersionString{2, 0}) {

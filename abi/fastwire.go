@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"unsafe"
 )
 
@@ -16,7 +17,7 @@ import (
 // All integers are little-endian u32; a string is a u32 length and its
 // bytes. Layout:
 //
-//	"CDF1"
+//	"CDF1" (full view) or "CDF2" (header view, ABI 1.1)
 //	string config      (JSON object)
 //	context: string model, string encoding, u32 context_window,
 //	         u32 total_tokens, string conversation_id, string state (JSON or empty)
@@ -24,49 +25,73 @@ import (
 //	per message:
 //	  string role
 //	  u32    tokens
-//	  u8     content kind: 0 null, 1 text (the decoded string), 2 JSON (e.g. parts)
-//	  string content
+//	  u8     content kind: 0 null, 1 text (the decoded string), 2 JSON (e.g. parts),
+//	         and in CDF2 only: 3 text left out, 4 parts left out
+//	  kinds 0-2: string content; kinds 3-4: u32 size (bytes of text, of JSON)
 //	  string name
 //	  string tool_call_id
 //	  u32    tool call count, then per call: string id, type, name, arguments
-const fastMagic = "CDF1"
+const (
+	fastMagic        = "CDF1"
+	fastMagicHeaders = "CDF2"
+)
 
 // Content kinds in the fast encoding.
 const (
-	fastContentNull = 0
-	fastContentText = 1
-	fastContentJSON = 2
+	fastContentNull         = 0
+	fastContentText         = 1
+	fastContentJSON         = 2
+	fastContentOmittedText  = 3
+	fastContentOmittedParts = 4
 )
 
 // ErrFastRequest is wrapped by DecodeFastRequest's errors.
 var ErrFastRequest = errors.New("malformed fast-path request")
 
 // AppendFastRequest appends the fast encoding of a request with the given
-// config JSON, context and messages (whose Tokens are sent).
+// config JSON, context and messages (whose Tokens are sent), in the full
+// view (CDF1).
 func AppendFastRequest(dst []byte, config json.RawMessage, ctx *Context, msgs []Message) []byte {
-	dst = append(dst, fastMagic...)
+	return AppendFastRequestView(dst, config, ctx, msgs, ViewFull)
+}
+
+// AppendFastRequestView is AppendFastRequest for a view: ViewHeaders
+// leaves contents out (CDF2), anything else sends them (CDF1).
+func AppendFastRequestView(dst []byte, config json.RawMessage, ctx *Context, msgs []Message, view string) []byte {
+	headers := view == ViewHeaders
+	if headers {
+		dst = append(dst, fastMagicHeaders...)
+	} else {
+		dst = append(dst, fastMagic...)
+	}
 	dst = appendString(dst, config)
 	dst = appendString(dst, ctx.Model)
 	dst = appendString(dst, ctx.Encoding)
-	dst = binary.LittleEndian.AppendUint32(dst, uint32(ctx.ContextWindow))
-	dst = binary.LittleEndian.AppendUint32(dst, uint32(ctx.TotalTokens))
+	dst = binary.LittleEndian.AppendUint32(dst, wireU32(ctx.ContextWindow))
+	dst = binary.LittleEndian.AppendUint32(dst, wireU32(ctx.TotalTokens))
 	dst = appendString(dst, ctx.ConversationID)
 	dst = appendString(dst, ctx.State)
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(msgs)))
 	for i := range msgs {
 		m := &msgs[i]
 		dst = appendString(dst, m.Role)
-		dst = binary.LittleEndian.AppendUint32(dst, uint32(m.Tokens))
+		dst = binary.LittleEndian.AppendUint32(dst, wireU32(m.Tokens))
 		switch {
 		case m.Content.IsNull():
 			dst = append(dst, fastContentNull)
 			dst = appendString(dst, "")
+		case headers && m.Content.IsString():
+			dst = append(dst, fastContentOmittedText)
+			dst = binary.LittleEndian.AppendUint32(dst, uint32(textSize(m.Content)))
+		case headers:
+			dst = append(dst, fastContentOmittedParts)
+			dst = binary.LittleEndian.AppendUint32(dst, uint32(len(m.Content.Raw())))
 		case m.Content.IsString():
 			dst = append(dst, fastContentText)
 			dst = appendString(dst, m.Content.Text())
 		default:
 			dst = append(dst, fastContentJSON)
-			dst = appendString(dst, m.Content.raw)
+			dst = appendString(dst, m.Content.Raw())
 		}
 		dst = appendString(dst, m.Name)
 		dst = appendString(dst, m.ToolCallID)
@@ -81,6 +106,29 @@ func AppendFastRequest(dst []byte, config json.RawMessage, ctx *Context, msgs []
 	return dst
 }
 
+// textSize returns the size of a string content's text without decoding
+// it when it is known.
+func textSize(c Content) int {
+	if c.hasText || c.omitted != "" {
+		return c.Len()
+	}
+	return len(c.Text())
+}
+
+// wireU32 is n as a wire u32. The host checks its integers' ranges before
+// it encodes a request (see MaxTokenCount); should a value
+// still be out of range, it saturates rather than wrapping, so a window of
+// 2^32 never reaches a plugin as 0.
+func wireU32(n int) uint32 {
+	switch {
+	case n < 0:
+		return 0
+	case uint64(n) > math.MaxUint32:
+		return math.MaxUint32
+	}
+	return uint32(n)
+}
+
 func appendString[T string | []byte | json.RawMessage](dst []byte, s T) []byte {
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(s)))
 	return append(dst, s...)
@@ -88,10 +136,16 @@ func appendString[T string | []byte | json.RawMessage](dst []byte, s T) []byte {
 
 // DecodeFastRequest decodes a fast-path request. The strings of the
 // messages alias b (no copies): b must not change while the request is in
-// use.
-func DecodeFastRequest(b []byte) (*CompactRequest, error) {
+// use. The contents a header view (CDF2) left out read through src (see
+// ContentSource); src may be nil.
+func DecodeFastRequest(b []byte, src ContentSource) (*CompactRequest, error) {
 	r := fastReader{b: b}
-	if len(b) < len(fastMagic) || string(b[:len(fastMagic)]) != fastMagic {
+	headers := false
+	switch {
+	case len(b) >= 4 && string(b[:4]) == fastMagic:
+	case len(b) >= 4 && string(b[:4]) == fastMagicHeaders:
+		headers = true
+	default:
 		return nil, fmt.Errorf("%w: bad magic", ErrFastRequest)
 	}
 	r.off = len(fastMagic)
@@ -108,8 +162,8 @@ func DecodeFastRequest(b []byte) (*CompactRequest, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
-	// Each message takes at least 29 bytes: bound n before allocating.
-	if int(n) > (len(b)-r.off)/29+1 {
+	// Each message takes at least 25 bytes: bound n before allocating.
+	if int(n) > (len(b)-r.off)/25+1 {
 		return nil, fmt.Errorf("%w: %d messages cannot fit in %d bytes", ErrFastRequest, n, len(b))
 	}
 	req.Messages = make([]Message, n)
@@ -118,9 +172,21 @@ func DecodeFastRequest(b []byte) (*CompactRequest, error) {
 		m.Role = r.str()
 		m.Tokens = int(r.u32())
 		kind := r.u8()
-		content := r.bytes()
+		if headers && (kind == fastContentOmittedText || kind == fastContentOmittedParts) {
+			size := int(r.u32())
+			omitted := OmittedText
+			if kind == fastContentOmittedParts {
+				omitted = OmittedParts
+			}
+			m.Content = Content{omitted: omitted, size: size, index: i, src: src}
+			kind = 0xff // read
+		}
+		var content []byte
+		if kind != 0xff {
+			content = r.bytes()
+		}
 		switch kind {
-		case fastContentNull:
+		case fastContentNull, 0xff:
 		case fastContentText:
 			m.Content = Content{text: unsafeString(content), hasText: true}
 		case fastContentJSON:

@@ -3,6 +3,7 @@ package abi
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"reflect"
 	"testing"
 )
@@ -23,7 +24,7 @@ func TestFastRequestMatchesJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := AppendFastRequest(nil, want.Config, &want.Context, want.Messages)
-	got, err := DecodeFastRequest(b)
+	got, err := DecodeFastRequest(b, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,33 +46,135 @@ func TestFastRequestRejectsGarbage(t *testing.T) {
 	_ = json.Unmarshal([]byte(fastSample), &req)
 	good := AppendFastRequest(nil, req.Config, &req.Context, req.Messages)
 	for cut := 0; cut < len(good); cut++ {
-		if _, err := DecodeFastRequest(good[:cut]); !errors.Is(err, ErrFastRequest) {
+		if _, err := DecodeFastRequest(good[:cut], nil); !errors.Is(err, ErrFastRequest) {
 			t.Fatalf("truncated at %d: err = %v", cut, err)
 		}
 	}
 	var empty Context
 	huge := AppendFastRequest(nil, nil, &empty, nil)
 	huge = append(huge[:len(huge)-4], 0xff, 0xff, 0xff, 0x7f)
-	if _, err := DecodeFastRequest(huge); !errors.Is(err, ErrFastRequest) {
+	if _, err := DecodeFastRequest(huge, nil); !errors.Is(err, ErrFastRequest) {
 		t.Fatalf("absurd count: err = %v", err)
 	}
-	if _, err := DecodeFastRequest(append(good, 1)); !errors.Is(err, ErrFastRequest) {
+	if _, err := DecodeFastRequest(append(good, 1), nil); !errors.Is(err, ErrFastRequest) {
 		t.Fatalf("trailing byte: err = %v", err)
 	}
 }
 
+// FuzzDecodeFastRequest: the decoder never panics, never allocates more
+// than its input can describe, and what it accepts survives a round trip
+// through the encoder field for field.
 func FuzzDecodeFastRequest(f *testing.F) {
 	var req CompactRequest
 	_ = json.Unmarshal([]byte(fastSample), &req)
 	f.Add(AppendFastRequest(nil, req.Config, &req.Context, req.Messages))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		got, err := DecodeFastRequest(b)
+		got, err := DecodeFastRequest(b, nil)
 		if err != nil {
+			if !errors.Is(err, ErrFastRequest) {
+				t.Fatalf("error %v does not wrap ErrFastRequest", err)
+			}
 			return
 		}
-		again, err := DecodeFastRequest(AppendFastRequest(nil, got.Config, &got.Context, got.Messages))
+		again, err := DecodeFastRequest(AppendFastRequest(nil, got.Config, &got.Context, got.Messages), nil)
 		if err != nil || len(again.Messages) != len(got.Messages) {
 			t.Fatalf("re-encoding a decoded request fails: %v", err)
 		}
+		if string(again.Config) != string(got.Config) || !reflect.DeepEqual(again.Context, got.Context) || len(again.Messages) != len(got.Messages) {
+			t.Fatalf("round trip changed the request:\n got %+v\nthen %+v", got, again)
+		}
+		for i := range got.Messages {
+			g, a := got.Messages[i], again.Messages[i]
+			if g.Role != a.Role || g.Tokens != a.Tokens || g.Name != a.Name || g.ToolCallID != a.ToolCallID ||
+				g.Text() != a.Text() || g.Content.IsNull() != a.Content.IsNull() || len(g.ToolCalls) != len(a.ToolCalls) ||
+				len(g.ToolCalls) > 0 && !reflect.DeepEqual(g.ToolCalls, a.ToolCalls) {
+				t.Fatalf("message %d changed in a round trip:\n got %+v\nthen %+v", i, g, a)
+			}
+		}
 	})
+}
+
+// mapSource serves contents from a request's full messages.
+type mapSource struct {
+	msgs  []Message
+	calls int
+}
+
+func (s *mapSource) Content(i int) ([]byte, bool) {
+	s.calls++
+	if i < 0 || i >= len(s.msgs) {
+		return nil, false
+	}
+	c := s.msgs[i].Content
+	if c.IsString() {
+		return []byte(c.Text()), true
+	}
+	return c.Raw(), true
+}
+
+// TestFastRequestHeaders: the header view (CDF2) leaves contents out,
+// gives their kind and size, and reads them through the source.
+func TestFastRequestHeaders(t *testing.T) {
+	var want CompactRequest
+	if err := json.Unmarshal([]byte(fastSample), &want); err != nil {
+		t.Fatal(err)
+	}
+	full := AppendFastRequest(nil, want.Config, &want.Context, want.Messages)
+	b := AppendFastRequestView(nil, want.Config, &want.Context, want.Messages, ViewHeaders)
+	if string(b[:4]) != "CDF2" || len(b) >= len(full) {
+		t.Fatalf("header view: %q..., %d bytes (full view %d)", b[:4], len(b), len(full))
+	}
+	src := &mapSource{msgs: want.Messages}
+	got, err := DecodeFastRequest(b, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range want.Messages {
+		g := got.Messages[i]
+		if g.Content.IsNull() != w.Content.IsNull() || g.Content.IsString() != w.Content.IsString() {
+			t.Fatalf("message %d: kind differs", i)
+		}
+		if !w.Content.IsNull() && g.Content.Omitted() == "" {
+			t.Fatalf("message %d: content sent in a header view", i)
+		}
+		if w.Content.IsString() && g.Content.Len() != len(w.Content.Text()) {
+			t.Errorf("message %d: size %d, want %d", i, g.Content.Len(), len(w.Content.Text()))
+		}
+	}
+	if src.calls != 0 {
+		t.Fatalf("%d contents fetched before any was read", src.calls)
+	}
+	for i, w := range want.Messages {
+		if g := got.Messages[i]; g.Text() != w.Text() || string(g.Content.Raw()) != string(w.Content.Raw()) && w.Content.IsString() == false {
+			t.Errorf("message %d: fetched %q, want %q", i, g.Text(), w.Text())
+		}
+	}
+	// The JSON form of the header view decodes to the same omitted
+	// contents, connected by ConnectContents.
+	var fromJSON CompactRequest
+	js := `{"messages":[{"role":"user","content":{"omitted":"text","size":2}},{"role":"user","content":{"omitted":"parts","size":30}}]}`
+	if err := json.Unmarshal([]byte(js), &fromJSON); err != nil {
+		t.Fatal(err)
+	}
+	fromJSON.ConnectContents(&mapSource{msgs: []Message{{Content: TextContent("hi")}, {Content: RawContent(json.RawMessage(`[{"type":"text","text":"x"}]`))}}})
+	if fromJSON.Messages[0].Text() != "hi" || fromJSON.Messages[1].Text() != "x" || fromJSON.Messages[0].Content.Len() != 2 {
+		t.Errorf("JSON header view: %q %q", fromJSON.Messages[0].Text(), fromJSON.Messages[1].Text())
+	}
+	var bad Content
+	if err := json.Unmarshal([]byte(`{"omitted":"image"}`), &bad); err == nil {
+		t.Error("unknown omitted kind accepted")
+	}
+}
+
+// TestFastRequestSaturates: integers beyond a u32 are sent as the largest
+// u32, never wrapped (a window of 2^32 must not reach a plugin as 0).
+func TestFastRequestSaturates(t *testing.T) {
+	ctx := Context{ContextWindow: 1 << 32, TotalTokens: -5}
+	got, err := DecodeFastRequest(AppendFastRequest(nil, nil, &ctx, []Message{{Role: RoleUser, Tokens: 1<<32 + 7}}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Context.ContextWindow != math.MaxUint32 || got.Context.TotalTokens != 0 || got.Messages[0].Tokens != math.MaxUint32 {
+		t.Errorf("context %+v, tokens %d", got.Context, got.Messages[0].Tokens)
+	}
 }

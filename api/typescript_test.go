@@ -50,6 +50,7 @@ type schema struct {
 	Properties           map[string]*schema `yaml:"properties"`
 	Required             []string           `yaml:"required"`
 	Items                *schema            `yaml:"items"`
+	OneOf                []*schema          `yaml:"oneOf"`
 	AdditionalProperties any                `yaml:"additionalProperties"`
 	XStatus              map[string]int     `yaml:"x-status"`
 }
@@ -171,6 +172,13 @@ func tsType(s *schema, indent string) string {
 	}
 	if s.Const != "" {
 		return fmt.Sprintf("%q", s.Const)
+	}
+	if len(s.OneOf) > 0 {
+		alts := make([]string, len(s.OneOf))
+		for i, alt := range s.OneOf {
+			alts[i] = tsType(alt, indent)
+		}
+		return strings.Join(alts, " | ")
 	}
 	if len(s.Enum) > 0 {
 		lits := make([]string, len(s.Enum))

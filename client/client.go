@@ -20,9 +20,10 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/compactd/compactd/internal/paths"
 )
 
 // Client calls a compactd daemon.
@@ -35,24 +36,9 @@ type Client struct {
 
 // DefaultSocketPath is the daemon's default socket: $COMPACTD_SOCKET, else
 // $XDG_RUNTIME_DIR/compactd.sock, else ~/.local/state/compactd/compactd.sock
-// ($XDG_STATE_HOME/compactd/compactd.sock).
-func DefaultSocketPath() string {
-	if p := os.Getenv("COMPACTD_SOCKET"); p != "" {
-		return p
-	}
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
-		return filepath.Join(d, "compactd.sock")
-	}
-	state := os.Getenv("XDG_STATE_HOME")
-	if state == "" {
-		home := os.Getenv("HOME")
-		if home == "" {
-			home = os.TempDir()
-		}
-		state = filepath.Join(home, ".local", "state")
-	}
-	return filepath.Join(state, "compactd", "compactd.sock")
-}
+// ($XDG_STATE_HOME/compactd/compactd.sock) — the path `compactd serve`
+// listens on without --socket.
+func DefaultSocketPath() string { return paths.Socket(os.Getenv) }
 
 // Option configures a Client.
 type Option func(*options)

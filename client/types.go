@@ -31,9 +31,16 @@ type CompactRequest struct {
 	// on the marked messages (on their last content block when the
 	// content is an array). Off by default: OpenAI rejects the key.
 	CacheBreakpoints bool `json:"cache_breakpoints,omitempty"`
-	// Messages are OpenAI chat messages. The ones a policy keeps come back
-	// byte for byte (except the cache_control a breakpoint adds).
-	Messages []json.RawMessage `json:"messages"`
+	// Format is "openai" (the default: Messages are OpenAI chat messages)
+	// or "anthropic" (Messages are Anthropic Messages API messages, System
+	// its top-level system prompt; the answer comes back in that format).
+	Format string          `json:"format,omitempty"`
+	System json.RawMessage `json:"system,omitempty"`
+	// Messages are the conversation's messages. The ones a policy keeps
+	// come back byte for byte (except the cache_control a breakpoint adds).
+	// Without them, ConversationID names a conversation the proxy
+	// forwarded, and its last request is compacted.
+	Messages []json.RawMessage `json:"messages,omitempty"`
 }
 
 // CompactResponse is the answer to POST /v1/compact. When a policy fails,
@@ -49,6 +56,12 @@ type CompactResponse struct {
 	// breakpoint (indices into Messages), when the request asked for them.
 	CacheBreakpoints []int `json:"cache_breakpoints,omitempty"`
 	Stats            Stats `json:"stats"`
+	// Format and System are set for an Anthropic-format request, and when
+	// a proxied conversation's stored request was compacted (a request
+	// with only ConversationID): Messages are in that format ("openai" or
+	// "anthropic"), and System is Anthropic's top-level system prompt.
+	Format string          `json:"format,omitempty"`
+	System json.RawMessage `json:"system,omitempty"`
 }
 
 // Stats sum up a compaction.
@@ -92,14 +105,24 @@ type Policy struct {
 	// Name is the policy name (the file name when the file never loaded).
 	Name string `json:"name"`
 	// Serving reports whether a version of this file is serving Name.
-	Serving      bool            `json:"serving"`
-	Version      string          `json:"version,omitempty"`
-	ABI          string          `json:"abi,omitempty"`
-	Description  string          `json:"description,omitempty"`
-	File         string          `json:"file"`
-	SHA256       string          `json:"sha256,omitempty"`
-	LoadedAt     time.Time       `json:"loaded_at,omitzero"`
-	Path         string          `json:"path,omitempty"` // "fast" or "extism"
+	Serving     bool      `json:"serving"`
+	Version     string    `json:"version,omitempty"`
+	ABI         string    `json:"abi,omitempty"`
+	Description string    `json:"description,omitempty"`
+	File        string    `json:"file"`
+	SHA256      string    `json:"sha256,omitempty"`
+	LoadedAt    time.Time `json:"loaded_at,omitzero"`
+	Path        string    `json:"path,omitempty"` // "fast" or "extism"
+	// View is the view of the conversation the plugin reads: "full"
+	// (every message's content) or "headers" (contents on demand).
+	View string `json:"view,omitempty"`
+	// Tier is how its code runs: "lazy" (described from a previous load,
+	// compiled on first use), "interpreted" (a new version, until the
+	// compiler is done) or "compiled".
+	Tier string `json:"tier,omitempty"`
+	// Instances are its pooled instances, waiting for calls, and the
+	// linear memory they hold.
+	Instances    *Instances      `json:"instances,omitempty"`
 	ConfigSchema json.RawMessage `json:"config_schema,omitempty"`
 	Defaults     json.RawMessage `json:"defaults,omitempty"`
 	Exports      []string        `json:"exports,omitempty"`
@@ -109,6 +132,20 @@ type Policy struct {
 	// Error is the file's last load failure; the version above (if any)
 	// keeps serving.
 	Error *LoadError `json:"error,omitempty"`
+	// Quarantined reports that the daemon died while loading the file's
+	// current bytes: they are not loaded again until the file changes or
+	// is removed and put back (Error says when).
+	Quarantined bool `json:"quarantined,omitempty"`
+	// LogLinesDropped and LogLinesTruncated count the file's log lines
+	// dropped over the rate limit and cut to the line-length limit.
+	LogLinesDropped   uint64 `json:"log_lines_dropped"`
+	LogLinesTruncated uint64 `json:"log_lines_truncated"`
+}
+
+// Instances describe a plugin's pool of instances.
+type Instances struct {
+	Idle            int    `json:"idle"`
+	IdleMemoryBytes uint64 `json:"idle_memory_bytes"`
 }
 
 // Limits are a plugin's runtime limits.
@@ -182,6 +219,15 @@ type Conversation struct {
 	// Only GET /v1/status?conversation_id=ID (Client.Conversation) fills
 	// it, and only once the conversation was compacted.
 	LastCompaction *CompactionDetail `json:"last_compaction,omitempty"`
+	// Provider is "openai" or "anthropic" for a conversation that came
+	// through the proxy.
+	Provider string `json:"provider,omitempty"`
+	// NeedsCompaction is set when the provider's usage of the last
+	// proxied response reached proxy.threshold: the next proxied request
+	// is compacted.
+	NeedsCompaction bool `json:"needs_compaction"`
+	// LastUsage is the provider's usage of the last proxied response.
+	LastUsage *Usage `json:"last_usage,omitempty"`
 }
 
 // CompactionDetail is what one compaction did, message by message, for
@@ -245,6 +291,15 @@ type MessagePreview struct {
 	Bytes int    `json:"bytes"`
 }
 
+// Usage is a provider's usage report for one response.
+type Usage struct {
+	InputTokens      int       `json:"input_tokens"` // cached tokens included
+	OutputTokens     int       `json:"output_tokens"`
+	CacheReadTokens  int       `json:"cache_read_tokens,omitempty"`
+	CacheWriteTokens int       `json:"cache_write_tokens,omitempty"`
+	At               time.Time `json:"at"`
+}
+
 // ConfigDocument is the answer to GET and PUT /v1/config.
 type ConfigDocument struct {
 	// File is the config file's path.
@@ -256,8 +311,9 @@ type ConfigDocument struct {
 	// Warnings are non-fatal problems with the config.
 	Warnings []string `json:"warnings,omitempty"`
 	// Errors (GET only) are problems that would reject the running config
-	// now: it no longer passes the loaded plugins' checks, or the config
-	// file's last reload failed (the running config is the one before).
+	// now, by the checks an update, a reload and a start make (a reloaded
+	// plugin's schema may reject it), or the config file's last reload
+	// failed (the running config is the one before).
 	Errors []string `json:"errors,omitempty"`
 }
 

@@ -9,6 +9,8 @@ package clients
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -23,11 +25,13 @@ import (
 	"github.com/compactd/compactd/api/apitest"
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/dataset"
+	"github.com/compactd/compactd/internal/proxy/upstreamtest"
 	"github.com/compactd/compactd/internal/server"
 	"github.com/compactd/compactd/internal/wasmbuild"
 )
 
-// daemon is a real compactd with the plugins the client tests use.
+// daemon is a real compactd with the plugins the client tests use, and
+// its proxy in front of a local provider (upstreamtest).
 type daemon struct {
 	socket string // the validating proxy's socket
 	tcp    string
@@ -35,7 +39,12 @@ type daemon struct {
 	dir    string
 }
 
-const token = "client-test-token"
+const (
+	token = "client-test-token"
+	// proxiedID is a conversation the daemon's proxy forwarded before the
+	// suites run (startDaemon), for their manual compaction tests.
+	proxiedID = "client-proxied"
+)
 
 func startDaemon(t *testing.T) *daemon {
 	t.Helper()
@@ -56,8 +65,10 @@ func startDaemon(t *testing.T) *daemon {
 	}
 	tokenFile := filepath.Join(dir, "token")
 	os.WriteFile(tokenFile, []byte(token+"\n"), 0o600)
+	up := upstreamtest.New()
+	t.Cleanup(up.Close)
 	cfg := filepath.Join(dir, "config.yaml")
-	os.WriteFile(cfg, []byte("tcp:\n  listen: 127.0.0.1:0\n  token_file: "+tokenFile+"\n"), 0o600)
+	os.WriteFile(cfg, []byte("tcp:\n  listen: 127.0.0.1:0\n  token_file: "+tokenFile+"\nproxy:\n  openai: {upstream: '"+up.OpenAIBase()+"'}\n"), 0o600)
 	d, err := server.Start(context.Background(), server.DaemonOptions{
 		ConfigPath: cfg,
 		Getenv:     func(string) string { return "" },
@@ -69,7 +80,48 @@ func startDaemon(t *testing.T) *daemon {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Shutdown(context.Background()) })
-	return &daemon{socket: validatingProxy(t, d.Socket(), filepath.Join(dir, "v.sock")), tcp: d.TCPAddr(), token: token, dir: dir}
+	socket := validatingProxy(t, d.Socket(), filepath.Join(dir, "v.sock"))
+	proxyConversation(t, socket)
+	return &daemon{socket: socket, tcp: d.TCPAddr(), token: token, dir: dir}
+}
+
+// proxyConversation sends the longest tau-bench fixture conversation
+// through the daemon's OpenAI proxy as conversation proxiedID, so that the
+// proxy holds its last request.
+func proxyConversation(t *testing.T, socket string) {
+	t.Helper()
+	path, err := dataset.Fixture("tau_bench_gpt4o_airline.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	convs, err := dataset.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	longest := convs[0]
+	for _, c := range convs {
+		if c.Chat.Len() > longest.Chat.Len() {
+			longest = c
+		}
+	}
+	body, _ := json.Marshal(map[string]any{"model": "gpt-4o", "messages": longest.Chat.Raw})
+	req, _ := http.NewRequest(http.MethodPost, "http://compactd/v1/chat/completions", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+upstreamtest.OpenAIKey)
+	req.Header.Set("X-Compactd-Conversation", proxiedID)
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", socket)
+	}}}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("proxying %s: %d %s", proxiedID, resp.StatusCode, b)
+	}
 }
 
 // validatingProxy serves the daemon's API on another socket and checks
@@ -112,7 +164,7 @@ func (d *daemon) env(t *testing.T) []string {
 	}
 	return append(os.Environ(),
 		"COMPACTD_SOCKET="+d.socket, "COMPACTD_TEST_TCP="+d.tcp, "COMPACTD_TEST_TOKEN="+d.token,
-		"COMPACTD_TEST_FIXTURES="+fixtures, "XDG_RUNTIME_DIR=", "NO_COLOR=1")
+		"COMPACTD_TEST_FIXTURES="+fixtures, "COMPACTD_TEST_PROXIED="+proxiedID, "XDG_RUNTIME_DIR=", "NO_COLOR=1")
 }
 
 // need returns the tool `make deps` installs, failing the test when it is

@@ -17,17 +17,21 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
+	"sync/atomic"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/internal/policyconfig"
+	"github.com/compactd/compactd/internal/wasminstr"
 	extism "github.com/extism/go-sdk"
 	"github.com/hashicorp/go-hclog"
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 )
 
@@ -52,12 +56,29 @@ type Engine struct {
 	cache  wazero.CompilationCache
 	logger hclog.Logger
 
+	// Background compiles (LoadOptions.Quick): one at a time, none
+	// while a hold is on (HoldCompiles); Close stops waiting ones and
+	// waits for the running one.
+	compileSlot chan struct{}
+	background  sync.WaitGroup
+	done        chan struct{}
+	holdMu      sync.Mutex
+	holds       int
+	unheld      chan struct{} // closed when holds drops to 0
+	pending     atomic.Int64  // background compiles not done
+	logsMu      sync.Mutex
+	logs        map[string]*logLimiter // per plugin file name
+
 	closeOnce sync.Once
 }
 
 // NewEngine returns an engine. Close it to release the compilation cache.
+// It fails if cfg.Limits are out of range.
 func NewEngine(cfg Config) (*Engine, error) {
-	e := &Engine{cfg: cfg, logger: cfg.Logger}
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, fmt.Errorf("host limits: %w", err)
+	}
+	e := &Engine{cfg: cfg, logger: cfg.Logger, logs: map[string]*logLimiter{}, compileSlot: make(chan struct{}, 1), done: make(chan struct{})}
 	if e.logger == nil {
 		e.logger = hclog.NewNullLogger()
 	}
@@ -83,15 +104,16 @@ func NewEngine(cfg Config) (*Engine, error) {
 // be closed first. A second Close does nothing.
 func (e *Engine) Close(ctx context.Context) error {
 	var err error
-	e.closeOnce.Do(func() { err = e.cache.Close(ctx) })
+	e.closeOnce.Do(func() {
+		close(e.done)
+		e.background.Wait()
+		err = e.cache.Close(ctx)
+	})
 	return err
 }
 
 // Limits returns the engine's default limits (with defaults applied).
 func (e *Engine) Limits() Limits { return e.cfg.Limits }
-
-// wasmMaxPages is the most pages a 32-bit Wasm memory can have (4 GiB).
-const wasmMaxPages = 65536
 
 // LoadOptions are per-plugin load settings.
 type LoadOptions struct {
@@ -99,79 +121,110 @@ type LoadOptions struct {
 	Source string
 	// Limits override the engine's defaults field by field.
 	Limits Limits
+	// Described, if set, is what describe answered for the same bytes
+	// before (the registry keeps it by SHA-256): Load then neither
+	// compiles nor runs the module, which is compiled (from the
+	// compilation cache, if it has it) when the plugin is first called or
+	// warmed (Plugin.Warm). A restart with unchanged plugins serves at
+	// once.
+	Described *abi.Description
+	// Quick compiles a module that takes the fast path with wazero's
+	// interpreter, which takes a tenth of the compiler's time (and more
+	// memory), so a new plugin serves sooner; the optimizing compiler
+	// then runs in the background, and its module replaces the
+	// interpreted one once ready (calls in flight finish on the one they
+	// started on). Plugin.Tier tells which serves.
+	Quick bool
+	// Compiling, if set, is called before every compile of the module
+	// after Load returns (a lazy plugin's first use, the background
+	// compile of a Quick load, a compile after ReleaseIdle), and the
+	// function it returns after the compile: the registry marks the file
+	// as loading, so a crash while compiling is put down to it.
+	Compiling func() (done func())
 }
 
+// Compilation tiers (Plugin.Tier).
+const (
+	TierLazy        = "lazy"        // described from a previous load; not compiled yet
+	TierInterpreted = "interpreted" // wazero's interpreter, until the compiler is done
+	TierCompiled    = "compiled"    // wazero's optimizing compiler
+)
+
 // Load compiles wasm, instantiates it once and asks it to describe itself.
-// It fails with a *PluginError of kind ErrInvalidModule, ErrABIMismatch or
-// ErrInvalidDescription (or whatever describe did wrong) for a module that
-// cannot serve.
-func (e *Engine) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Plugin, error) {
-	limits := e.cfg.Limits.Over(opts.Limits)
+// It fails with a *PluginError of kind ErrInvalidModule, ErrMemoryLimit,
+// ErrABIMismatch or ErrInvalidDescription (or whatever describe did wrong,
+// ErrTimeout included) for a module that cannot serve. Everything it runs
+// in the module runs under the plugin's call timeout and memory limit, and
+// a panic anywhere in loading (in compactd or a library) is recovered,
+// logged with its stack, and returned as ErrPanic: no module can take the
+// process down.
+func (e *Engine) Load(ctx context.Context, wasm []byte, opts LoadOptions) (p *Plugin, err error) {
 	label := opts.Source
 	if label == "" {
 		label = "(memory)"
 	} else {
 		label = filepath.Base(label)
 	}
+	if err := opts.Limits.Validate(); err != nil {
+		return nil, fmt.Errorf("plugin %s: limits: %w", label, err)
+	}
+	limits := e.cfg.Limits.Over(opts.Limits)
 	sum := sha256.Sum256(wasm)
-	loadErr := func(kind error, format string, args ...any) error {
-		return &PluginError{Plugin: label, Export: "load", Kind: kind, Detail: fmt.Sprintf(format, args...)}
-	}
-
-	rc := wazero.NewRuntimeConfig().
-		WithCompilationCache(e.cache).
-		WithCloseOnContextDone(true).
-		// wazero's own limit is left at the Wasm maximum: the memory
-		// tracker enforces ours, so that it sees (and can report) a
-		// refused growth, which wazero's limit would refuse silently.
-		WithMemoryLimitPages(wasmMaxPages)
-	rt := wazero.NewRuntimeWithConfig(ctx, rc)
-	compiled, err := rt.CompileModule(ctx, wasm)
-	if err != nil {
-		_ = rt.Close(ctx)
-		return nil, loadErr(ErrInvalidModule, "%v", err)
-	}
-	for _, imp := range compiled.ImportedFunctions() {
-		mod, name, _ := imp.Import()
-		if mod != wasiModule && mod != abi.ExtismEnvModule && mod != abi.HostModule {
-			_ = rt.Close(ctx)
-			return nil, loadErr(ErrInvalidModule, "imports %s.%s, which compactd does not provide", mod, name)
-		}
-	}
-	exports := compiled.ExportedFunctions()
-	for _, name := range []string{abi.ExportDescribe, abi.ExportCompact} {
-		if _, ok := exports[name]; !ok {
-			_ = rt.Close(ctx)
-			return nil, loadErr(ErrInvalidModule, "missing required export %q", name)
-		}
-	}
-	_, hasAlloc := exports[abi.ExportFastAlloc]
-	_, hasCall := exports[abi.ExportFastCall]
-
 	pluginLogger := e.logger.Named(trimExt(label))
-	var mod module
-	if hasAlloc && hasCall && !e.cfg.DisableFastPath && fastImportsOK(compiled) {
-		if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
-			_ = rt.Close(ctx)
-			return nil, loadErr(ErrInvalidModule, "instantiating WASI: %v", err)
+	logs := e.logLimiter(label)
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
 		}
-		if err := instantiateFastHostModules(ctx, rt, pluginLogger); err != nil {
-			_ = rt.Close(ctx)
-			return nil, loadErr(ErrInvalidModule, "%v", err)
+		if p != nil {
+			func() {
+				defer func() { _ = recover() }()
+				p.Close(ctx)
+			}()
 		}
-		mod = &fastModule{rt: rt, compiled: compiled, limits: limits}
-	} else {
-		_ = rt.Close(ctx)
-		em, err := newExtismModule(ctx, wasm, rc, limits, pluginLogger)
-		if err != nil {
-			return nil, loadErr(ErrInvalidModule, "%v", err)
+		e.logger.Error("panic while loading a plugin; the plugin is refused", "plugin", label, "panic", r, "stack", string(debug.Stack()))
+		p, err = nil, &PluginError{Plugin: label, Export: "load", Kind: ErrPanic, Detail: fmt.Sprint(r)}
+	}()
+
+	if opts.Described != nil {
+		// Nothing is compiled yet, but a module that declares more
+		// initial memory than its limit is refused now, as a compiled
+		// one would be.
+		pages, _, merr := wasminstr.MemoryMinPages(wasm)
+		if merr == nil {
+			if pe := checkInitialPages(pages, limits.MaxMemoryPages); pe != nil {
+				pe.Plugin, pe.Export = label, "load"
+				return nil, pe
+			}
 		}
-		mod = em
+		p = newPlugin(nil, limits, pluginLogger)
+		p.source, p.sha256, p.fromDescription = opts.Source, hex.EncodeToString(sum[:]), true
+		p.initialPages, p.logs = pages, logs
+		p.lazyPath = "extism"
+		if fns, err := wasminstr.FunctionExports(wasm); err == nil && fns[abi.ExportFastAlloc] && fns[abi.ExportFastCall] && !e.cfg.DisableFastPath {
+			p.lazyPath = "fast"
+		}
+		p.loadModule = e.reloader(opts.Source, wasm, sum, label, limits, pluginLogger, logs, opts.Compiling)
+		if err := p.setDescription(*opts.Described); err != nil {
+			return nil, err
+		}
+		p.logger = e.logger.Named(p.desc.Name)
+		return p, nil
 	}
 
-	p := newPlugin(mod, limits, pluginLogger)
-	p.source, p.sha256 = opts.Source, hex.EncodeToString(sum[:])
-	for name := range exports {
+	b, err := e.build(ctx, wasm, label, limits, pluginLogger, logs, opts.Quick)
+	if err != nil {
+		return nil, err
+	}
+	p = newPlugin(b.mod, limits, pluginLogger)
+	p.source, p.sha256, p.initialPages, p.logs = opts.Source, hex.EncodeToString(sum[:]), b.initialPages, logs
+	// After ReleaseIdle, the module is compiled again from its file.
+	if opts.Source != "" {
+		p.lazyPath = b.mod.path()
+		p.loadModule = e.reloader(opts.Source, nil, sum, label, limits, pluginLogger, logs, opts.Compiling)
+	}
+	for name := range b.exports {
 		p.exportNames[name] = true
 	}
 	p.desc.Name = label
@@ -180,44 +233,353 @@ func (e *Engine) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Plug
 		return nil, err
 	}
 	p.logger = e.logger.Named(p.desc.Name)
+	if b.interpreted {
+		e.compileLater(p, wasm, label, limits, pluginLogger, logs, opts.Compiling)
+	}
 	return p, nil
+}
+
+// reloader returns a plugin's loadModule: it compiles the module from
+// wasm or, when that is nil, from the file source, which must still hold
+// the bytes with hash sum (a file that changed is a new version, which
+// the registry loads on its own). Keeping no copy of the bytes keeps an
+// unloaded plugin's memory at nothing.
+func (e *Engine) reloader(source string, wasm []byte, sum [sha256.Size]byte, label string, limits Limits, logger hclog.Logger, logs *logLimiter, compiling func() func()) func(context.Context) (module, error) {
+	if source != "" {
+		wasm = nil
+	}
+	return func(ctx context.Context) (module, error) {
+		code := wasm
+		if code == nil {
+			var err error
+			code, err = os.ReadFile(source)
+			if err == nil && sha256.Sum256(code) != sum {
+				err = fmt.Errorf("%s changed since it was loaded", source)
+			}
+			if err != nil {
+				return nil, &PluginError{Plugin: label, Export: "load", Kind: ErrInvalidModule, Detail: err.Error(), Err: err}
+			}
+		}
+		done := marking(compiling)
+		b, err := e.build(ctx, code, label, limits, logger, logs, false)
+		done()
+		if err != nil {
+			return nil, err
+		}
+		return b.mod, nil
+	}
+}
+
+// compileLater compiles a plugin's module with the optimizing compiler in
+// the background and swaps it in. One such compile runs at a time, so a
+// cold start with many plugins does not starve the calls they serve.
+func (e *Engine) compileLater(p *Plugin, wasm []byte, label string, limits Limits, logger hclog.Logger, logs *logLimiter, compiling func() func()) {
+	e.background.Add(1)
+	e.pending.Add(1)
+	go func() {
+		defer e.background.Done()
+		defer e.compileDone()
+		for {
+			e.holdMu.Lock()
+			unheld := e.unheld
+			e.holdMu.Unlock()
+			if unheld == nil {
+				break
+			}
+			select {
+			case <-unheld:
+			case <-e.done:
+				return
+			case <-p.Done():
+				return
+			}
+		}
+		select {
+		case e.compileSlot <- struct{}{}:
+			defer func() { <-e.compileSlot }()
+		case <-e.done:
+			return
+		case <-p.Done():
+			return
+		}
+		if p.isClosed() {
+			return
+		}
+		ctx := context.Background()
+		done := marking(compiling)
+		b, err := e.build(ctx, wasm, label, limits, logger, logs, false)
+		done()
+		if err != nil {
+			logger.Warn("compiling in the background failed; the interpreter keeps serving", "error", err)
+			return
+		}
+		if !p.upgrade(ctx, b.mod) {
+			_ = b.mod.close(ctx)
+			return
+		}
+		logger.Debug("compiled module swapped in", "plugin", p.Name())
+	}()
+}
+
+// marking calls compiling (LoadOptions.Compiling), if set, and returns
+// the function to call when the compile is done.
+func marking(compiling func() func()) (done func()) {
+	if compiling == nil {
+		return func() {}
+	}
+	if done = compiling(); done == nil {
+		return func() {}
+	}
+	return done
+}
+
+// compileDone is called when a background compile ends; after the last
+// pending one, the memory the interpreted modules held (several times
+// their compiled size) goes back to the system at once rather than over
+// minutes.
+func (e *Engine) compileDone() {
+	if e.pending.Add(-1) == 0 {
+		debug.FreeOSMemory()
+	}
+}
+
+// HoldCompiles keeps background compiles (LoadOptions.Quick) from
+// starting until the returned release is called: a start with many
+// plugins loads them all (quickly, interpreted) before the compiler takes
+// a core. Holds nest; release may be called once.
+func (e *Engine) HoldCompiles() (release func()) {
+	e.holdMu.Lock()
+	e.holds++
+	if e.unheld == nil {
+		e.unheld = make(chan struct{})
+	}
+	e.holdMu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			e.holdMu.Lock()
+			defer e.holdMu.Unlock()
+			if e.holds--; e.holds == 0 {
+				close(e.unheld)
+				e.unheld = nil
+			}
+		})
+	}
+}
+
+// built is a compiled module and what Load needs to know of it.
+type built struct {
+	mod          module
+	exports      map[string]api.FunctionDefinition
+	interpreted  bool
+	initialPages uint32
+}
+
+// build compiles wasm for the path it takes (quick: with the interpreter,
+// for the fast path). It runs at load, on a lazy plugin's first call and
+// in background compiles: a panic in it (in compactd or a library) is
+// recovered, logged with its stack and returned as ErrPanic.
+func (e *Engine) build(ctx context.Context, wasm []byte, label string, limits Limits, logger hclog.Logger, logs *logLimiter, quick bool) (b *built, err error) {
+	loadErr := func(kind error, format string, args ...any) error {
+		return &PluginError{Plugin: label, Export: "load", Kind: kind, Detail: fmt.Sprintf(format, args...)}
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			e.logger.Error("panic while compiling a plugin; the plugin is refused", "plugin", label, "panic", r, "stack", string(debug.Stack()))
+			b, err = nil, &PluginError{Plugin: label, Export: "load", Kind: ErrPanic, Detail: fmt.Sprint(r)}
+		}
+	}()
+	rc := wazero.NewRuntimeConfig().
+		WithCompilationCache(e.cache).
+		WithCloseOnContextDone(true).
+		// wazero's own limit is left at the Wasm maximum: the memory
+		// tracker enforces ours, so that it sees (and can report) a
+		// refused growth, which wazero's limit would refuse silently.
+		WithMemoryLimitPages(MaxMemoryPages)
+	// A module for the fast path is made interruptible by our own
+	// instrumentation (package wasminstr), much cheaper than wazero's
+	// checks; one the instrumenter refuses keeps wazero's checks.
+	code, fastRC, interpreted := wasm, rc, false
+	var guard *wasminstr.Result
+	if !e.cfg.DisableFastPath {
+		if fns, err := wasminstr.FunctionExports(wasm); err == nil && fns[abi.ExportFastAlloc] && fns[abi.ExportFastCall] {
+			if res, err := wasminstr.Instrument(wasm); err == nil {
+				guard, code = res, res.Module
+				fastRC = rc.WithCloseOnContextDone(false)
+			} else {
+				e.logger.Debug("fast path keeps wazero's termination checks", "plugin", label, "reason", err)
+			}
+			if quick {
+				fastRC = wazero.NewRuntimeConfigInterpreter().
+					WithCloseOnContextDone(guard == nil).
+					WithMemoryLimitPages(MaxMemoryPages)
+				interpreted = true
+			}
+		}
+	}
+	rt := wazero.NewRuntimeWithConfig(ctx, fastRC)
+	compiled, err := rt.CompileModule(ctx, code)
+	if err != nil {
+		_ = rt.Close(ctx)
+		return nil, loadErr(ErrInvalidModule, "%v", err)
+	}
+	kept := false
+	defer func() {
+		if !kept {
+			// A runtime with a compilation cache leaves its compiled
+			// modules in the cache's memory: close them too.
+			_ = compiled.Close(ctx)
+			_ = rt.Close(ctx)
+		}
+	}()
+	for _, imp := range compiled.ImportedFunctions() {
+		mod, name, _ := imp.Import()
+		if mod != wasiModule && mod != abi.ExtismEnvModule && mod != abi.HostModule {
+			return nil, loadErr(ErrInvalidModule, "imports %s.%s, which compactd does not provide", mod, name)
+		}
+	}
+	exports := compiled.ExportedFunctions()
+	for _, name := range []string{abi.ExportDescribe, abi.ExportCompact} {
+		if _, ok := exports[name]; !ok {
+			return nil, loadErr(ErrInvalidModule, "missing required export %q", name)
+		}
+	}
+	initialPages, merr := checkMemory(compiled, limits.MaxMemoryPages)
+	if merr != nil {
+		merr.Plugin, merr.Export = label, "load"
+		return nil, merr
+	}
+	_, hasAlloc := exports[abi.ExportFastAlloc]
+	_, hasCall := exports[abi.ExportFastCall]
+
+	if hasAlloc && hasCall && !e.cfg.DisableFastPath && fastImportsOK(compiled) {
+		if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
+			return nil, loadErr(ErrInvalidModule, "instantiating WASI: %v", err)
+		}
+		if err := instantiateFastHostModules(ctx, rt, logger, logs); err != nil {
+			return nil, loadErr(ErrInvalidModule, "%v", err)
+		}
+		kept = true
+		return &built{mod: &fastModule{rt: rt, compiled: compiled, limits: limits, guard: guard, interp: interpreted},
+			exports: exports, interpreted: interpreted, initialPages: initialPages}, nil
+	}
+	em, err := newExtismModule(ctx, wasm, rc, e.cfg.CacheDir, limits, logger, logs)
+	if err != nil {
+		return nil, loadErr(ErrInvalidModule, "%v", err)
+	}
+	return &built{mod: em, exports: exports, initialPages: initialPages}, nil
+}
+
+// checkMemory checks the module's linear memory: defined by the module
+// (not imported), exported as "memory" (the ABI's rule; wazero supports
+// one memory per module, so that is all of it), and declaring no more
+// initial pages than maxPages. A module asking for more at start is
+// refused here: the memory allocator could only refuse it mid-way through
+// instantiation. It returns the initial pages.
+func checkMemory(compiled wazero.CompiledModule, maxPages uint32) (uint32, *PluginError) {
+	if imported := compiled.ImportedMemories(); len(imported) > 0 {
+		mod, name, _ := imported[0].Import()
+		return 0, &PluginError{Kind: ErrInvalidModule, Detail: fmt.Sprintf("imports its linear memory (%s.%s); a plugin defines and exports its own", mod, name)}
+	}
+	mem, ok := compiled.ExportedMemories()["memory"]
+	if !ok {
+		return 0, &PluginError{Kind: ErrInvalidModule, Detail: `does not export its linear memory as "memory"`}
+	}
+	if pe := checkInitialPages(mem.Min(), maxPages); pe != nil {
+		return 0, pe
+	}
+	return mem.Min(), nil
+}
+
+// checkInitialPages refuses a module whose memory declares more initial
+// pages than maxPages.
+func checkInitialPages(pages, maxPages uint32) *PluginError {
+	if pages > maxPages {
+		return &PluginError{Kind: ErrMemoryLimit, Detail: fmt.Sprintf("declares %d pages (%s) of initial memory; the limit is %d pages (%s)",
+			pages, mib(uint64(pages)<<16), maxPages, mib(uint64(maxPages)<<16))}
+	}
+	return nil
+}
+
+// mib formats a byte count in MiB.
+func mib(n uint64) string {
+	if n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
+
+// logLimiter returns the log limiter of the plugin file label, shared by
+// every version loaded from it: rewriting a file does not reset its
+// budget.
+func (e *Engine) logLimiter(label string) *logLimiter {
+	e.logsMu.Lock()
+	defer e.logsMu.Unlock()
+	l := e.logs[label]
+	if l == nil {
+		l = newLogLimiter()
+		e.logs[label] = l
+	}
+	return l
+}
+
+// LogCounts returns how many log lines the plugin file named base (as in
+// LoadOptions.Source, without its directory) had dropped over the rate
+// limit and cut to the line-length limit, over every version loaded from
+// it.
+func (e *Engine) LogCounts(base string) (dropped, truncated uint64) {
+	e.logsMu.Lock()
+	l := e.logs[base]
+	e.logsMu.Unlock()
+	if l == nil {
+		return 0, 0
+	}
+	return l.dropped.Load(), l.truncated.Load()
 }
 
 // describe calls the describe export and validates its answer.
 func (p *Plugin) describe(ctx context.Context) error {
 	var desc abi.Description
-	err := p.run(ctx, abi.ExportDescribe, nil, CallEnv{}, func(out []byte) *PluginError {
-		if err := json.Unmarshal(out, &desc); err != nil {
-			return &PluginError{Kind: ErrInvalidDescription, Detail: "not a JSON description: " + err.Error()}
-		}
-		return nil
+	var schema *policyconfig.Schema
+	err := p.run(ctx, abi.ExportDescribe, nil, CallEnv{}, nil, func(out []byte) *PluginError {
+		var pe *PluginError
+		desc, schema, pe = parseDescription(out)
+		return pe
 	})
 	if err != nil {
 		return err
 	}
-	fail := func(kind error, format string, args ...any) error {
-		return &PluginError{Plugin: p.desc.Name, Version: desc.Version, Export: abi.ExportDescribe, Kind: kind, Detail: fmt.Sprintf(format, args...)}
+	p.adopt(desc, schema)
+	return nil
+}
+
+// setDescription checks a description the same bytes gave before and
+// makes it the plugin's.
+func (p *Plugin) setDescription(desc abi.Description) error {
+	schema, pe := checkDescription(desc)
+	if pe != nil {
+		pe.Plugin, pe.Version, pe.Export = p.desc.Name, desc.Version, abi.ExportDescribe
+		return pe
 	}
-	if !abi.Compatible(abi.Version, desc.ABI) {
-		return fail(ErrABIMismatch, "plugin %q speaks ABI %s; this compactd speaks %d.x", desc.Name, desc.ABI, abi.Major)
-	}
-	if !abi.ValidName(desc.Name) {
-		return fail(ErrInvalidDescription, "name %q: want 1-64 characters of a-z, 0-9, _ and -, starting with a letter", desc.Name)
-	}
-	if desc.Version == "" {
-		return fail(ErrInvalidDescription, "plugin %q has no version", desc.Name)
-	}
-	schema, err := policyconfig.Compile(desc.Name, desc.ConfigSchema, desc.Defaults)
-	if err != nil {
-		return fail(ErrInvalidDescription, "%v", err)
+	p.adopt(desc, schema)
+	return nil
+}
+
+// adopt makes a checked description the plugin's.
+func (p *Plugin) adopt(desc abi.Description, schema *policyconfig.Schema) {
+	p.view = abi.ViewFull
+	if desc.View == abi.ViewHeaders {
+		p.view = abi.ViewHeaders
 	}
 	p.desc, p.schema = desc, schema
+	p.hasShouldCompact = false
 	for _, ex := range desc.Exports {
 		if ex == abi.ExportShouldCompact {
-			p.hasShouldCompact = p.exportNames[abi.ExportShouldCompact]
+			// A plugin loaded from its description lists what the same
+			// bytes exported when they were checked.
+			p.hasShouldCompact = p.exportNames[abi.ExportShouldCompact] || p.fromDescription
 		}
 	}
-	return nil
 }
 
 func trimExt(name string) string {

@@ -39,6 +39,10 @@ var (
 	ErrInvalidResult = errors.New("plugin returned an invalid conversation")
 	// ErrClosed: the plugin was closed (unloaded) before the call started.
 	ErrClosed = errors.New("plugin is closed")
+	// ErrPanic: loading or calling the plugin made the host panic (a bug
+	// in compactd or a library that the plugin triggered). The panic was
+	// recovered and logged with its stack; the instance is discarded.
+	ErrPanic = errors.New("plugin made the host panic")
 )
 
 // PluginError is a failure of one plugin call or load. Its message names the

@@ -16,85 +16,158 @@ import (
 // follows the Extism guest ABI, in any language.
 type extismModule struct {
 	compiled *extism.CompiledPlugin
-	limits   Limits
-	logger   hclog.Logger
-	closed   atomic.Bool
+	// cache is the module's own compilation cache object (on the
+	// engine's directory, if it has one): the SDK closes only its
+	// runtime, which leaves compiled modules in a shared cache's memory;
+	// closing this cache releases them.
+	cache  wazero.CompilationCache
+	limits Limits
+	logger hclog.Logger
+	logs   *logLimiter
+	closed atomic.Bool
 }
 
 func (m *extismModule) path() string { return "extism" }
+
+func (m *extismModule) interpreted() bool { return false }
 
 func (m *extismModule) close(ctx context.Context) error {
 	if m.closed.Swap(true) {
 		return nil
 	}
-	return m.compiled.Close(ctx)
+	err := m.compiled.Close(ctx)
+	if cerr := m.cache.Close(ctx); err == nil {
+		err = cerr
+	}
+	return err
 }
 
-func newExtismModule(ctx context.Context, wasm []byte, rc wazero.RuntimeConfig, limits Limits, logger hclog.Logger) (*extismModule, error) {
+func newExtismModule(ctx context.Context, wasm []byte, rc wazero.RuntimeConfig, cacheDir string, limits Limits, logger hclog.Logger, logs *logLimiter) (*extismModule, error) {
+	cache := wazero.NewCompilationCache()
+	if cacheDir != "" {
+		var err error
+		if cache, err = wazero.NewCompilationCacheWithDir(cacheDir); err != nil {
+			return nil, err
+		}
+	}
+	rc = rc.WithCompilationCache(cache)
 	manifest := extism.Manifest{
 		Wasm: []extism.Wasm{extism.WasmData{Data: wasm}},
 		// The memory tracker enforces the limit (see Engine.Load).
-		Memory: &extism.ManifestMemory{MaxPages: wasmMaxPages, MaxVarBytes: 0, MaxHttpResponseBytes: 0},
+		Memory: &extism.ManifestMemory{MaxPages: MaxMemoryPages, MaxVarBytes: 0, MaxHttpResponseBytes: 0},
 	}
 	compiled, err := extism.NewCompiledPlugin(ctx, manifest, extism.PluginConfig{
 		RuntimeConfig: rc,
 		EnableWasi:    true,
 	}, extismHostFunctions())
 	if err != nil {
+		_ = cache.Close(ctx)
 		return nil, err
 	}
-	return &extismModule{compiled: compiled, limits: limits, logger: logger}, nil
+	return &extismModule{compiled: compiled, cache: cache, limits: limits, logger: logger, logs: logs}, nil
 }
 
+// extismHostFunctions are compactd's host functions for the Extism path.
+// Like the fast path's, they check a block's length before reading it.
 func extismHostFunctions() []extism.HostFunction {
 	countTokensFn := extism.NewHostFunctionWithStack(abi.HostCountTokens,
 		func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
+			n, err := p.Length(stack[0])
+			if err != nil {
+				panic(fmt.Errorf("count_tokens: %w", err))
+			}
+			if n > abi.MaxHostInputBytes {
+				stack[0] = abi.CountTokensRefused
+				return
+			}
 			text, err := p.ReadBytes(stack[0])
 			if err != nil {
 				panic(fmt.Errorf("count_tokens: reading text: %w", err))
 			}
-			stack[0] = countTokens(callStateFrom(ctx), text)
+			stack[0] = countTokens(ctx, callStateFrom(ctx), text)
 		}, []extism.ValueType{extism.ValueTypeI64}, []extism.ValueType{extism.ValueTypeI64})
 	countTokensFn.SetNamespace(abi.HostModule)
 	llmFn := extism.NewHostFunctionWithStack(abi.HostLLMComplete,
 		func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
-			req, err := p.ReadBytes(stack[0])
+			n, err := p.Length(stack[0])
 			if err != nil {
-				panic(fmt.Errorf("llm_complete: reading request: %w", err))
+				panic(fmt.Errorf("llm_complete: %w", err))
 			}
-			off, err := p.WriteBytes(llmComplete(ctx, callStateFrom(ctx), req))
+			var resp []byte
+			if n > abi.MaxHostInputBytes {
+				resp = llmTooLarge(n)
+			} else {
+				req, err := p.ReadBytes(stack[0])
+				if err != nil {
+					panic(fmt.Errorf("llm_complete: reading request: %w", err))
+				}
+				resp = llmComplete(ctx, callStateFrom(ctx), req)
+			}
+			off, err := p.WriteBytes(resp)
 			if err != nil {
 				panic(fmt.Errorf("llm_complete: writing response: %w", err))
 			}
 			stack[0] = off
 		}, []extism.ValueType{extism.ValueTypeI64}, []extism.ValueType{extism.ValueTypeI64})
 	llmFn.SetNamespace(abi.HostModule)
-	return []extism.HostFunction{countTokensFn, llmFn}
+	contentFn := extism.NewHostFunctionWithStack(abi.HostMessageContent,
+		func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
+			b, ok := messageContent(callStateFrom(ctx), stack[0])
+			if !ok || len(b) == 0 {
+				stack[0] = 0
+				return
+			}
+			off, err := p.WriteBytes(b)
+			if err != nil {
+				panic(fmt.Errorf("message_content: writing the content: %w", err))
+			}
+			stack[0] = off
+		}, []extism.ValueType{extism.ValueTypeI64}, []extism.ValueType{extism.ValueTypeI64})
+	contentFn.SetNamespace(abi.HostModule)
+	// The host cannot write to the plugin's own memory through Extism:
+	// the plugin falls back to message_content.
+	contentIntoFn := extism.NewHostFunctionWithStack(abi.HostMessageContentInto,
+		func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
+			if _, ok := messageContent(callStateFrom(ctx), stack[0]); !ok {
+				stack[0] = abi.ContentNoMessage
+				return
+			}
+			stack[0] = abi.ContentUnsupported
+		}, []extism.ValueType{extism.ValueTypeI64, extism.ValueTypeI64, extism.ValueTypeI64}, []extism.ValueType{extism.ValueTypeI64})
+	contentIntoFn.SetNamespace(abi.HostModule)
+	return []extism.HostFunction{countTokensFn, llmFn, contentFn, contentIntoFn}
 }
 
+// newInstance instantiates the module, running its start section (if it
+// has one) under the call timeout; _initialize runs in the first call,
+// under that call's timeout.
 func (m *extismModule) newInstance(ctx context.Context) (instance, error) {
 	tracker := newMemoryTracker(m.limits.MaxMemoryPages)
 	stderr := newStderrBuffer(stderrTail)
-	p, err := m.compiled.Instance(experimental.WithMemoryAllocator(ctx, tracker), extism.PluginInstanceConfig{
+	ictx, cancel := context.WithTimeout(ctx, m.limits.CallTimeout)
+	defer cancel()
+	p, err := m.compiled.Instance(experimental.WithMemoryAllocator(ictx, tracker), extism.PluginInstanceConfig{
 		ModuleConfig: wazero.NewModuleConfig().WithStderr(stderr),
 	})
 	if err != nil {
-		return nil, &PluginError{Kind: ErrInvalidModule, Detail: "instantiating: " + err.Error(), Err: err}
+		return nil, instantiateError(ictx, err, tracker, stderr)
 	}
-	logger := m.logger
+	logger, logs := m.logger, m.logs
 	p.SetLogger(func(level extism.LogLevel, msg string) {
+		var l hclog.Level
 		switch level {
 		case extism.LogLevelTrace:
-			logger.Trace(msg)
+			l = hclog.Trace
 		case extism.LogLevelDebug:
-			logger.Debug(msg)
+			l = hclog.Debug
 		case extism.LogLevelWarn:
-			logger.Warn(msg)
+			l = hclog.Warn
 		case extism.LogLevelError:
-			logger.Error(msg)
+			l = hclog.Error
 		default:
-			logger.Info(msg)
+			l = hclog.Info
 		}
+		pluginLog(logger, logs, l, []byte(msg[:min(len(msg), abi.MaxLogLineBytes)]), len(msg))
 	})
 	return &extismInstance{plugin: p, tracker: tracker, stderr: stderr, maxOutput: m.limits.MaxOutputBytes}, nil
 }

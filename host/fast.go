@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sync"
 	"sync/atomic"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/internal/wasminstr"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
@@ -25,11 +27,28 @@ type fastModule struct {
 	compiled wazero.CompiledModule
 	limits   Limits
 	seq      atomic.Uint64
+	// guard is set when the module was instrumented (package wasminstr):
+	// compiled without wazero's termination checks, it is stopped
+	// through its stop global instead.
+	guard *wasminstr.Result
+	// interp: compiled by wazero's interpreter (LoadOptions.Quick).
+	interp bool
 }
 
 func (m *fastModule) path() string { return "fast" }
 
-func (m *fastModule) close(ctx context.Context) error { return m.rt.Close(ctx) }
+func (m *fastModule) interpreted() bool { return m.interp }
+
+// close releases the module. The compiled module must be closed on its
+// own: a runtime with a compilation cache keeps its compiled modules in
+// the cache's engine (memory) when it is closed.
+func (m *fastModule) close(ctx context.Context) error {
+	err := m.compiled.Close(ctx)
+	if cerr := m.rt.Close(ctx); err == nil {
+		err = cerr
+	}
+	return err
+}
 
 func (m *fastModule) newInstance(ctx context.Context) (instance, error) {
 	tracker := newMemoryTracker(m.limits.MaxMemoryPages)
@@ -38,6 +57,10 @@ func (m *fastModule) newInstance(ctx context.Context) (instance, error) {
 		WithName(fmt.Sprintf("plugin-%d", m.seq.Add(1))).
 		WithStartFunctions("_initialize").
 		WithStderr(stderr)
+	if m.guard != nil {
+		// The start function and _initialize run below, under the guard.
+		cfg = cfg.WithStartFunctions()
+	}
 	// _initialize runs Go package initializers, which may call host
 	// functions: give them a kernel.
 	st := &callState{kernel: newKernel(uint64(m.limits.MaxMemoryPages) << 16)}
@@ -45,11 +68,28 @@ func (m *fastModule) newInstance(ctx context.Context) (instance, error) {
 	defer cancel()
 	mod, err := m.rt.InstantiateModule(initCtx, m.compiled, cfg)
 	if err != nil {
-		pe := classify(initCtx, err, tracker, stderr)
-		pe.Export = "_initialize"
-		return nil, pe
+		return nil, instantiateError(initCtx, err, tracker, stderr)
+	}
+	var stop api.MutableGlobal
+	if m.guard != nil {
+		stop, _ = mod.ExportedGlobal(wasminstr.StopGlobal).(api.MutableGlobal)
+		if stop == nil {
+			_ = mod.Close(ctx)
+			return nil, &PluginError{Kind: ErrInvalidModule, Detail: "instrumented module without its stop global"}
+		}
+		for _, name := range []string{wasminstr.StartExport, "_initialize"} {
+			fn := mod.ExportedFunction(name)
+			if fn == nil {
+				continue
+			}
+			if err := guarded(initCtx, stop, func() error { _, err := fn.Call(initCtx); return err }); err != nil {
+				_ = mod.Close(ctx)
+				return nil, instantiateError(initCtx, err, tracker, stderr)
+			}
+		}
 	}
 	inst := &fastInstance{
+		stop:      stop,
 		mod:       mod,
 		allocFn:   mod.ExportedFunction(abi.ExportFastAlloc),
 		callFn:    mod.ExportedFunction(abi.ExportFastCall),
@@ -67,6 +107,9 @@ func (m *fastModule) newInstance(ctx context.Context) (instance, error) {
 }
 
 type fastInstance struct {
+	// stop is the instrumented module's stop global (nil when wazero's
+	// checks guard the module).
+	stop            api.MutableGlobal
 	mod             api.Module
 	allocFn, callFn api.Function
 	mem             api.Memory
@@ -115,7 +158,7 @@ func (f *fastInstance) call(ctx context.Context, st *callState, export string, i
 	n := uint32(len(input))
 	if f.buf == 0 || n > f.bufCap || f.bufCap > fastShrinkBytes && n < f.bufCap/4 {
 		f.stack[0] = uint64(n)
-		if err := f.allocFn.CallWithStack(ctx, f.stack[:1]); err != nil {
+		if err := f.guardedCall(ctx, f.allocFn, f.stack[:1]); err != nil {
 			f.buf = 0
 			return nil, classify(ctx, err, f.tracker, f.stderr)
 		}
@@ -126,7 +169,7 @@ func (f *fastInstance) call(ctx context.Context, st *callState, export string, i
 		return nil, &PluginError{Kind: ErrInvalidOutput, Detail: fmt.Sprintf("%s returned an address outside memory", abi.ExportFastAlloc)}
 	}
 	f.stack[0], f.stack[1], f.stack[2] = fastFunction(export), uint64(ptr), uint64(len(input))
-	if err := f.callFn.CallWithStack(ctx, f.stack[:3]); err != nil {
+	if err := f.guardedCall(ctx, f.callFn, f.stack[:3]); err != nil {
 		return nil, classify(ctx, err, f.tracker, f.stderr)
 	}
 	outPtr, outLen := uint32(f.stack[0]>>32), uint32(f.stack[0])
@@ -154,4 +197,44 @@ func (f *fastInstance) close(ctx context.Context) { _ = f.mod.Close(ctx) }
 func reported(body []byte) *PluginError {
 	ae := abi.ParseError(body)
 	return &PluginError{Kind: ErrReported, Code: ae.Code, Detail: ae.Error(), Err: ae}
+}
+
+// guardedCall calls fn, stopping an instrumented module through its stop
+// global when ctx ends (wazero's own checks stop the others).
+func (f *fastInstance) guardedCall(ctx context.Context, fn api.Function, stack []uint64) error {
+	if f.stop == nil {
+		return fn.CallWithStack(ctx, stack)
+	}
+	return guarded(ctx, f.stop, func() error { return fn.CallWithStack(ctx, stack) })
+}
+
+// guarded runs call (a call into an instrumented module) and, if ctx ends
+// first, sets the module's stop global so the guest traps at its next
+// check (within wasminstr.Fuel loop iterations). A stop that comes too
+// late to matter (the call had returned) is undone, so the instance stays
+// usable.
+func guarded(ctx context.Context, stop api.MutableGlobal, call func() error) error {
+	if ctx.Done() == nil {
+		return call()
+	}
+	var mu sync.Mutex
+	running, fired := true, false
+	unwatch := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if running {
+			stop.Set(1)
+			fired = true
+		}
+	})
+	err := call()
+	if !unwatch() {
+		mu.Lock()
+		running = false
+		if fired && err == nil {
+			stop.Set(0) // the call finished before the guest saw the stop
+		}
+		mu.Unlock()
+	}
+	return err
 }

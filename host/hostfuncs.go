@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"unicode/utf8"
+	"unsafe"
 
 	"github.com/compactd/compactd/abi"
-	"github.com/hashicorp/go-hclog"
 )
 
 // Completer sends a chat completion to an LLM provider. Implementations
@@ -30,6 +32,9 @@ type CallEnv struct {
 type callState struct {
 	env    CallEnv
 	kernel *kernel // the fast path's kernel memory; nil on the Extism path
+	// msgs are the call's request messages, for message_content (nil for
+	// calls without a conversation).
+	msgs []abi.Message
 }
 
 type callStateKey struct{}
@@ -45,12 +50,63 @@ func callStateFrom(ctx context.Context) *callState {
 	return &callState{}
 }
 
-// countTokens implements count_tokens.
-func countTokens(st *callState, text []byte) uint64 {
+// countChunk is the most text count_tokens hands the tokenizer at once.
+// Byte-pair encoding a long run without word breaks takes time that grows
+// faster than its length (256 KiB of "x" takes 7x as long as 64 KiB), and
+// between chunks the call's deadline is checked.
+const countChunk = 64 << 10
+
+// countTokens implements count_tokens for a text within
+// abi.MaxHostInputBytes. It counts chunk by chunk and stops the call (a
+// trap that the host reports as the call's timeout) once the call's
+// context is done: a host function is guest time too.
+func countTokens(ctx context.Context, st *callState, text []byte) uint64 {
 	if st.env.CountTokens == nil {
 		return uint64((len(text) + 3) / 4)
 	}
-	return uint64(st.env.CountTokens(string(text)))
+	var n uint64
+	for len(text) > 0 {
+		if err := ctx.Err(); err != nil {
+			panic(fmt.Errorf("count_tokens: %w", err))
+		}
+		cut := chunkEnd(text, countChunk)
+		n += uint64(st.env.CountTokens(string(text[:cut])))
+		text = text[cut:]
+	}
+	return n
+}
+
+// chunkEnd returns where the first chunk of at most max bytes of text
+// ends. It prefers a cut after a newline followed by an ASCII letter or
+// digit: the tokenizers' pre-splitting always breaks there, so counting
+// the pieces gives the same total as counting the whole. Without such a
+// place in the second half of the window it cuts at a UTF-8 boundary.
+func chunkEnd(text []byte, max int) int {
+	if len(text) <= max {
+		return len(text)
+	}
+	for i := max; i > max/2; i-- {
+		if text[i-1] == '\n' && isAlnum(text[i]) {
+			return i
+		}
+	}
+	cut := max
+	for cut > 1 && !utf8.RuneStart(text[cut]) {
+		cut--
+	}
+	return cut
+}
+
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+// llmTooLarge is llm_complete's answer to a request block over
+// abi.MaxHostInputBytes, which the host does not read.
+func llmTooLarge(n uint64) []byte {
+	b, _ := json.Marshal(abi.LLMResponse{Error: &abi.Error{Code: abi.CodeInvalidRequest,
+		Message: fmt.Sprintf("llm_complete: the request is %d bytes; the limit is %d", n, abi.MaxHostInputBytes)}})
+	return b
 }
 
 // llmComplete implements llm_complete: it never fails the call; failures
@@ -82,7 +138,20 @@ func llmComplete(ctx context.Context, st *callState, reqJSON []byte) []byte {
 	return b
 }
 
-// logLevel maps Extism's log function names to hclog levels.
-func logAt(logger hclog.Logger, level hclog.Level, msg string) {
-	logger.Log(level, msg)
+// messageContent implements message_content: message i's content as a
+// header view leaves it out (the text of a string, the JSON of parts,
+// nothing for null). ok is false when there is no such message.
+func messageContent(st *callState, i uint64) (b []byte, ok bool) {
+	if i >= uint64(len(st.msgs)) {
+		return nil, false
+	}
+	c := &st.msgs[i].Content
+	switch {
+	case c.IsNull():
+		return nil, true
+	case c.IsString():
+		t := c.Text()
+		return unsafe.Slice(unsafe.StringData(t), len(t)), true
+	}
+	return c.Raw(), true
 }

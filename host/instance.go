@@ -16,6 +16,8 @@ type module interface {
 	newInstance(ctx context.Context) (instance, error)
 	// path names the path: "fast" or "extism".
 	path() string
+	// interpreted reports whether wazero's interpreter runs it.
+	interpreted() bool
 	close(ctx context.Context) error
 }
 
@@ -44,6 +46,21 @@ func classify(ctx context.Context, err error, mem *memoryTracker, stderr *stderr
 		pe.Kind, pe.Detail = ErrTrap, fmt.Sprintf("exited with code %d", exit.ExitCode())
 	default:
 		pe.Kind, pe.Detail = ErrTrap, firstLine(err.Error())
+	}
+	return pe
+}
+
+// instantiateError reports a failed instantiation: the start section or
+// _initialize ran past the time limit, hit the memory limit or trapped, or
+// the module could not be instantiated at all.
+func instantiateError(ctx context.Context, err error, mem *memoryTracker, stderr *stderrBuffer) *PluginError {
+	pe := classify(ctx, err, mem, stderr)
+	if pe.Kind == ErrTrap && !strings.Contains(err.Error(), "wasm error") {
+		pe.Kind, pe.Detail = ErrInvalidModule, "instantiating: "+firstLine(err.Error())
+	}
+	pe.Export = "instantiate"
+	if pe.Kind == ErrTimeout {
+		pe.Detail = "the start section or _initialize ran past the time limit"
 	}
 	return pe
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/hashicorp/go-hclog"
@@ -46,7 +47,7 @@ func (k *kernel) alloc(n uint64) uint64 {
 		return 0
 	}
 	if end := off + n; end > uint64(len(k.mem)) {
-		grown := make([]byte, max(end, 2*uint64(len(k.mem))))
+		grown := make([]byte, min(max(end, 2*uint64(len(k.mem))), k.limit))
 		copy(grown, k.mem)
 		k.mem = grown
 	}
@@ -76,8 +77,8 @@ func (k *kernel) check(off, n uint64) {
 	}
 }
 
-// read returns a copy of the block at off.
-func (k *kernel) read(off uint64) []byte {
+// view returns the block at off, in place: valid until the next alloc.
+func (k *kernel) view(off uint64) []byte {
 	if off == 0 { // Extism's null block: empty
 		return nil
 	}
@@ -85,8 +86,11 @@ func (k *kernel) read(off uint64) []byte {
 	if !ok {
 		panic(fmt.Sprintf("extism kernel: no block at offset %d", off))
 	}
-	return append([]byte(nil), k.mem[off:off+n]...)
+	return k.mem[off : off+n : off+n]
 }
+
+// read returns a copy of the block at off.
+func (k *kernel) read(off uint64) []byte { return append([]byte(nil), k.view(off)...) }
 
 // write copies b into a new block and returns its offset.
 func (k *kernel) write(b []byte) uint64 {
@@ -103,70 +107,79 @@ var (
 	i64 = api.ValueTypeI64
 )
 
+// logSink is where a plugin's log lines go: its logger, through its
+// file's limiter.
+type logSink struct {
+	logger hclog.Logger
+	limits *logLimiter
+}
+
 type kernelFunc struct {
 	name            string
 	params, results []api.ValueType
-	fn              func(ctx context.Context, st *callState, logger hclog.Logger, stack []uint64)
+	fn              func(ctx context.Context, st *callState, log logSink, stack []uint64)
 }
 
 // kernelFuncs are the extism:host/env functions the fast path provides,
 // with Extism's signatures. A module whose env imports are all in this list
 // can take the fast path.
 func kernelFuncs() []kernelFunc {
-	logFn := func(level hclog.Level) func(context.Context, *callState, hclog.Logger, []uint64) {
-		return func(_ context.Context, st *callState, logger hclog.Logger, stack []uint64) {
-			msg := st.kernel.read(stack[0])
+	logFn := func(level hclog.Level) func(context.Context, *callState, logSink, []uint64) {
+		return func(_ context.Context, st *callState, log logSink, stack []uint64) {
+			// Only the part of the block that can be logged is read.
+			msg := st.kernel.view(stack[0])
+			size := len(msg)
+			pluginLog(log.logger, log.limits, level, msg[:min(size, abi.MaxLogLineBytes)], size)
 			st.kernel.free(stack[0])
-			logAt(logger, level, string(msg))
 		}
 	}
-	unsupported := func(what string) func(context.Context, *callState, hclog.Logger, []uint64) {
-		return func(context.Context, *callState, hclog.Logger, []uint64) {
+	unsupported := func(what string) func(context.Context, *callState, logSink, []uint64) {
+		return func(context.Context, *callState, logSink, []uint64) {
 			panic("compactd plugins cannot use " + what)
 		}
 	}
 	return []kernelFunc{
-		{"alloc", []api.ValueType{i64}, []api.ValueType{i64}, func(_ context.Context, st *callState, _ hclog.Logger, s []uint64) { s[0] = st.kernel.alloc(s[0]) }},
-		{"free", []api.ValueType{i64}, nil, func(_ context.Context, st *callState, _ hclog.Logger, s []uint64) { st.kernel.free(s[0]) }},
-		{"length", []api.ValueType{i64}, []api.ValueType{i64}, func(_ context.Context, st *callState, _ hclog.Logger, s []uint64) { s[0] = st.kernel.length(s[0]) }},
-		{"length_unsafe", []api.ValueType{i64}, []api.ValueType{i64}, func(_ context.Context, st *callState, _ hclog.Logger, s []uint64) { s[0] = st.kernel.length(s[0]) }},
-		{"load_u8", []api.ValueType{i64}, []api.ValueType{i32}, func(_ context.Context, st *callState, _ hclog.Logger, s []uint64) {
+		{"alloc", []api.ValueType{i64}, []api.ValueType{i64}, func(_ context.Context, st *callState, _ logSink, s []uint64) { s[0] = st.kernel.alloc(s[0]) }},
+		{"free", []api.ValueType{i64}, nil, func(_ context.Context, st *callState, _ logSink, s []uint64) { st.kernel.free(s[0]) }},
+		{"length", []api.ValueType{i64}, []api.ValueType{i64}, func(_ context.Context, st *callState, _ logSink, s []uint64) { s[0] = st.kernel.length(s[0]) }},
+		{"length_unsafe", []api.ValueType{i64}, []api.ValueType{i64}, func(_ context.Context, st *callState, _ logSink, s []uint64) { s[0] = st.kernel.length(s[0]) }},
+		{"load_u8", []api.ValueType{i64}, []api.ValueType{i32}, func(_ context.Context, st *callState, _ logSink, s []uint64) {
 			st.kernel.check(s[0], 1)
 			s[0] = uint64(st.kernel.mem[s[0]])
 		}},
-		{"load_u64", []api.ValueType{i64}, []api.ValueType{i64}, func(_ context.Context, st *callState, _ hclog.Logger, s []uint64) {
+		{"load_u64", []api.ValueType{i64}, []api.ValueType{i64}, func(_ context.Context, st *callState, _ logSink, s []uint64) {
 			st.kernel.check(s[0], 8)
 			s[0] = binary.LittleEndian.Uint64(st.kernel.mem[s[0]:])
 		}},
-		{"store_u8", []api.ValueType{i64, i32}, nil, func(_ context.Context, st *callState, _ hclog.Logger, s []uint64) {
+		{"store_u8", []api.ValueType{i64, i32}, nil, func(_ context.Context, st *callState, _ logSink, s []uint64) {
 			st.kernel.check(s[0], 1)
 			st.kernel.mem[s[0]] = byte(s[1])
 		}},
-		{"store_u64", []api.ValueType{i64, i64}, nil, func(_ context.Context, st *callState, _ hclog.Logger, s []uint64) {
+		{"store_u64", []api.ValueType{i64, i64}, nil, func(_ context.Context, st *callState, _ logSink, s []uint64) {
 			st.kernel.check(s[0], 8)
 			binary.LittleEndian.PutUint64(st.kernel.mem[s[0]:], s[1])
 		}},
 		// The fast path passes input and output through the plugin's own
 		// memory, so the Extism input is empty and output_set is ignored.
-		{"input_length", nil, []api.ValueType{i64}, func(_ context.Context, _ *callState, _ hclog.Logger, s []uint64) { s[0] = 0 }},
-		{"input_offset", nil, []api.ValueType{i64}, func(_ context.Context, _ *callState, _ hclog.Logger, s []uint64) { s[0] = 0 }},
+		{"input_length", nil, []api.ValueType{i64}, func(_ context.Context, _ *callState, _ logSink, s []uint64) { s[0] = 0 }},
+		{"input_offset", nil, []api.ValueType{i64}, func(_ context.Context, _ *callState, _ logSink, s []uint64) { s[0] = 0 }},
 		{"input_load_u8", []api.ValueType{i64}, []api.ValueType{i32}, unsupported("Extism input on the fast path")},
 		{"input_load_u64", []api.ValueType{i64}, []api.ValueType{i64}, unsupported("Extism input on the fast path")},
-		{"input_set", []api.ValueType{i64, i64}, nil, func(context.Context, *callState, hclog.Logger, []uint64) {}},
-		{"output_set", []api.ValueType{i64, i64}, nil, func(context.Context, *callState, hclog.Logger, []uint64) {}},
-		{"output_length", nil, []api.ValueType{i64}, func(_ context.Context, _ *callState, _ hclog.Logger, s []uint64) { s[0] = 0 }},
-		{"output_offset", nil, []api.ValueType{i64}, func(_ context.Context, _ *callState, _ hclog.Logger, s []uint64) { s[0] = 0 }},
-		{"error_set", []api.ValueType{i64}, nil, func(context.Context, *callState, hclog.Logger, []uint64) {}},
-		{"error_get", nil, []api.ValueType{i64}, func(_ context.Context, _ *callState, _ hclog.Logger, s []uint64) { s[0] = 0 }},
-		{"reset", nil, nil, func(_ context.Context, st *callState, _ hclog.Logger, _ []uint64) { st.kernel.reset() }},
-		{"memory_bytes", nil, []api.ValueType{i64}, func(_ context.Context, st *callState, _ hclog.Logger, s []uint64) { s[0] = uint64(len(st.kernel.mem)) }},
-		{"config_get", []api.ValueType{i64}, []api.ValueType{i64}, func(_ context.Context, _ *callState, _ hclog.Logger, s []uint64) { s[0] = 0 }},
-		{"var_get", []api.ValueType{i64}, []api.ValueType{i64}, func(_ context.Context, _ *callState, _ hclog.Logger, s []uint64) { s[0] = 0 }},
+		{"input_set", []api.ValueType{i64, i64}, nil, func(context.Context, *callState, logSink, []uint64) {}},
+		{"output_set", []api.ValueType{i64, i64}, nil, func(context.Context, *callState, logSink, []uint64) {}},
+		{"output_length", nil, []api.ValueType{i64}, func(_ context.Context, _ *callState, _ logSink, s []uint64) { s[0] = 0 }},
+		{"output_offset", nil, []api.ValueType{i64}, func(_ context.Context, _ *callState, _ logSink, s []uint64) { s[0] = 0 }},
+		{"error_set", []api.ValueType{i64}, nil, func(context.Context, *callState, logSink, []uint64) {}},
+		{"error_get", nil, []api.ValueType{i64}, func(_ context.Context, _ *callState, _ logSink, s []uint64) { s[0] = 0 }},
+		{"reset", nil, nil, func(_ context.Context, st *callState, _ logSink, _ []uint64) { st.kernel.reset() }},
+		{"memory_bytes", nil, []api.ValueType{i64}, func(_ context.Context, st *callState, _ logSink, s []uint64) { s[0] = uint64(len(st.kernel.mem)) }},
+		{"config_get", []api.ValueType{i64}, []api.ValueType{i64}, func(_ context.Context, _ *callState, _ logSink, s []uint64) { s[0] = 0 }},
+		{"var_get", []api.ValueType{i64}, []api.ValueType{i64}, func(_ context.Context, _ *callState, _ logSink, s []uint64) { s[0] = 0 }},
 		{"var_set", []api.ValueType{i64, i64}, nil, unsupported("Extism vars (keep state in the result's state field)")},
 		{"http_request", []api.ValueType{i64, i64}, []api.ValueType{i64}, unsupported("HTTP (plugins have no network)")},
-		{"http_status_code", nil, []api.ValueType{i32}, func(_ context.Context, _ *callState, _ hclog.Logger, s []uint64) { s[0] = 0 }},
-		{"http_headers", nil, []api.ValueType{i64}, func(_ context.Context, _ *callState, _ hclog.Logger, s []uint64) { s[0] = 0 }},
-		{"get_log_level", nil, []api.ValueType{i32}, func(_ context.Context, _ *callState, _ hclog.Logger, s []uint64) { s[0] = 0 }},
+		{"http_status_code", nil, []api.ValueType{i32}, func(_ context.Context, _ *callState, _ logSink, s []uint64) { s[0] = 0 }},
+		{"http_headers", nil, []api.ValueType{i64}, func(_ context.Context, _ *callState, _ logSink, s []uint64) { s[0] = 0 }},
+		{"get_log_level", nil, []api.ValueType{i32}, func(_ context.Context, _ *callState, _ logSink, s []uint64) { s[0] = 0 }},
 		{"log_trace", []api.ValueType{i64}, nil, logFn(hclog.Trace)},
 		{"log_debug", []api.ValueType{i64}, nil, logFn(hclog.Debug)},
 		{"log_info", []api.ValueType{i64}, nil, logFn(hclog.Info)},
@@ -185,11 +198,14 @@ type userFunc struct {
 var userFuncSigs = []userFunc{
 	{abi.HostCountTokens, []api.ValueType{i64}, []api.ValueType{i64}},
 	{abi.HostLLMComplete, []api.ValueType{i64}, []api.ValueType{i64}},
+	{abi.HostMessageContent, []api.ValueType{i64}, []api.ValueType{i64}},
+	{abi.HostMessageContentInto, []api.ValueType{i64, i64, i64}, []api.ValueType{i64}},
 }
 
 // instantiateFastHostModules defines extism:host/env (the kernel above) and
-// extism:host/user in rt. logger receives plugin log calls.
-func instantiateFastHostModules(ctx context.Context, rt wazero.Runtime, logger hclog.Logger) error {
+// extism:host/user in rt. Plugin log calls go to logger through limits.
+func instantiateFastHostModules(ctx context.Context, rt wazero.Runtime, logger hclog.Logger, limits *logLimiter) error {
+	sink := logSink{logger: logger, limits: limits}
 	env := rt.NewHostModuleBuilder(abi.ExtismEnvModule)
 	for _, f := range kernelFuncs() {
 		fn := f.fn
@@ -198,7 +214,7 @@ func instantiateFastHostModules(ctx context.Context, rt wazero.Runtime, logger h
 			if st.kernel == nil {
 				panic("extism kernel called outside a compactd call")
 			}
-			fn(ctx, st, logger, stack)
+			fn(ctx, st, sink, stack)
 		}), f.params, f.results).Export(f.name)
 	}
 	if _, err := env.Instantiate(ctx); err != nil {
@@ -207,12 +223,51 @@ func instantiateFastHostModules(ctx context.Context, rt wazero.Runtime, logger h
 	user := rt.NewHostModuleBuilder(abi.HostModule)
 	user.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, _ api.Module, stack []uint64) {
 		st := callStateFrom(ctx)
-		stack[0] = countTokens(st, st.kernel.read(stack[0]))
+		if st.kernel.length(stack[0]) > abi.MaxHostInputBytes {
+			stack[0] = abi.CountTokensRefused
+			return
+		}
+		stack[0] = countTokens(ctx, st, st.kernel.view(stack[0]))
 	}), userFuncSigs[0].params, userFuncSigs[0].results).Export(abi.HostCountTokens)
 	user.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, _ api.Module, stack []uint64) {
 		st := callStateFrom(ctx)
-		stack[0] = st.kernel.write(llmComplete(ctx, st, st.kernel.read(stack[0])))
+		var resp []byte
+		if n := st.kernel.length(stack[0]); n > abi.MaxHostInputBytes {
+			resp = llmTooLarge(n)
+		} else {
+			resp = llmComplete(ctx, st, st.kernel.read(stack[0]))
+		}
+		stack[0] = st.kernel.write(resp)
 	}), userFuncSigs[1].params, userFuncSigs[1].results).Export(abi.HostLLMComplete)
+	user.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, _ api.Module, stack []uint64) {
+		st := callStateFrom(ctx)
+		b, ok := messageContent(st, stack[0])
+		if !ok {
+			stack[0] = 0
+			return
+		}
+		if len(b) == 0 {
+			// A block of no bytes: Extism's null block reads as empty.
+			stack[0] = 0
+			return
+		}
+		stack[0] = st.kernel.write(b)
+	}), userFuncSigs[2].params, userFuncSigs[2].results).Export(abi.HostMessageContent)
+	user.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
+		st := callStateFrom(ctx)
+		b, ok := messageContent(st, stack[0])
+		if !ok {
+			stack[0] = abi.ContentNoMessage
+			return
+		}
+		ptr, capacity := stack[1], stack[2]
+		if uint64(len(b)) <= capacity && len(b) > 0 {
+			if ptr > math.MaxUint32 || !mod.Memory().Write(uint32(ptr), b) {
+				panic(fmt.Sprintf("%s: buffer of %d bytes at %d is outside the plugin's memory", abi.HostMessageContentInto, capacity, ptr))
+			}
+		}
+		stack[0] = uint64(len(b))
+	}), userFuncSigs[3].params, userFuncSigs[3].results).Export(abi.HostMessageContentInto)
 	if _, err := user.Instantiate(ctx); err != nil {
 		return fmt.Errorf("instantiating %s: %w", abi.HostModule, err)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,31 +24,208 @@ type Plugin struct {
 	source, sha256   string
 	exportNames      map[string]bool
 	hasShouldCompact bool
-	mod              module
+	view             string // abi.ViewFull or abi.ViewHeaders
 	limits           Limits
 	logger           hclog.Logger
+	logs             *logLimiter // shared by the versions of one file
 	loadedAt         time.Time
+	initialPages     uint32
+
+	// loadModule compiles the module of a plugin loaded from its
+	// description alone (LoadOptions.Described), on first use; nil
+	// otherwise.
+	loadModule func(ctx context.Context) (module, error)
+	loadMu     sync.Mutex // held while loadModule runs
+	lazyPath   string     // the path a lazy plugin will take, until it is loaded
+	// fromDescription: loaded from LoadOptions.Described.
+	fromDescription bool
 
 	slots    chan struct{} // one token per instance allowed to run
 	mu       sync.Mutex
-	idle     []instance
+	cur      *modRef // the module new instances come from; nil until loaded
+	idle     []*pooled
 	inflight int
 	closed   bool
 	done     chan struct{}
 
 	calls, failures, discarded atomic.Uint64
+	lastCall                   atomic.Int64 // UnixNano of the last call's end
+}
+
+// modRef is a module and the instances made from it that are not closed
+// yet. A module replaced by a compiled one (LoadOptions.Quick) is closed
+// when its last instance is.
+type modRef struct {
+	mod  module
+	live int
+}
+
+// pooled is an instance and the module it came from.
+type pooled struct {
+	instance
+	ref *modRef
 }
 
 func newPlugin(mod module, limits Limits, logger hclog.Logger) *Plugin {
-	return &Plugin{
-		mod:         mod,
+	p := &Plugin{
 		limits:      limits,
 		logger:      logger,
 		loadedAt:    time.Now(),
 		exportNames: map[string]bool{},
+		logs:        newLogLimiter(),
 		slots:       make(chan struct{}, limits.MaxInstances),
 		done:        make(chan struct{}),
 	}
+	if mod != nil {
+		p.cur = &modRef{mod: mod}
+	}
+	return p
+}
+
+// Tier says how the plugin's code runs now: TierLazy (not compiled yet),
+// TierInterpreted or TierCompiled.
+func (p *Plugin) Tier() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.cur == nil:
+		return TierLazy
+	case p.cur.mod.interpreted():
+		return TierInterpreted
+	}
+	return TierCompiled
+}
+
+// Warm compiles a lazily loaded plugin's module now, rather than on its
+// first call. It does nothing for a loaded one.
+func (p *Plugin) Warm(ctx context.Context) error {
+	_, err := p.module(ctx)
+	return err
+}
+
+// module returns the current module, compiling it first for a lazily
+// loaded plugin.
+func (p *Plugin) module(ctx context.Context) (*modRef, *PluginError) {
+	p.mu.Lock()
+	ref := p.cur
+	p.mu.Unlock()
+	if ref != nil {
+		return ref, nil
+	}
+	p.loadMu.Lock()
+	defer p.loadMu.Unlock()
+	p.mu.Lock()
+	ref = p.cur
+	closed := p.closed
+	p.mu.Unlock()
+	switch {
+	case ref != nil:
+		return ref, nil
+	case closed:
+		return nil, &PluginError{Kind: ErrClosed}
+	}
+	mod, err := p.loadModule(ctx)
+	if err != nil {
+		var pe *PluginError
+		if !errors.As(err, &pe) {
+			pe = &PluginError{Kind: ErrInvalidModule, Detail: err.Error(), Err: err}
+		}
+		return nil, pe
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		_ = mod.close(ctx)
+		return nil, &PluginError{Kind: ErrClosed}
+	}
+	p.cur = &modRef{mod: mod}
+	return p.cur, nil
+}
+
+// ReleaseIdle unloads the plugin's compiled code and instances if it has
+// had no call for idle (and none is running), so an unused plugin costs
+// no memory; its next call compiles it again (from the compilation
+// cache: tens of milliseconds). It reports whether it released anything.
+// A plugin that cannot be compiled again (loaded from memory without its
+// bytes) keeps its code.
+func (p *Plugin) ReleaseIdle(ctx context.Context, idle time.Duration) bool {
+	if p.loadModule == nil || time.Since(time.Unix(0, max(p.lastCall.Load(), p.loadedAt.UnixNano()))) < idle {
+		return false
+	}
+	if !p.loadMu.TryLock() {
+		return false // being loaded
+	}
+	defer p.loadMu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.inflight > 0 || p.cur == nil || p.cur.mod.interpreted() {
+		return false
+	}
+	for _, pi := range p.idle {
+		p.closeInstance(ctx, pi)
+		pi.ref.live--
+	}
+	p.idle = nil
+	if p.cur.live == 0 {
+		p.closeModule(ctx, p.cur.mod)
+	}
+	p.cur = nil
+	return true
+}
+
+// upgrade makes mod (the same bytes, compiled) the module new instances
+// come from. Idle instances of the old module are closed now, busy ones
+// when their call returns, and the old module with its last instance. It
+// reports false if the plugin was closed (the caller closes mod).
+func (p *Plugin) upgrade(ctx context.Context, mod module) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	old := p.cur
+	p.cur = &modRef{mod: mod}
+	keep := p.idle[:0]
+	for _, pi := range p.idle {
+		if pi.ref == old {
+			p.closeInstanceLocked(ctx, pi)
+			continue
+		}
+		keep = append(keep, pi)
+	}
+	clear(p.idle[len(keep):]) // the array must not keep the closed ones alive
+	p.idle = keep
+	if old != nil && old.live == 0 {
+		p.closeModule(ctx, old.mod)
+	}
+	return true
+}
+
+// closeInstanceLocked closes an instance, and its module if that was
+// replaced and this was its last instance. The caller holds p.mu.
+func (p *Plugin) closeInstanceLocked(ctx context.Context, pi *pooled) {
+	p.closeInstance(ctx, pi)
+	pi.ref.live--
+	if pi.ref != p.cur && pi.ref.live == 0 {
+		p.closeModule(ctx, pi.ref.mod)
+	}
+}
+
+// loaded makes sure a lazily loaded plugin is compiled before its input
+// is encoded for the path it takes.
+func (p *Plugin) loaded(ctx context.Context, export string) error {
+	if _, pe := p.module(ctx); pe != nil {
+		p.calls.Add(1)
+		p.failures.Add(1)
+		return p.named(export, pe)
+	}
+	return nil
+}
+
+func (p *Plugin) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
 }
 
 // Description returns what the plugin's describe export said.
@@ -71,10 +250,25 @@ func (p *Plugin) SHA256() string { return p.sha256 }
 func (p *Plugin) LoadedAt() time.Time { return p.loadedAt }
 
 // Path returns "fast" or "extism": how the host calls the plugin.
-func (p *Plugin) Path() string { return p.mod.path() }
+func (p *Plugin) Path() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cur != nil {
+		return p.cur.mod.path()
+	}
+	return p.lazyPath
+}
+
+// View returns the view of the conversation the plugin reads:
+// abi.ViewFull or abi.ViewHeaders.
+func (p *Plugin) View() string { return p.view }
 
 // Limits returns the plugin's limits.
 func (p *Plugin) Limits() Limits { return p.limits }
+
+// InitialMemoryBytes returns the linear memory the module declares it
+// needs at start. A memory limit below it would refuse the module.
+func (p *Plugin) InitialMemoryBytes() uint64 { return uint64(p.initialPages) << 16 }
 
 // Stats are a plugin's counters.
 type Stats struct {
@@ -82,13 +276,18 @@ type Stats struct {
 	Discarded       uint64 // instances discarded after a failure
 	Idle            int    // instances waiting in the pool
 	IdleMemoryBytes uint64 // linear memory held by idle instances
+	// LogDropped and LogTruncated count the plugin file's log lines
+	// dropped over the rate limit and cut to the line-length limit (every
+	// version of the file together).
+	LogDropped, LogTruncated uint64
 }
 
 // Stats returns the plugin's counters.
 func (p *Plugin) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := Stats{Calls: p.calls.Load(), Failures: p.failures.Load(), Discarded: p.discarded.Load(), Idle: len(p.idle)}
+	s := Stats{Calls: p.calls.Load(), Failures: p.failures.Load(), Discarded: p.discarded.Load(), Idle: len(p.idle),
+		LogDropped: p.logs.dropped.Load(), LogTruncated: p.logs.truncated.Load()}
 	for _, inst := range p.idle {
 		s.IdleMemoryBytes += inst.memoryBytes()
 	}
@@ -114,18 +313,47 @@ func (p *Plugin) Close(ctx context.Context) {
 func (p *Plugin) Done() <-chan struct{} { return p.done }
 
 func (p *Plugin) shutdownLocked(ctx context.Context) {
-	for _, inst := range p.idle {
-		inst.close(ctx)
+	for _, pi := range p.idle {
+		p.closeInstance(ctx, pi)
 	}
 	p.idle = nil
-	if err := p.mod.close(ctx); err != nil {
-		p.logger.Warn("closing module", "error", err)
+	if p.cur != nil {
+		p.closeModule(ctx, p.cur.mod)
 	}
 	close(p.done)
 }
 
+// closeInstance closes an instance; a panic doing so is logged, not
+// raised.
+func (p *Plugin) closeInstance(ctx context.Context, inst instance) {
+	p.recovering("closing an instance", func() { inst.close(ctx) })
+}
+
+// closeModule closes a compiled module; an error or a panic doing so is
+// logged, not raised.
+func (p *Plugin) closeModule(ctx context.Context, mod module) {
+	p.recovering("closing the module", func() {
+		if err := mod.close(ctx); err != nil {
+			p.logger.Warn("closing module", "error", err)
+		}
+	})
+}
+
+// recovering runs f and turns a panic into an error log with its stack.
+// It reports whether f panicked, and with what.
+func (p *Plugin) recovering(what string, f func()) (panicked any) {
+	defer func() {
+		if r := recover(); r != nil {
+			panicked = r
+			p.logger.Error("panic "+what+"; recovered", "panic", r, "stack", string(debug.Stack()))
+		}
+	}()
+	f()
+	return nil
+}
+
 // acquire reserves an instance: an idle one, or a new one.
-func (p *Plugin) acquire(ctx context.Context) (instance, error) {
+func (p *Plugin) acquire(ctx context.Context) (*pooled, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -142,14 +370,34 @@ func (p *Plugin) acquire(ctx context.Context) (instance, error) {
 	}
 	p.mu.Lock()
 	if n := len(p.idle); n > 0 {
-		inst := p.idle[n-1]
+		pi := p.idle[n-1]
+		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
-		return inst, nil
+		return pi, nil
 	}
 	p.mu.Unlock()
-	inst, err := p.mod.newInstance(ctx)
+	if _, pe := p.module(ctx); pe != nil {
+		<-p.slots
+		p.finish(context.WithoutCancel(ctx))
+		return nil, pe
+	}
+	p.mu.Lock()
+	ref := p.cur
+	ref.live++ // counted before the instance exists: an upgrade now must not close ref
+	p.mu.Unlock()
+	var inst instance
+	var err error
+	if r := p.recovering("instantiating the plugin", func() { inst, err = ref.mod.newInstance(ctx) }); r != nil {
+		inst, err = nil, &PluginError{Kind: ErrPanic, Export: "instantiate", Detail: fmt.Sprint(r)}
+	}
 	if err != nil {
+		p.mu.Lock()
+		ref.live--
+		if ref != p.cur && ref.live == 0 {
+			p.closeModule(ctx, ref.mod)
+		}
+		p.mu.Unlock()
 		<-p.slots
 		p.finish(context.WithoutCancel(ctx))
 		var pe *PluginError
@@ -158,7 +406,7 @@ func (p *Plugin) acquire(ctx context.Context) (instance, error) {
 		}
 		return nil, pe
 	}
-	return inst, nil
+	return &pooled{instance: inst, ref: ref}, nil
 }
 
 // recycleFraction: an instance whose memory grew past this share of the
@@ -167,19 +415,19 @@ func (p *Plugin) acquire(ctx context.Context) (instance, error) {
 const recycleFraction = 2
 
 // release returns inst to the pool, or discards it if the call poisoned it.
-func (p *Plugin) release(ctx context.Context, inst instance, failure *PluginError) {
+func (p *Plugin) release(ctx context.Context, pi *pooled, failure *PluginError) {
 	discard := failure != nil && poisons(failure.Kind) ||
-		inst.memoryBytes() > (uint64(p.limits.MaxMemoryPages)<<16)/recycleFraction
-	if discard {
-		inst.close(ctx)
-		if failure != nil {
-			p.discarded.Add(1)
-		}
-	} else {
-		p.mu.Lock()
-		p.idle = append(p.idle, inst)
-		p.mu.Unlock()
+		pi.memoryBytes() > (uint64(p.limits.MaxMemoryPages)<<16)/recycleFraction
+	if discard && failure != nil {
+		p.discarded.Add(1)
 	}
+	p.mu.Lock()
+	if discard || pi.ref != p.cur || p.closed {
+		p.closeInstanceLocked(ctx, pi)
+	} else {
+		p.idle = append(p.idle, pi)
+	}
+	p.mu.Unlock()
 	<-p.slots
 	p.finish(ctx)
 }
@@ -196,17 +444,24 @@ func (p *Plugin) finish(ctx context.Context) {
 // run calls export with input on a pooled instance, under the call time
 // limit, and hands the output to decode before the instance is released
 // (the output lives in the instance's memory).
-func (p *Plugin) run(ctx context.Context, export string, input []byte, env CallEnv, decode func(out []byte) *PluginError) error {
+func (p *Plugin) run(ctx context.Context, export string, input []byte, env CallEnv, msgs []abi.Message, decode func(out []byte) *PluginError) error {
 	p.calls.Add(1)
+	defer p.lastCall.Store(time.Now().UnixNano())
 	inst, err := p.acquire(ctx)
 	if err != nil {
 		p.failures.Add(1)
 		return p.named(export, err.(*PluginError))
 	}
 	callCtx, cancel := context.WithTimeout(ctx, p.limits.CallTimeout)
-	out, failure := inst.call(callCtx, &callState{env: env}, export, input)
-	if failure == nil && decode != nil {
-		failure = decode(out)
+	var failure *PluginError
+	if r := p.recovering("in a call to "+export, func() {
+		var out []byte
+		out, failure = inst.call(callCtx, &callState{env: env, msgs: msgs}, export, input)
+		if failure == nil && decode != nil {
+			failure = decode(out)
+		}
+	}); r != nil {
+		failure = &PluginError{Kind: ErrPanic, Detail: fmt.Sprint(r)}
 	}
 	cancel()
 	p.release(context.WithoutCancel(ctx), inst, failure)
@@ -220,8 +475,13 @@ func (p *Plugin) run(ctx context.Context, export string, input []byte, env CallE
 	return nil
 }
 
+// named fills in the plugin's name and version, and the export when the
+// failure does not name a more precise one (such as "instantiate").
 func (p *Plugin) named(export string, pe *PluginError) *PluginError {
-	pe.Plugin, pe.Version, pe.Export = p.desc.Name, p.desc.Version, export
+	pe.Plugin, pe.Version = p.desc.Name, p.desc.Version
+	if pe.Export == "" {
+		pe.Export = export
+	}
 	return pe
 }
 
@@ -261,9 +521,12 @@ type Response struct {
 // On failure it returns a *PluginError; the input is untouched.
 func (p *Plugin) Compact(ctx context.Context, req *Request) (*Response, error) {
 	start := time.Now()
-	input := encodeFor(p.mod.path(), req)
+	if err := p.loaded(ctx, abi.ExportCompact); err != nil {
+		return nil, err
+	}
+	input := p.encode(req)
 	var resp *Response
-	err := p.run(ctx, abi.ExportCompact, input, req.Env, func(out []byte) *PluginError {
+	err := p.run(ctx, abi.ExportCompact, input, req.Env, req.Conversation.Messages, func(out []byte) *PluginError {
 		var pe *PluginError
 		resp, pe = decodeResult(req.Conversation, out)
 		return pe
@@ -285,7 +548,10 @@ func (p *Plugin) ShouldCompact(ctx context.Context, req *Request) (abi.ShouldCom
 		return abi.ShouldCompactResult{Compact: true}, nil
 	}
 	var res abi.ShouldCompactResult
-	err := p.run(ctx, abi.ExportShouldCompact, encodeFor(p.mod.path(), req), req.Env, func(out []byte) *PluginError {
+	if err := p.loaded(ctx, abi.ExportShouldCompact); err != nil {
+		return res, err
+	}
+	err := p.run(ctx, abi.ExportShouldCompact, p.encode(req), req.Env, req.Conversation.Messages, func(out []byte) *PluginError {
 		if err := json.Unmarshal(out, &res); err != nil {
 			return &PluginError{Kind: ErrInvalidOutput, Detail: "should_compact: " + err.Error()}
 		}
@@ -298,7 +564,7 @@ func (p *Plugin) ShouldCompact(ctx context.Context, req *Request) (abi.ShouldCom
 // without interpreting it. Conformance checks and benchmarks use it.
 func (p *Plugin) Call(ctx context.Context, export string, input []byte, env CallEnv) ([]byte, error) {
 	var out []byte
-	err := p.run(ctx, export, input, env, func(o []byte) *PluginError {
+	err := p.run(ctx, export, input, env, nil, func(o []byte) *PluginError {
 		out = append([]byte(nil), o...)
 		return nil
 	})
@@ -311,5 +577,5 @@ func (p *Plugin) Ping(ctx context.Context) error {
 	if p.Path() != "fast" {
 		return p.named("ping", &PluginError{Kind: ErrInvalidModule, Detail: "ping needs the fast path"})
 	}
-	return p.run(ctx, exportPing, nil, CallEnv{}, nil)
+	return p.run(ctx, exportPing, nil, CallEnv{}, nil, nil)
 }

@@ -10,10 +10,17 @@ import (
 
 var tokensKey = []byte(`"tokens"`)
 
-// encodeFor encodes req for a plugin's path: the binary fast encoding on
-// the fast path (abi.AppendFastRequest), JSON on the Extism path.
-func encodeFor(path string, req *Request) []byte {
+// encode encodes req for the plugin's path and view.
+func (p *Plugin) encode(req *Request) []byte { return encodeFor(p.Path(), p.view, req) }
+
+// encodeFor encodes req for a path and a view: the binary fast encoding
+// on the fast path (abi.AppendFastRequestView), JSON on the Extism path;
+// a header view leaves contents out.
+func encodeFor(path, view string, req *Request) []byte {
 	if path != "fast" {
+		if view == abi.ViewHeaders {
+			return encodeHeaders(req)
+		}
 		return encodeRequest(req)
 	}
 	ctx := req.Context
@@ -26,7 +33,10 @@ func encodeFor(path string, req *Request) []byte {
 	for _, r := range req.Conversation.Raw {
 		size += len(r)
 	}
-	return abi.AppendFastRequest(make([]byte, 0, size), cfg, &ctx, req.Conversation.Messages)
+	if view == abi.ViewHeaders {
+		size = 128 + len(cfg) + len(ctx.State) + 64*len(req.Conversation.Messages)
+	}
+	return abi.AppendFastRequestView(make([]byte, 0, size), cfg, &ctx, req.Conversation.Messages, view)
 }
 
 // encodeRequest writes the CompactRequest JSON. Each message is the
@@ -75,6 +85,62 @@ func encodeRequest(req *Request) []byte {
 			buf.WriteByte(',')
 		}
 		buf.Write(rest)
+	}
+	buf.WriteString("]}")
+	return buf.Bytes()
+}
+
+// headerMessage is a message in a header view's JSON: its fields without
+// the content, which {"omitted": kind, "size": n} replaces.
+type headerMessage struct {
+	Tokens     int             `json:"tokens"`
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	Name       string          `json:"name,omitempty"`
+	ToolCalls  []abi.ToolCall  `json:"tool_calls,omitempty"`
+	ToolCallID string          `json:"tool_call_id,omitempty"`
+}
+
+// encodeHeaders writes the CompactRequest JSON of a header view. Messages
+// carry the ABI's fields only (the caller's other fields are restored by
+// refs as always).
+func encodeHeaders(req *Request) []byte {
+	c := req.Conversation
+	var buf bytes.Buffer
+	buf.WriteString(`{"abi":"`)
+	buf.WriteString(abi.Version.String())
+	buf.WriteString(`","config":`)
+	if len(req.Config) == 0 {
+		buf.WriteString("{}")
+	} else {
+		buf.Write(req.Config)
+	}
+	ctx := req.Context
+	ctx.TotalTokens = c.TotalTokens()
+	buf.WriteString(`,"context":`)
+	ctxJSON, _ := json.Marshal(ctx) // strings, ints and raw JSON: cannot fail
+	buf.Write(ctxJSON)
+	buf.WriteString(`,"messages":[`)
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	var omitted []byte
+	for i := range c.Messages {
+		m := &c.Messages[i]
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		h := headerMessage{Tokens: m.Tokens, Role: m.Role, Name: m.Name, ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID, Content: json.RawMessage("null")}
+		switch {
+		case m.Content.IsNull():
+		case m.Content.IsString():
+			omitted = abi.AppendOmitted(omitted[:0], abi.OmittedText, len(m.Content.Text()))
+			h.Content = omitted
+		default:
+			omitted = abi.AppendOmitted(omitted[:0], abi.OmittedParts, len(m.Content.Raw()))
+			h.Content = omitted
+		}
+		_ = enc.Encode(&h)          // strings, ints and valid JSON: cannot fail
+		buf.Truncate(buf.Len() - 1) // Encode's newline
 	}
 	buf.WriteString("]}")
 	return buf.Bytes()

@@ -13,10 +13,19 @@ import (
 // decodeResult parses a CompactResult, checks it against the input and
 // assembles the output conversation.
 func decodeResult(in *chat.Conversation, out []byte) (*Response, *PluginError) {
-	var res abi.CompactResult
-	if err := json.Unmarshal(out, &res); err != nil {
+	if at := invalidUTF8(out); at >= 0 {
+		// Go's decoder would turn the bytes into U+FFFD: the caller would
+		// get text the plugin never wrote.
+		return nil, &PluginError{Kind: ErrInvalidOutput, Detail: fmt.Sprintf("the result is not UTF-8 (byte %d)", at)}
+	}
+	// out is the plugin's memory, reused by its next call; the result
+	// keeps slices of it (new messages, state).
+	out = bytes.Clone(out)
+	parsed, err := parseResult(out)
+	if err != nil {
 		return nil, &PluginError{Kind: ErrInvalidOutput, Detail: fmt.Sprintf("not a JSON CompactResult: %v (output starts %q)", err, preview(out)), Err: err}
 	}
+	res := *parsed
 	items := res.Messages
 	res.Messages = nil
 	if err := convo.CheckItems(in.Messages, items); err != nil {
@@ -41,6 +50,15 @@ func decodeResult(in *chat.Conversation, out []byte) (*Response, *PluginError) {
 		resp.Refs[i] = -1
 		m := *it.Message
 		m.Tokens = 0
+		if in.OpenAIContent() {
+			// Held to the format the caller's messages are in: the caller
+			// would send the message on, and the provider refuse it. (A
+			// conversation converted from Anthropic's format is converted
+			// back, content blocks and all, by its own rules.)
+			if err := chat.CheckContent(m.Role, m.Content); err != nil {
+				return nil, &PluginError{Kind: ErrInvalidResult, Detail: fmt.Sprintf("message %d (%s): %v", i, m.Role, err)}
+			}
+		}
 		b, err := marshalMessage(&m)
 		if err != nil {
 			return nil, &PluginError{Kind: ErrInvalidOutput, Detail: fmt.Sprintf("message %d: %v", i, err), Err: err}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"runtime"
 	"runtime/debug"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/compactd/compactd/abi"
@@ -71,6 +72,12 @@ func hostCountTokens(offset uint64) uint64
 //go:wasmimport extism:host/user llm_complete
 func hostLLMComplete(offset uint64) uint64
 
+//go:wasmimport extism:host/user message_content
+func hostMessageContent(index uint64) uint64
+
+//go:wasmimport extism:host/user message_content_into
+func hostMessageContentInto(index, ptr, capacity uint64) uint64
+
 // A guest's linear memory never shrinks, so its peak is what it costs the
 // host for the rest of its life. Collect at 50% heap growth instead of Go's
 // default 100%: a small live heap makes each collection cheap, and the peak
@@ -124,6 +131,7 @@ func fromKernel(offset uint64) []byte {
 // kernel, output or error back to it, 0 on success and 1 on failure.
 func extismExport(export string) int32 {
 	defer runtime.Gosched() // let the guest GC run; see FACTS: memory grows without it
+	clear(fetched)
 	if registered == nil {
 		extismErrorSet(toKernel(errorBody(&abi.Error{Code: abi.CodeInternal, Message: "no policy registered (call pdk.Register in init)"})))
 		return 1
@@ -181,6 +189,7 @@ func fastCall(fn, ptr, size uint32) uint64 {
 		return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(fastOutput))))<<32 | 1
 	}
 	defer runtime.Gosched() // let the guest GC run between calls
+	clear(fetched)
 	var export string
 	switch fn {
 	case abi.FastDescribe:
@@ -212,17 +221,82 @@ func fastCall(fn, ptr, size uint32) uint64 {
 	return addr<<32 | uint64(len(fastOutput))
 }
 
-// wasmHost implements Host with the host functions.
+// wasmHost implements Host with the host functions, and abi.ContentSource
+// (the contents a header view leaves out) with message_content_into on
+// the fast path, message_content on the Extism path.
 type wasmHost struct{}
 
-func (wasmHost) CountTokens(text string) int {
-	if text == "" {
-		return 0
+// fetched caches the contents read during the current call (a policy may
+// read one several times); reset when a call starts.
+var fetched map[int][]byte
+
+// contentBuf is message_content_into's buffer, reused across calls.
+var contentBuf []byte
+
+func (wasmHost) Content(index int) ([]byte, bool) {
+	if b, ok := fetched[index]; ok {
+		return b, true
 	}
-	offset := toKernel(unsafe.Slice(unsafe.StringData(text), len(text)))
-	n := hostCountTokens(offset)
-	extismFree(offset)
-	return int(n)
+	if index < 0 {
+		return nil, false
+	}
+	var b []byte
+	for {
+		ptr := uint64(0)
+		if cap(contentBuf) > 0 {
+			ptr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(contentBuf[:cap(contentBuf)]))))
+		}
+		n := hostMessageContentInto(uint64(index), ptr, uint64(cap(contentBuf)))
+		if n == abi.ContentNoMessage {
+			return nil, false
+		}
+		if n == abi.ContentUnsupported {
+			off := hostMessageContent(uint64(index))
+			if off == 0 {
+				return nil, false
+			}
+			b = fromKernel(off)
+			extismFree(off)
+			break
+		}
+		if n <= uint64(cap(contentBuf)) {
+			b = append([]byte(nil), contentBuf[:n]...)
+			break
+		}
+		contentBuf = make([]byte, n)
+	}
+	if fetched == nil {
+		fetched = map[int][]byte{}
+	}
+	fetched[index] = b
+	return b, true
+}
+
+// CountTokens counts text with the host's tokenizer. The host takes at
+// most abi.MaxHostInputBytes at once, so a longer text is counted in
+// pieces cut at UTF-8 boundaries (the sum may differ by a token or so per
+// piece from a count in one go).
+func (wasmHost) CountTokens(text string) int {
+	total := 0
+	for text != "" {
+		piece := text
+		if len(piece) > abi.MaxHostInputBytes {
+			cut := abi.MaxHostInputBytes
+			for cut > 0 && !utf8.RuneStart(text[cut]) {
+				cut--
+			}
+			piece = text[:cut]
+		}
+		text = text[len(piece):]
+		offset := toKernel(unsafe.Slice(unsafe.StringData(piece), len(piece)))
+		n := hostCountTokens(offset)
+		extismFree(offset)
+		if n == abi.CountTokensRefused {
+			return -1 // cannot happen: every piece is within the limit
+		}
+		total += int(n)
+	}
+	return total
 }
 
 func (wasmHost) Complete(req abi.LLMRequest) (abi.LLMResponse, error) {

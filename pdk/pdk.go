@@ -83,6 +83,15 @@ type Policy struct {
 	Compact CompactFunc
 	// ShouldCompact is optional.
 	ShouldCompact ShouldCompactFunc
+	// View is the view of the conversation the policy reads: abi.ViewFull
+	// (the default, also "") sends every message with its content;
+	// abi.ViewHeaders sends each message without it, and a content is
+	// fetched from the host when the policy reads it (Content.Text, Raw):
+	// much less to send and decode for a policy that reads few contents
+	// (one that only looks at roles, tool calls and token counts reads
+	// none). Content.Len and Omitted tell a left-out content's size and
+	// kind without fetching it.
+	View string
 }
 
 // Describe returns the policy's description as the describe export sends it.
@@ -108,6 +117,13 @@ func (p *Policy) Describe() (abi.Description, error) {
 	}
 	if p.ShouldCompact != nil {
 		d.Exports = []string{abi.ExportShouldCompact}
+	}
+	switch p.View {
+	case "", abi.ViewFull:
+	case abi.ViewHeaders:
+		d.View = abi.ViewHeaders
+	default:
+		return d, fmt.Errorf("policy %s: view %q: want %q or %q", p.Name, p.View, abi.ViewFull, abi.ViewHeaders)
 	}
 	return d, nil
 }
@@ -144,7 +160,7 @@ func Call(p *Policy, h Host, export string, input []byte) (out []byte, err error
 
 // call runs an export; decode reads the request (JSON on the Extism path,
 // the binary fast encoding on the fast path).
-func call(p *Policy, h Host, export string, input []byte, decode func([]byte) (*abi.CompactRequest, error)) (out []byte, err error) {
+func call(p *Policy, h Host, export string, input []byte, decode func([]byte, abi.ContentSource) (*abi.CompactRequest, error)) (out []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = &abi.Error{Code: abi.CodeInternal, Message: fmt.Sprintf("policy %s panicked: %v\n%s", p.Name, r, debug.Stack())}
@@ -158,7 +174,7 @@ func call(p *Policy, h Host, export string, input []byte, decode func([]byte) (*
 		}
 		return json.Marshal(d)
 	case abi.ExportCompact:
-		req, err := decode(input)
+		req, err := decode(input, contentSource(h))
 		if err != nil {
 			return nil, err
 		}
@@ -174,7 +190,7 @@ func call(p *Policy, h Host, export string, input []byte, decode func([]byte) (*
 		if p.ShouldCompact == nil {
 			return nil, &abi.Error{Code: abi.CodeInvalidRequest, Message: "policy " + p.Name + " has no should_compact"}
 		}
-		req, err := decode(input)
+		req, err := decode(input, contentSource(h))
 		if err != nil {
 			return nil, err
 		}
@@ -194,8 +210,15 @@ func CallFast(p *Policy, h Host, export string, input []byte) ([]byte, error) {
 	return call(p, h, export, input, decodeFastRequest)
 }
 
-func decodeFastRequest(input []byte) (*abi.CompactRequest, error) {
-	req, err := abi.DecodeFastRequest(input)
+// contentSource returns the host's source of left-out contents, if it
+// has one.
+func contentSource(h Host) abi.ContentSource {
+	src, _ := h.(abi.ContentSource)
+	return src
+}
+
+func decodeFastRequest(input []byte, src abi.ContentSource) (*abi.CompactRequest, error) {
+	req, err := abi.DecodeFastRequest(input, src)
 	if err != nil {
 		return nil, &abi.Error{Code: abi.CodeInvalidRequest, Message: err.Error()}
 	}
@@ -207,11 +230,12 @@ func decodeFastRequest(input []byte) (*abi.CompactRequest, error) {
 // plugin instance sees the same config on almost every call.
 var configCache = abi.NewConfigCache(16)
 
-func decodeRequest(input []byte) (*abi.CompactRequest, error) {
+func decodeRequest(input []byte, src abi.ContentSource) (*abi.CompactRequest, error) {
 	var req abi.CompactRequest
 	if err := json.Unmarshal(input, &req); err != nil {
 		return nil, &abi.Error{Code: abi.CodeInvalidRequest, Message: "decoding request: " + err.Error()}
 	}
+	req.ConnectContents(src)
 	if !abi.Compatible(abi.Version, req.ABI) {
 		return nil, &abi.Error{Code: abi.CodeInvalidRequest, Message: fmt.Sprintf("host speaks ABI %s, plugin speaks %s", req.ABI, abi.Version)}
 	}

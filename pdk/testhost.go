@@ -16,12 +16,30 @@ type TestHost struct {
 	// LLM, if set, answers Complete; otherwise Complete fails with
 	// no_provider, as a host without a provider does.
 	LLM func(req abi.LLMRequest) (abi.LLMResponse, error)
+	// Messages, if set, serve the contents a header view leaves out
+	// (abi.ContentSource), as the host serves the request's messages.
+	Messages []abi.Message
 
 	mu   sync.Mutex
 	logs []string
 }
 
-var _ Host = (*TestHost)(nil)
+var (
+	_ Host              = (*TestHost)(nil)
+	_ abi.ContentSource = (*TestHost)(nil)
+)
+
+// Content implements abi.ContentSource from h.Messages.
+func (h *TestHost) Content(index int) ([]byte, bool) {
+	if index < 0 || index >= len(h.Messages) {
+		return nil, false
+	}
+	c := h.Messages[index].Content
+	if c.IsString() {
+		return []byte(c.Text()), true
+	}
+	return c.Raw(), true
+}
 
 // CountTokens implements Host.
 func (h *TestHost) CountTokens(text string) int {

@@ -14,6 +14,12 @@
 // policy name is a conflict: the first keeps the name, the second is
 // reported; when the first goes away the second is tried again.
 //
+// The registry contains plugins that misbehave: a panic while loading a
+// file or serving a watch event is recovered and recorded as that file's
+// load error, a file over Options.MaxFileBytes is refused unread, and with
+// Options.StateDir a file that was being loaded when the daemon died is
+// quarantined at the next start (see quarantine.go).
+//
 // Acquire hands out a plugin with a reference; the caller releases it when
 // its calls are over. A replaced or removed version is closed when its
 // last reference is released, so calls in flight finish on the version
@@ -26,10 +32,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -54,6 +62,13 @@ var (
 	ErrSmoke = errors.New("plugin failed the smoke test")
 	// ErrClosed: the registry was closed.
 	ErrClosed = errors.New("registry is closed")
+	// ErrQuarantined: the daemon died while loading these bytes; they are
+	// not loaded again until the file changes.
+	ErrQuarantined = errors.New("plugin file quarantined")
+	// ErrTooLarge: the file is over Options.MaxFileBytes.
+	ErrTooLarge = errors.New("plugin file too large")
+	// ErrPanic: loading the file made the registry panic (recovered).
+	ErrPanic = errors.New("loading the plugin file panicked")
 )
 
 // Options configure a Registry.
@@ -69,20 +84,53 @@ type Options struct {
 	// Tokens counts tokens for the smoke test (a new Counter if nil).
 	Tokens *tokens.Counter
 	// Debounce is how long the directory must be quiet after an event
-	// before the registry acts on it (default 100ms).
+	// before the registry acts on it (default 20ms: a file written in one
+	// go or renamed into place is complete by then; one written slowly
+	// that fails to load while still changing is not reported, its next
+	// event brings the rest).
 	Debounce time.Duration
 	// MaxDelay bounds how long a steady stream of events can hold a reload
 	// back (default 1s).
 	MaxDelay time.Duration
 	// Logger receives load, reload and failure logs (discarded if nil).
 	Logger hclog.Logger
+	// DescribedDir, if set, keeps the description of every file that
+	// loaded and passed the smoke test, by SHA-256 (see described.go):
+	// the same bytes later serve at once, compiled on first use.
+	DescribedDir string
+	// IdleUnload unloads a plugin's compiled code and instances once it
+	// has had no call for this long (host.Plugin.ReleaseIdle); its next
+	// call compiles it again from the compilation cache. 0 means
+	// DefaultIdleUnload; a negative value keeps everything loaded.
+	IdleUnload time.Duration
+	// Quick loads new bytes with the host's interpreter first
+	// (host.LoadOptions.Quick): a new version serves in a fraction of a
+	// second and the compiled module replaces it in the background.
+	Quick bool
+	// StateDir, if set, holds the crash-loop protection's load markers
+	// and quarantine records (see quarantine.go). The daemon sets it to its
+	// state directory; one-shot commands leave it empty.
+	StateDir string
+	// MaxFileBytes refuses plugin files larger than this, unread (default
+	// DefaultMaxFileBytes).
+	MaxFileBytes int64
 }
 
 // Default debounce settings.
 const (
-	DefaultDebounce = 100 * time.Millisecond
+	DefaultDebounce = 20 * time.Millisecond
 	DefaultMaxDelay = time.Second
+	// DefaultIdleUnload: a plugin unused for this long gives its memory
+	// back.
+	DefaultIdleUnload = 5 * time.Minute
 )
+
+// DefaultMaxFileBytes is the largest plugin file loaded by default: 64
+// MiB, some fifteen times a Go plugin with encoding/json. Compiling a
+// module takes memory in proportion to its code, so a cap on the file is
+// a cap on what one file can make the daemon allocate before any limit
+// of the sandbox applies.
+const DefaultMaxFileBytes = 64 << 20
 
 // Registry maps policy names to loaded plugins. It is safe for concurrent
 // use.
@@ -98,6 +146,12 @@ type Registry struct {
 	byFile   map[string]*fileState
 	draining []*version // retired versions, closed after their last release
 	closed   bool
+	// quarantine holds the files the daemon died loading, by path;
+	// suspects the files it may have died loading (path → hash), loaded
+	// one at a time. See quarantine.go.
+	quarantine map[string]loadRecord
+	suspects   map[string]string
+	markersOff bool
 
 	watcher *fsnotify.Watcher
 	cancel  context.CancelFunc
@@ -164,10 +218,17 @@ func New(opts Options) *Registry {
 	if opts.MaxDelay <= 0 {
 		opts.MaxDelay = DefaultMaxDelay
 	}
+	if opts.IdleUnload == 0 {
+		opts.IdleUnload = DefaultIdleUnload
+	}
 	if opts.Tokens == nil {
 		opts.Tokens = tokens.New(tokens.Options{})
 	}
-	r := &Registry{opts: opts, logger: opts.Logger, byName: map[string]*version{}, byFile: map[string]*fileState{}}
+	if opts.MaxFileBytes <= 0 {
+		opts.MaxFileBytes = DefaultMaxFileBytes
+	}
+	r := &Registry{opts: opts, logger: opts.Logger, byName: map[string]*version{}, byFile: map[string]*fileState{},
+		quarantine: map[string]loadRecord{}, suspects: map[string]string{}}
 	if r.logger == nil {
 		r.logger = hclog.NewNullLogger()
 	}
@@ -241,21 +302,34 @@ func (r *Registry) LoadAll(ctx context.Context) error {
 	}
 	r.loadMu.Lock()
 	defer r.loadMu.Unlock()
+	defer r.opts.Engine.HoldCompiles()() // the compiler waits for the quick loads
 	// Compile and check the files in parallel (a cold compile of a Go
 	// plugin takes seconds), then swap them in in file order, so that of
-	// two files claiming one name the first by name wins.
+	// two files claiming one name the first by name wins. Files suspected
+	// of having crashed the last daemon are prepared one at a time, after
+	// the others (see quarantine.go).
 	ready := make([]*prepared, len(files))
+	r.mu.RLock()
+	var suspects []int
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
 	var wg sync.WaitGroup
 	for i, f := range files {
+		if _, ok := r.suspects[f]; ok {
+			suspects = append(suspects, i)
+			continue
+		}
 		wg.Add(1)
-		sem <- struct{}{}
 		go func() {
+			sem <- struct{}{}
 			defer func() { <-sem; wg.Done() }()
-			ready[i] = r.prepare(ctx, f, false)
+			ready[i] = r.safePrepare(ctx, f, false)
 		}()
 	}
+	r.mu.RUnlock()
 	wg.Wait()
+	for _, i := range suspects {
+		ready[i] = r.safePrepare(ctx, files[i], false)
+	}
 	present := map[string]bool{}
 	for i, f := range files {
 		present[f] = true
@@ -372,7 +446,42 @@ func (r *Registry) limitsFor(name string) host.Limits {
 // and loads, checks and swaps in its bytes if they are new (or force is
 // set). The caller holds loadMu.
 func (r *Registry) loadLocked(ctx context.Context, path string, force bool) {
-	r.commit(ctx, r.prepare(ctx, path, force))
+	r.commit(ctx, r.safePrepare(ctx, path, force))
+}
+
+// safePrepare is prepare with a panic recovered and recorded as the
+// file's load error.
+func (r *Registry) safePrepare(ctx context.Context, path string, force bool) (pr *prepared) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.counters.failures.Add(1)
+			r.logger.Error("panic while loading a plugin file; recorded as its load error", "file", path, "panic", p, "stack", string(debug.Stack()))
+			r.recordError(path, "", fmt.Errorf("%w: %v", ErrPanic, p))
+			pr = nil
+		}
+	}()
+	return r.prepare(ctx, path, force)
+}
+
+// readPlugin reads a plugin file of at most max bytes; a larger one is
+// refused without reading it.
+func readPlugin(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > max {
+		return nil, fmt.Errorf("%w: %s is %d bytes; the limit is %d", ErrTooLarge, filepath.Base(path), st.Size(), max)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%w: %s is over %d bytes", ErrTooLarge, filepath.Base(path), max)
+	}
+	return b, nil
 }
 
 // prepared is a file's bytes loaded and checked, not yet serving.
@@ -388,9 +497,16 @@ type prepared struct {
 // bad, loads and checks them. It swaps nothing in, so several files can be
 // prepared at once. nil means there is nothing to do.
 func (r *Registry) prepare(ctx context.Context, path string, force bool) *prepared {
-	wasm, err := os.ReadFile(path)
+	before, _ := os.Stat(path)
+	wasm, err := readPlugin(path, r.opts.MaxFileBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &prepared{path: path, gone: true}
+	}
+	if errors.Is(err, ErrTooLarge) {
+		r.counters.failures.Add(1)
+		r.logger.Error("plugin file refused", "file", path, "error", err)
+		r.recordError(path, "", err)
+		return nil
 	}
 	if err != nil {
 		r.recordError(path, "", fmt.Errorf("reading %s: %w", path, err))
@@ -417,29 +533,39 @@ func (r *Registry) prepare(ctx context.Context, path string, force bool) *prepar
 			return nil
 		}
 	}
+	if err := r.quarantinedLocked(path, hash); err != nil {
+		r.mu.Unlock()
+		r.counters.failures.Add(1)
+		r.logger.Error("plugin file is quarantined; the other plugins serve", "file", path, "sha256", short(hash), "error", err)
+		r.recordError(path, hash, err)
+		return nil
+	}
 	limits := r.limitsFor(base)
 	r.mu.Unlock()
 
 	r.counters.loads.Add(1)
 	start := time.Now()
-	p, err := r.load(ctx, path, wasm, limits)
-	if err == nil {
-		r.mu.RLock()
-		want := r.limitsFor(p.Name())
-		r.mu.RUnlock()
-		if want != limits {
-			// Limits are keyed by policy name; load again with its own.
-			p.Close(ctx)
-			limits = want
-			p, err = r.load(ctx, path, wasm, limits)
-		}
-	}
+	done := r.beginLoad(path, hash)
+	defer func() {
+		done()
+		r.mu.Lock()
+		delete(r.suspects, path)
+		r.mu.Unlock()
+	}()
+	p, limits, err := r.load(ctx, path, wasm, hash, limits)
 	if err != nil {
+		if after, serr := os.Stat(path); serr == nil && before != nil && (after.Size() != before.Size() || !after.ModTime().Equal(before.ModTime())) {
+			// The file changed while it loaded (a writer still at it):
+			// its next event brings the complete bytes.
+			r.logger.Debug("plugin file changed while loading; waiting for its next version", "file", path, "error", err)
+			return nil
+		}
 		r.counters.failures.Add(1)
 		r.logger.Error("plugin failed to load; the previous version (if any) keeps serving", "file", path, "sha256", hash[:12], "error", err)
 		r.recordError(path, hash, err)
 		return nil
 	}
+	r.logger.Debug("plugin file loaded and checked", "file", path, "sha256", short(hash), "took", time.Since(start).Round(time.Millisecond))
 	return &prepared{path: path, hash: hash, plugin: p, limits: limits, took: time.Since(start)}
 }
 
@@ -457,17 +583,47 @@ func (r *Registry) commit(ctx context.Context, pr *prepared) {
 }
 
 // load compiles wasm, lets the host check its description, and smoke
-// tests it.
-func (r *Registry) load(ctx context.Context, path string, wasm []byte, limits host.Limits) (*host.Plugin, error) {
-	p, err := r.opts.Engine.Load(ctx, wasm, host.LoadOptions{Source: path, Limits: limits})
+// tests it. limits are the file's (keyed by its base name); once the
+// plugin has said its policy name, it is loaded again under that name's
+// limits if they differ, so the smoke test runs under the limits the
+// policy will serve with. It returns the limits it used. Bytes that
+// passed before (their description is cached) are loaded from their
+// description: they compile on first use. Every compile after Load
+// returns (first use, the background compile, a compile after an idle
+// unload) writes a load marker too, so a crash while compiling is
+// attributed to the file (see quarantine.go).
+func (r *Registry) load(ctx context.Context, path string, wasm []byte, hash string, limits host.Limits) (*host.Plugin, host.Limits, error) {
+	compiling := func() (done func()) { return r.beginLoad(path, hash) }
+	if desc := r.lookupDescribed(hash); desc != nil {
+		r.mu.RLock()
+		want := r.limitsFor(desc.Name)
+		r.mu.RUnlock()
+		p, err := r.opts.Engine.Load(ctx, wasm, host.LoadOptions{Source: path, Limits: want, Described: desc, Compiling: compiling})
+		if err == nil {
+			return p, want, nil
+		}
+		r.logger.Warn("a cached description does not load; checking the file again", "file", path, "error", err)
+	}
+	p, err := r.opts.Engine.Load(ctx, wasm, host.LoadOptions{Source: path, Limits: limits, Quick: r.opts.Quick, Compiling: compiling})
 	if err != nil {
-		return nil, err
+		return nil, limits, err
+	}
+	r.mu.RLock()
+	want := r.limitsFor(p.Name())
+	r.mu.RUnlock()
+	if want != limits {
+		p.Close(ctx)
+		limits = want
+		if p, err = r.opts.Engine.Load(ctx, wasm, host.LoadOptions{Source: path, Limits: limits, Quick: r.opts.Quick, Compiling: compiling}); err != nil {
+			return nil, limits, err
+		}
 	}
 	if err := conform.Smoke(ctx, p, r.tok); err != nil {
 		p.Close(ctx)
-		return nil, fmt.Errorf("%w: %s@%s: %w", ErrSmoke, p.Name(), p.Version(), err)
+		return nil, limits, fmt.Errorf("%w: %s@%s: %w", ErrSmoke, p.Name(), p.Version(), err)
 	}
-	return p, nil
+	r.storeDescribed(hash, p.Description())
+	return p, limits, nil
 }
 
 // install makes p the serving version of its name, unless another file
@@ -543,6 +699,7 @@ func (r *Registry) unloadLocked(ctx context.Context, path string) {
 		return
 	}
 	delete(r.byFile, path)
+	r.forgetLocked(path)
 	var freed []string
 	if v := r.byName[fs.name]; fs.name != "" && v != nil && v.file == path {
 		delete(r.byName, fs.name)
@@ -588,6 +745,32 @@ func (r *Registry) recordError(path, hash string, err error) {
 	fs.err, fs.errHash, fs.errAt, fs.conflict = err, hash, time.Now(), ""
 }
 
+// ReleaseIdle unloads the code and instances of every plugin that has had
+// no call for Options.IdleUnload, and returns how many it unloaded. The
+// watcher calls it periodically; it is safe to call at any time.
+func (r *Registry) ReleaseIdle(ctx context.Context) int {
+	if r.opts.IdleUnload < 0 {
+		return 0
+	}
+	r.mu.RLock()
+	serving := make([]*host.Plugin, 0, len(r.byName))
+	for _, v := range r.byName {
+		serving = append(serving, v.plugin)
+	}
+	r.mu.RUnlock()
+	n := 0
+	for _, p := range serving {
+		if p.ReleaseIdle(ctx, r.opts.IdleUnload) {
+			r.logger.Debug("plugin unused; its code and instances were unloaded", "name", p.Name())
+			n++
+		}
+	}
+	if n > 0 {
+		debug.FreeOSMemory() // give the memory back now, not in minutes
+	}
+	return n
+}
+
 // SetLimits changes the plugins' limits (a config reload) and reloads the
 // plugins whose limits changed. Calls in flight finish under the old ones.
 func (r *Registry) SetLimits(ctx context.Context, def host.Limits, per map[string]host.Limits) {
@@ -624,6 +807,12 @@ type Info struct {
 	Error       error
 	ErrorSHA256 string
 	ErrorAt     time.Time
+	// Quarantined reports that the daemon died while loading the file's
+	// current bytes: they are not loaded until the file changes.
+	Quarantined bool
+	// LogDropped and LogTruncated count the file's log lines dropped over
+	// the rate limit and cut to the line limit, over every version.
+	LogDropped, LogTruncated uint64
 }
 
 // Policies lists the files the registry knows, sorted by file.
@@ -633,7 +822,8 @@ func (r *Registry) Policies() []Info {
 	out := make([]Info, 0, len(r.byFile))
 	for _, fs := range r.byFile {
 		info := Info{Name: fs.name, File: fs.path, SHA256: fs.sha256, LoadedAt: fs.loaded,
-			Error: fs.err, ErrorSHA256: fs.errHash, ErrorAt: fs.errAt}
+			Error: fs.err, ErrorSHA256: fs.errHash, ErrorAt: fs.errAt, Quarantined: errors.Is(fs.err, ErrQuarantined)}
+		info.LogDropped, info.LogTruncated = r.opts.Engine.LogCounts(filepath.Base(fs.path))
 		if v, ok := r.byName[fs.name]; ok && v.file == fs.path {
 			info.Plugin = v.plugin
 		}

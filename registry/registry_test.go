@@ -488,3 +488,60 @@ func TestClose(t *testing.T) {
 		t.Errorf("second Close = %v", err)
 	}
 }
+
+// TestDescribedCache: bytes that passed once serve from their cached
+// description on the next start, compiled on first use; a corrupt or
+// foreign entry is ignored; new bytes are checked (and a Go plugin's
+// quick load serves interpreted until its compile is done).
+func TestDescribedCache(t *testing.T) {
+	dir := t.TempDir()
+	described := filepath.Join(t.TempDir(), "described")
+	os.WriteFile(filepath.Join(dir, "sliding.wasm"), built(t, "plugins/sliding"), 0o644)
+	os.WriteFile(filepath.Join(dir, "lastn.wasm"), built(t, "plugins/lastn/lastn.c"), 0o644)
+	start := func() *Registry {
+		r := New(Options{Dir: dir, Engine: newEngine(t), DescribedDir: described, Quick: true})
+		if err := r.LoadAll(bg); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close(bg) })
+		return r
+	}
+	tier := func(r *Registry, name string) string {
+		p, release, err := r.Acquire(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer release()
+		return p.Tier()
+	}
+	r := start()
+	if got := tier(r, "sliding"); got != host.TierInterpreted && got != host.TierCompiled {
+		t.Errorf("first load: sliding %s", got)
+	}
+	entries, _ := filepath.Glob(filepath.Join(described, "*.json"))
+	if len(entries) != 2 {
+		t.Fatalf("%d cached descriptions, want 2", len(entries))
+	}
+	r2 := start()
+	for _, name := range []string{"sliding", "lastn"} {
+		if got := tier(r2, name); got != host.TierLazy {
+			t.Errorf("restart: %s is %s, want lazy", name, got)
+		}
+		p, release, _ := r2.Acquire(name)
+		if p.Stats().Calls != 0 {
+			t.Errorf("%s: smoke-tested again (%d calls)", name, p.Stats().Calls)
+		}
+		if err := conform.Smoke(bg, p, tokens.New(tokens.Options{}).ForModel("")); err != nil {
+			t.Errorf("%s from its description: %v", name, err)
+		}
+		release()
+	}
+	// A corrupt entry is ignored: the file is checked again.
+	for _, e := range entries {
+		os.WriteFile(e, []byte("{not json"), 0o644)
+	}
+	r3 := start()
+	if got := tier(r3, "lastn"); got == host.TierLazy {
+		t.Error("a corrupt cache entry was trusted")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"time"
 
@@ -33,6 +34,7 @@ func (r *Registry) Start(ctx context.Context) error {
 		}
 		return fmt.Errorf("watching %s: %w", r.opts.Dir, err)
 	}
+	r.recoverMarkers()
 	if err := r.LoadAll(ctx); err != nil {
 		w.Close()
 		return err
@@ -44,15 +46,42 @@ func (r *Registry) Start(ctx context.Context) error {
 }
 
 // watch collects events and acts on them once the directory has been
-// quiet for Debounce (or MaxDelay after the first of a steady stream).
+// quiet for Debounce (or MaxDelay after the first of a steady stream). A
+// panic in one round is recovered and logged, and the watch goes on.
 func (r *Registry) watch(ctx context.Context) {
 	defer close(r.done)
+	for !r.watchRound(ctx) {
+	}
+}
+
+// watchRound watches until ctx ends or the watcher closes (it returns
+// true), or until a panic, which it logs (and returns false).
+func (r *Registry) watchRound(ctx context.Context) (over bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.logger.Error("panic in the plugins directory watcher; watching on", "panic", p, "stack", string(debug.Stack()))
+			over = ctx.Err() != nil
+		}
+	}()
+	r.watchEvents(ctx)
+	return true
+}
+
+// watchEvents is the watch loop.
+func (r *Registry) watchEvents(ctx context.Context) {
 	w := r.watcher
 	pending := map[string]bool{}
 	rescan := false
 	var first time.Time
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	// Idle plugins are unloaded on a tick of a tenth of IdleUnload.
+	janitor := make(<-chan time.Time)
+	if r.opts.IdleUnload > 0 {
+		tick := time.NewTicker(max(r.opts.IdleUnload/10, time.Second))
+		defer tick.Stop()
+		janitor = tick.C
+	}
 	schedule := func() {
 		now := time.Now()
 		if first.IsZero() {
@@ -90,6 +119,8 @@ func (r *Registry) watch(ctx context.Context) {
 			r.logger.Warn("watching the plugins directory", "error", err)
 			rescan = true
 			schedule()
+		case <-janitor:
+			r.ReleaseIdle(ctx)
 		case <-timer.C:
 			paths := pending
 			pending, first = map[string]bool{}, time.Time{}

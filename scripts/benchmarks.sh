@@ -14,7 +14,10 @@
 #   POLICIES    policies to evaluate (default: every plugin built from plugins/)
 #   COMPACTD_DATA  the data directory (default: ../shared/data)
 #   OUT         the file to write (default: docs/benchmarks.md)
-#   SKIP_BENCH=1 / SKIP_EVAL=1  leave a part out (its section says so)
+#   LOAD_CLIENTS, LOAD_SETS, LOAD_TIME  the load run's clients (default 2),
+#               data sets (default tau-bench,mini-swe) and measured time
+#               per target (default 3s)
+#   SKIP_BENCH=1 / SKIP_EVAL=1 / SKIP_LOAD=1  leave a part out (its section says so)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -22,6 +25,15 @@ ROOT=$(pwd)
 OUT=${OUT:-docs/benchmarks.md}
 BENCHTIME=${BENCHTIME:-1s}
 DATA=${COMPACTD_DATA:-../shared/data}
+# The eval part needs the full data set; say where it was looked for before
+# minutes of benchmarks, not after.
+if [ -z "${SKIP_EVAL:-}" ] && ! ls "$DATA"/*.jsonl >/dev/null 2>&1; then
+	case $DATA in /*) where=$DATA ;; *) where="$ROOT/$DATA" ;; esac
+	printf 'benchmarks: no .jsonl files in %s: the eval part needs the full data set.\n' "$where" >&2
+	printf 'Set COMPACTD_DATA to the directory holding them, or SKIP_EVAL=1 to run only the Go benchmarks\n' >&2
+	printf '(which skip, saying so, the ones that need the full data).\n' >&2
+	exit 1
+fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/compactd-bench.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 CHARTS=docs/benchmarks
@@ -66,6 +78,7 @@ if [ -z "${SKIP_BENCH:-}" ]; then
 		if ! go test -run '^$' -bench . -benchmem -benchtime "$BENCHTIME" -count 1 "$pkg" >"$WORK/bench.txt" 2>&1; then
 			log "benchmarks of $pkg failed; their output is in the report"
 		fi
+		grep -E '^BenchmarkProxyOverhead/' "$WORK/bench.txt" >>"$WORK/proxy.txt" || true
 		{
 			printf '### `%s`\n\n```sh\n%s\n```\n\n```\n' "${pkg#./}" "$cmd"
 			grep -E '^(Benchmark|PASS|FAIL|ok|---|panic)' "$WORK/bench.txt" || true
@@ -107,6 +120,44 @@ if [ -z "${SKIP_BENCH:-}" ]; then
 	done
 else
 	echo "_Skipped in this run (SKIP_BENCH=1)._" >>"$bench_md"
+fi
+
+# proxy_table turns BenchmarkProxyOverhead's metrics into the overhead
+# table (README.md, "Use it as a proxy"; target: at most 1 ms added).
+proxy_table() {
+	cat <<'END'
+## Proxy overhead
+
+What the proxy adds to a request it does not compact, against calling the
+same local upstream directly (`BenchmarkProxyOverhead` in
+`internal/server`): the conversation is sent again as an agent re-sends its
+history, through the daemon's TCP listener as an SDK calls it, direct and
+proxied requests alternating in one loop. `json` times the whole exchange;
+`stream-ttfb` the time to the first byte of a streamed answer. Target: at
+most 1 ms added at p50.
+
+| request | body | direct p50 | proxied p50 | added p50 |
+|---|---:|---:|---:|---:|
+END
+	awk '{
+		name = $1; sub(/^BenchmarkProxyOverhead\//, "", name); sub(/-[0-9]+$/, "", name)
+		for (i = 2; i < NF; i++) v[$(i + 1)] = $i
+		printf "| %s | %d B | %d µs | %d µs | **%d µs** |\n", name, v["body-bytes"], v["direct-p50-µs"], v["proxied-p50-µs"], v["added-p50-µs"]
+	}' "$1"
+	echo
+}
+
+# --- load over the socket ----------------------------------------------------
+load_md="$WORK/load.md"
+: >"$load_md"
+load_cmd="go run ./internal/loadbench/loadbench -data $DATA -clients ${LOAD_CLIENTS:-2} -sets ${LOAD_SETS:-tau-bench,mini-swe} -min-time ${LOAD_TIME:-3s}"
+if [ -z "${SKIP_LOAD:-}" ]; then
+	log "$load_cmd"
+	go build -o "$WORK/loadbench" ./internal/loadbench/loadbench
+	"$WORK/loadbench" -data "$DATA" -clients "${LOAD_CLIENTS:-2}" -sets "${LOAD_SETS:-tau-bench,mini-swe}" \
+		-min-time "${LOAD_TIME:-3s}" -bin "$WORK/compactd" -plugins "$WORK/plugins" -out "$load_md"
+else
+	echo "_Skipped in this run (SKIP_LOAD=1)._" >>"$load_md"
 fi
 
 # --- compactd eval -----------------------------------------------------------
@@ -228,8 +279,26 @@ Numbers move with the machine and its load; compare numbers from one run.
 The machine is shared with other work when the load average is above the
 number of cores; latencies and wall times are then upper bounds.
 
-Contents: [compactd eval](#compactd-eval) · [Go benchmarks](#go-benchmarks) ·
-[Coverage of the suite](#coverage-of-the-suite)
+Contents: [Load over the socket](#load-over-the-socket) · [compactd eval](#compactd-eval) ·
+[Proxy overhead](#proxy-overhead) · [Go benchmarks](#go-benchmarks) · [Coverage of the suite](#coverage-of-the-suite)
+
+## Load over the socket
+
+compactd's \`POST /v1/compact\` against two services that do no compaction,
+on the same transport (HTTP over a Unix socket) and the same requests:
+every turn prefix of the real traces, each client sending one
+conversation's prefixes in order, as agents do
+(\`internal/loadbench\`). Each target runs as its own process; its CPU per
+request is read from the kernel. One warm-up pass over the set first
+(connections, caches), then measured passes for at least the measured time.
+
+\`\`\`sh
+$load_cmd
+\`\`\`
+
+EOF
+	cat "$load_md"
+	cat <<EOF
 
 ## compactd eval
 
@@ -264,8 +333,9 @@ EOF
 		printf '\n![tokens per request, mini-swe-agent](benchmarks/tokens-mini_swe_agent_deepseek_swebench.svg)\n\n'
 		printf '![cost per policy, mini-swe-agent](benchmarks/cost-mini_swe_agent_deepseek_swebench.svg)\n'
 	fi
+	echo
+	if [ -s "$WORK/proxy.txt" ]; then proxy_table "$WORK/proxy.txt"; fi
 	cat <<EOF
-
 ## Go benchmarks
 
 \`go test -bench\` on every package that has benchmarks. Tables after a

@@ -9,7 +9,8 @@
 #
 # As root it calls apt-get directly; as another user it uses sudo (which
 # asks for a password if yours needs one). It waits for another apt or
-# dpkg (unattended-upgrades, say) to finish rather than failing on its lock.
+# dpkg (unattended-upgrades, say) to finish rather than failing on its lock,
+# and finishes an install an earlier run left halfway.
 set -eu
 
 cd "$(dirname "$0")/.."
@@ -32,9 +33,10 @@ rustc cargo libstd-rust-dev-wasm32 librust-serde-json-dev
 # python3-*: the Python client's tests (pytest) and its offline install (setuptools, pip)
 # rustc cargo libstd-rust-dev-wasm32 librust-serde-json-dev: the Rust kit (kits/rust), offline
 
-# Node.js and npm run the TypeScript client's tests (node >= 18). A machine
-# that already has a node (e.g. from NodeSource, with its own npm) keeps it;
-# Debian's is installed otherwise.
+# Node.js and npm run the TypeScript client's tests (node >= 18) and the
+# proxy's tests with the official provider SDKs. A machine that already
+# has a node (e.g. from NodeSource, with its own npm) keeps it; Debian's
+# is installed otherwise.
 NODE_PKGS="nodejs npm"
 
 # npm projects, one line per reason: each has a committed package-lock.json
@@ -42,11 +44,13 @@ NODE_PKGS="nodejs npm"
 NPM_DIRS="
 clients/ts
 kits/assemblyscript
+internal/proxy/sdktest/testdata
 "
 # clients/ts: the TypeScript client's dev dependencies (typescript, @types/node)
 # kits/assemblyscript: the AssemblyScript compiler and JSON library; `npm ci`
 #   fills npm's cache, so projects from `compactd new assemblyscript` install
 #   them without a download
+# internal/proxy/sdktest/testdata: the official openai and @anthropic-ai/sdk SDKs, run against the proxy
 
 # Commands (or paths) whose presence means the Debian packages are installed.
 TOOLS="clang wasm-ld wat2wasm wasm-opt gcc curl chromium node npm"
@@ -82,10 +86,22 @@ npm_ok() {
 # lists lock that `apt-get update` takes is retried here.
 apt_get() {
 	waited=0
+	repaired=""
 	while :; do
 		out=$(as_root apt-get -o DPkg::Lock::Timeout="$LOCK_WAIT" "$@" 2>&1) && { [ -z "$out" ] || printf '%s\n' "$out"; return 0; }
 		rc=$?
 		case "$out" in
+		*"dpkg was interrupted"*)
+			# An earlier install was killed halfway (Ctrl-C during make
+			# deps, say); apt refuses to go on until dpkg finishes it.
+			if [ -n "$repaired" ]; then
+				printf '%s\n' "$out" >&2
+				return "$rc"
+			fi
+			say "an earlier package install was interrupted; finishing it first (dpkg --configure -a)"
+			as_root dpkg --configure -a >/dev/null
+			repaired=1
+			;;
 		*"Could not get lock"* | *"Unable to lock"* | *"is another process using it"*)
 			if [ "$waited" -ge "$LOCK_WAIT" ]; then
 				printf '%s\n' "$out" >&2

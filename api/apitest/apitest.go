@@ -16,6 +16,22 @@
 //   - A request is validated against the document only when the server
 //     accepted it (2xx): the tests send invalid requests on purpose, and a
 //     rejected request needs only a documented error answer.
+//   - An event stream (text/event-stream) is passed on as it arrives, never
+//     buffered (streaming is what such an answer promises): its status,
+//     headers and media type are checked, not its events.
+//   - The proxy's answers: an operation marked `x-compactd-upstream`
+//     forwards to a provider, and an answer carrying the X-Compactd-Upstream
+//     header is the provider's, passed through. Its body is the provider's
+//     own, which the document does not describe, so it is validated only
+//     for what compactd adds: the headers, the media type, and for 2xx
+//     that a JSON body is an object; any other status is checked against
+//     the operation's `default` response. An answer without the header is
+//     compactd's own and must match the response documented for its
+//     status exactly (closed error schemas in the provider's format).
+//   - A path the document does not declare may also be a path the proxy
+//     forwards (under /v1/, marked X-Compactd-Upstream: the provider's
+//     API, not compactd's), and on the TCP listener its 401 may be in a
+//     provider's format (OpenAIError or AnthropicError).
 //
 // It uses github.com/getkin/kin-openapi, whose OpenAPI 3.1 support
 // validates schemas with a JSON Schema 2020-12 validator (type arrays,
@@ -41,6 +57,14 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/legacy"
 )
+
+// HeaderUpstream marks an answer that came from the proxy's upstream (see
+// internal/proxy.HeaderUpstream).
+const HeaderUpstream = "X-Compactd-Upstream"
+
+// upstreamExtension marks the operations whose answers may be an
+// upstream's.
+const upstreamExtension = "x-compactd-upstream"
 
 // Validator validates exchanges against the OpenAPI document and counts
 // which documented responses were seen. It is safe for concurrent use.
@@ -113,6 +137,13 @@ func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return resp, err
 	}
+	if isStream(resp.Header.Get("Content-Type")) {
+		// Passed on unread: the caller reads the events as they come.
+		if err := rt.v.Check(req, reqBody, resp, nil); err != nil {
+			rt.r.Errorf("openapi: %s %s answered %d: %v", req.Method, req.URL.RequestURI(), resp.StatusCode, err)
+		}
+		return resp, nil
+	}
 	body, rerr := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(body))
@@ -149,12 +180,35 @@ func (v *Validator) Check(req *http.Request, reqBody []byte, resp *http.Response
 		}
 		return v.checkUnrouted(req, re.Reason == routers.ErrMethodNotAllowed.Error() || v.pathDeclared(lookup), resp, body)
 	}
-	v.hit(method, route.Path, resp.StatusCode)
+	status := fmt.Sprint(resp.StatusCode)
+	if upstream := resp.Header.Get(HeaderUpstream) != ""; route.Operation.Extensions[upstreamExtension] == nil {
+		if upstream {
+			return fmt.Errorf("%s on an answer of %s %s, which does not forward to an upstream", HeaderUpstream, method, route.Path)
+		}
+	} else if !upstream && route.Operation.Responses.Status(resp.StatusCode) == nil {
+		return fmt.Errorf("compactd's own answer (no %s) with status %d, which is not documented for %s %s", HeaderUpstream, resp.StatusCode, method, route.Path)
+	} else if upstream && (resp.StatusCode < 200 || resp.StatusCode > 299) {
+		// The upstream's error: its own status and body, checked
+		// against the operation's default response only.
+		def := route.Operation.Responses.Default()
+		if def == nil {
+			return fmt.Errorf("%s %s has no default response for the upstream's answers", method, route.Path)
+		}
+		op := *route.Operation
+		op.Responses = openapi3.NewResponses(openapi3.WithName("default", def.Value))
+		r := *route
+		r.Operation = &op
+		route, status = &r, "default"
+	}
+	v.hit(method, route.Path, status)
 	if method == http.MethodHead {
 		if route.Operation.Responses.Status(resp.StatusCode) == nil {
 			return fmt.Errorf("status %d is not documented for GET %s", resp.StatusCode, route.Path)
 		}
 		return nil
+	}
+	if isStream(resp.Header.Get("Content-Type")) && (resp.StatusCode < 200 || resp.StatusCode > 299) {
+		return fmt.Errorf("an event stream with status %d", resp.StatusCode)
 	}
 
 	opts := &openapi3filter.Options{
@@ -204,6 +258,13 @@ func (v *Validator) pathDeclared(req *http.Request) bool {
 	return false
 }
 
+// isStream reports whether ct is an event stream, which is passed on as
+// it arrives.
+func isStream(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "text/event-stream"
+}
+
 // decodable reports whether kin-openapi validates bodies of this media
 // type (JSON, YAML, plain text).
 func decodable(ct string) bool {
@@ -221,6 +282,14 @@ func decodable(ct string) bool {
 // checkUnrouted checks the answer to a request the document has no
 // operation for.
 func (v *Validator) checkUnrouted(req *http.Request, pathKnown bool, resp *http.Response, body []byte) error {
+	underV1 := strings.HasPrefix(req.URL.Path, "/v1/")
+	if resp.Header.Get(HeaderUpstream) != "" {
+		if !underV1 || pathKnown {
+			return fmt.Errorf("%s on an answer to %s %s, which compactd does not forward", HeaderUpstream, req.Method, req.URL.Path)
+		}
+		v.hit("*", "/v1/… (forwarded)", fmt.Sprint(resp.StatusCode))
+		return nil
+	}
 	want, code := http.StatusNotFound, "not_found"
 	if pathKnown {
 		want, code = http.StatusMethodNotAllowed, "method_not_allowed"
@@ -244,20 +313,44 @@ func (v *Validator) checkUnrouted(req *http.Request, pathKnown bool, resp *http.
 	if err := json.Unmarshal(body, &value); err != nil {
 		return fmt.Errorf("error body is not JSON: %v (%.200q)", err, body)
 	}
-	schema := v.doc.Components.Schemas["Error"].Value
-	if err := v.doc.ValidateSchemaJSON(schema, value, openapi3.EnableJSONSchema2020(), openapi3.VisitAsResponse()); err != nil {
+	if want == http.StatusUnauthorized && underV1 && !pathKnown && v.providerUnauthorized(value) {
+		v.hit("*", "(any path)", fmt.Sprint(resp.StatusCode))
+		return nil
+	}
+	if err := v.validateSchema("Error", value); err != nil {
 		return fmt.Errorf("error body does not match the Error schema: %w", err)
 	}
 	if got := value.(map[string]any)["error"].(map[string]any)["code"]; got != code {
 		return fmt.Errorf("error code %v, want %s", got, code)
 	}
-	v.hit("*", "(any path)", resp.StatusCode)
+	v.hit("*", "(any path)", fmt.Sprint(resp.StatusCode))
 	return nil
 }
 
-func (v *Validator) hit(method, path string, status int) {
+// validateSchema validates a decoded JSON value against a component
+// schema, as a response.
+func (v *Validator) validateSchema(name string, value any) error {
+	ref := v.doc.Components.Schemas[name]
+	if ref == nil || ref.Value == nil {
+		return fmt.Errorf("openapi.yaml has no schema %s", name)
+	}
+	return v.doc.ValidateSchemaJSON(ref.Value, value, openapi3.EnableJSONSchema2020(), openapi3.VisitAsResponse())
+}
+
+// providerUnauthorized reports whether value is the proxy's 401 in a
+// provider's format (the TCP listener's answer on a forwarded path).
+func (v *Validator) providerUnauthorized(value any) bool {
+	obj, _ := value.(map[string]any)
+	inner, _ := obj["error"].(map[string]any)
+	if v.validateSchema("OpenAIError", value) == nil {
+		return inner["code"] == "unauthorized"
+	}
+	return v.validateSchema("AnthropicError", value) == nil && inner["type"] == "authentication_error"
+}
+
+func (v *Validator) hit(method, path, status string) {
 	v.mu.Lock()
-	v.hits[fmt.Sprintf("%s %s %d", method, path, status)]++
+	v.hits[method+" "+path+" "+status]++
 	v.mu.Unlock()
 }
 

@@ -46,33 +46,52 @@ func TestValidatorRejectsDrift(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set("Content-Type", tt.ctype)
-				if tt.allow != "" {
-					w.Header().Set("Allow", tt.allow)
-				}
-				code := map[string]int{"200": 200, "404": 404, "405": 405, "418": 418, "400": 400}[tt.status]
-				w.WriteHeader(code)
-				io.WriteString(w, tt.body)
-			}))
-			defer srv.Close()
-			var rec recorder
-			c := &http.Client{Transport: v.Transport(&rec, nil)}
-			req, _ := http.NewRequest(tt.method, srv.URL+tt.path, nil)
-			resp, err := c.Do(req)
-			if err != nil {
-				t.Fatal(err)
+			h := http.Header{"Content-Type": {tt.ctype}}
+			if tt.allow != "" {
+				h.Set("Allow", tt.allow)
 			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if string(b) != tt.body {
-				t.Errorf("the body was not passed on: %q", b)
-			}
-			if got := len(rec.errs) > 0; got != tt.bad {
-				t.Errorf("reported %v, want a report: %v", rec.errs, tt.bad)
+			code := map[string]int{"200": 200, "404": 404, "405": 405, "418": 418, "400": 400}[tt.status]
+			if errs := exchange(t, v, tt.method, tt.path, "", code, h, tt.body); (len(errs) > 0) != tt.bad {
+				t.Errorf("reported %v, want a report: %v", errs, tt.bad)
 			}
 		})
 	}
+}
+
+// exchange sends a request (with a JSON body unless reqBody is "")
+// through v's transport to a server that answers status, header and body,
+// checks the body reaches the caller unchanged, and returns what v
+// reported.
+func exchange(t *testing.T, v *Validator, method, path, reqBody string, status int, header http.Header, body string) []string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for k, vs := range header {
+			w.Header()[k] = vs
+		}
+		w.WriteHeader(status)
+		io.WriteString(w, body)
+	}))
+	defer srv.Close()
+	var rec recorder
+	c := &http.Client{Transport: v.Transport(&rec, nil)}
+	var rd io.Reader
+	if reqBody != "" {
+		rd = strings.NewReader(reqBody)
+	}
+	req, _ := http.NewRequest(method, srv.URL+path, rd)
+	if reqBody != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != body {
+		t.Errorf("the body was not passed on: %q", b)
+	}
+	return rec.errs
 }
 
 // TestValidatorChecksAcceptedRequests: a request the server accepted must
@@ -88,10 +107,19 @@ func TestValidatorChecksAcceptedRequests(t *testing.T) {
 	}))
 	defer srv.Close()
 	for body, bad := range map[string]bool{
-		`{"policy":"x","messages":[{"role":"user","content":"hi"}]}`:  false,
-		`{"policy":"x","messages":[{"role":"robot","content":"hi"}]}`: true,
-		`{"policy":"x","surprise":1,"messages":[]}`:                   true,
-		`{"policy":"x","context_window":-5,"messages":[]}`:            true,
+		`{"policy":"x","messages":[{"role":"user","content":"hi"}]}`:                                       false,
+		`{"policy":"x","messages":[{"role":"robot","content":"hi"}]}`:                                      true,
+		`{"policy":"x","surprise":1,"messages":[]}`:                                                        true,
+		`{"policy":"x","context_window":-5,"messages":[]}`:                                                 true,
+		`{"policy":"x","context_window":2147483648,"messages":[]}`:                                         true,
+		`{"pipeline":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"],"messages":[]}`: true,
+		`{"policy":"x","messages":[{"role":"user","content":[{"type":"text","text":"a","cache_control":{"type":"ephemeral"}},{"type":"image_url","image_url":{"url":"u"}},{"type":"file","file":{"file_id":"f"}}]}]}`: false,
+		`{"policy":"x","messages":[{"role":"user","content":[{"type":"image","source":{}}]}]}`:                                                                                                                        true,
+		`{"policy":"x","messages":[{"role":"user","content":[{"type":"text"}]}]}`:                                                                                                                                     true,
+		`{"policy":"x","messages":[{"role":"user","content":[{"type":"file","file":{}}]}]}`:                                                                                                                           true,
+		`{"policy":"x","messages":[{"role":"user","content":["hi"]}]}`:                                                                                                                                                true,
+		`{"policy":"x","format":"anthropic","messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]}]}`:                                                                        false,
+		`{"policy":"x","format":"openai","messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]}]}`:                                                                           true,
 	} {
 		var rec recorder
 		c := &http.Client{Transport: v.Transport(&rec, nil)}
@@ -103,5 +131,88 @@ func TestValidatorChecksAcceptedRequests(t *testing.T) {
 		if got := len(rec.errs) > 0; got != bad {
 			t.Errorf("%s: reported %v, want a report: %v", body, rec.errs, bad)
 		}
+	}
+}
+
+// TestValidatorProxyAnswers: on the proxy's routes an answer marked
+// X-Compactd-Upstream is the provider's (only what compactd adds is
+// checked), one without it is compactd's own and must match its documented
+// response exactly; forwarded paths are the provider's too.
+func TestValidatorProxyAnswers(t *testing.T) {
+	v, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const chat = "/v1/chat/completions"
+	proxyOff := `{"error":{"message":"compactd: off","type":"compactd_error","param":null,"code":"proxy_off"}}`
+	tests := []struct {
+		name, method, path, upstream string
+		status                       int
+		ctype, body                  string
+		bad                          bool
+	}{
+		{"upstream success", "POST", chat, "openai", 200, "application/json", `{"id":"x","choices":[]}`, false},
+		{"upstream success without the marker", "POST", chat, "", 200, "application/json", `{"id":"x"}`, true},
+		{"upstream success that is not an object", "POST", chat, "openai", 200, "application/json", `[1]`, true},
+		{"upstream error, its own body", "POST", chat, "openai", 404, "application/json", `{"error":{"message":"no model","type":"invalid_request_error","param":"model","code":"model_not_found"}}`, false},
+		{"upstream error, not JSON", "POST", chat, "openai", 503, "text/html", `<h1>busy</h1>`, false},
+		{"upstream, wrong provider name", "POST", chat, "gemini", 503, "text/plain", `busy`, true},
+		{"compactd's own 404", "POST", chat, "", 404, "application/json", proxyOff, false},
+		{"compactd's own 404, extra field", "POST", chat, "", 404, "application/json", strings.Replace(proxyOff, `"param":null`, `"param":null,"hint":1`, 1), true},
+		{"compactd's own 404, wrong code", "POST", chat, "", 404, "application/json", strings.Replace(proxyOff, "proxy_off", "upstream_timeout", 1), true},
+		{"compactd's own answer, undocumented status", "POST", chat, "", 503, "application/json", proxyOff, true},
+		{"compactd's own Anthropic 504", "POST", "/v1/messages", "", 504, "application/json", `{"type":"error","error":{"type":"api_error","message":"compactd (upstream_timeout): slow"}}`, false},
+		{"the marker on compactd's own endpoint", "GET", "/healthz", "openai", 200, "application/json", `{"status":"ok","policies":1}`, true},
+		{"forwarded path", "GET", "/v1/models", "openai", 200, "application/json", `{"data":[]}`, false},
+		{"forwarded path, deeper", "POST", "/v1/messages/count_tokens", "anthropic", 200, "application/json", `{"input_tokens":3}`, false},
+		{"the marker outside /v1/", "GET", "/v2/models", "openai", 200, "application/json", `{}`, true},
+		{"forwarded path's 401 in a provider's format", "GET", "/v1/models", "", 401, "application/json", `{"type":"error","error":{"type":"authentication_error","message":"compactd (unauthorized): token"}}`, false},
+		{"a 401 in a provider's format elsewhere", "GET", "/v2/models", "", 401, "application/json", `{"type":"error","error":{"type":"authentication_error","message":"compactd (unauthorized): token"}}`, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := http.Header{"Content-Type": {tt.ctype}}
+			if tt.upstream != "" {
+				h.Set(HeaderUpstream, tt.upstream)
+			}
+			if errs := exchange(t, v, tt.method, tt.path, `{"model":"m","messages":[]}`, tt.status, h, tt.body); (len(errs) > 0) != tt.bad {
+				t.Errorf("reported %v, want a report: %v", errs, tt.bad)
+			}
+		})
+	}
+}
+
+// TestValidatorPassesStreamsOn: an event stream reaches the caller as it
+// arrives; the validator does not wait for its end.
+func TestValidatorPassesStreamsOn(t *testing.T) {
+	v, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set(HeaderUpstream, "openai")
+		io.WriteString(w, "data: first\n\n")
+		w.(http.Flusher).Flush()
+		<-release
+		io.WriteString(w, "data: [DONE]\n\n")
+	}))
+	defer srv.Close()
+	defer close(release)
+	var rec recorder
+	c := &http.Client{Transport: v.Transport(&rec, nil)}
+	resp, err := c.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","messages":[],"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 64)
+	n, err := resp.Body.Read(buf)
+	if err != nil || string(buf[:n]) != "data: first\n\n" {
+		t.Fatalf("first read %q, %v", buf[:n], err)
+	}
+	if len(rec.errs) > 0 {
+		t.Fatalf("reported %v", rec.errs)
 	}
 }

@@ -1,6 +1,8 @@
-// Package chat reads a caller's conversation: it keeps each message's
-// original JSON bytes (so preserved messages go back byte for byte) next to
-// its parsed form (so the host can count, validate and describe it).
+// Package chat reads a caller's conversation in one pass (internal/jsonscan):
+// it keeps each message's original JSON bytes (so preserved messages go
+// back byte for byte) next to its parsed form (so the host can count,
+// validate and describe it), the parsed form viewing the same bytes rather
+// than copying them.
 package chat
 
 import (
@@ -9,9 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"unicode/utf8"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
+	"github.com/compactd/compactd/internal/jsonscan"
 )
 
 // Errors Parse returns, wrapped with detail. Test with errors.Is.
@@ -35,91 +39,141 @@ type Conversation struct {
 	envelope []byte
 	// msgStart and msgEnd are the byte range of the array in envelope.
 	msgStart, msgEnd int
+
+	// counted leading messages have Tokens counted by the tokenizer named
+	// countedBy (see Counted).
+	counted   int
+	countedBy string
+	// memo is set when a Memory parsed the conversation (see Remember).
+	memo *memo
+	// openAI reports that every message's content is in OpenAI's format
+	// (FromRaw checked it; see OpenAIContent).
+	openAI bool
 }
+
+// Counted returns how many leading messages already have their Tokens
+// counted by the tokenizer named tokName (a Memory fills them in for the
+// messages it remembered).
+func (c *Conversation) Counted(tokName string) int {
+	if tokName == "" || c.countedBy != tokName {
+		return 0
+	}
+	return c.counted
+}
+
+// SetCounted records that every message's Tokens is counted by the
+// tokenizer named tokName.
+func (c *Conversation) SetCounted(tokName string) { c.counted, c.countedBy = len(c.Messages), tokName }
+
+// OpenAIContent reports whether the conversation is in OpenAI's message
+// format: it was parsed by FromRaw (or Parse), which checked every
+// message's content parts, or derived from one with WithMessages. A
+// conversation converted from another format (Anthropic's) is not: its
+// chat form stands for content blocks OpenAI's format does not have.
+func (c *Conversation) OpenAIContent() bool { return c.openAI }
 
 // Parse reads a conversation from a JSON array of messages, or from an
 // object with a "messages" array (other keys are kept and written back by
-// Encode). It does not validate the structure; call Validate.
+// Encode). It does not validate the structure; call Validate. The
+// conversation keeps slices of data (nothing is copied): data must not
+// change afterwards.
 func Parse(data []byte) (*Conversation, error) {
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: empty input", ErrMalformed)
 	}
+	if !utf8.Valid(data) {
+		return nil, fmt.Errorf("%w: the input is not UTF-8 (JSON text is UTF-8, RFC 8259)", ErrMalformed)
+	}
+	s := jsonscan.New(data)
 	switch data[0] {
 	case '[':
-		var raw []json.RawMessage
-		if err := json.Unmarshal(data, &raw); err != nil {
+		c, err := ScanMessages(s)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.End(); err != nil {
 			return nil, syntaxError(data, err)
 		}
-		return FromRaw(raw)
+		return c, nil
 	case '{':
-		return parseEnvelope(data)
+		return parseEnvelope(s)
 	default:
-		if !json.Valid(data) {
-			return nil, syntaxError(data, json.Unmarshal(data, new(any)))
+		if _, _, _, err := s.Skip(); err != nil {
+			return nil, syntaxError(data, err)
+		}
+		if err := s.End(); err != nil {
+			return nil, syntaxError(data, err)
 		}
 		return nil, fmt.Errorf("%w: want a JSON array of messages or an object with \"messages\"", ErrMalformed)
 	}
 }
 
-func parseEnvelope(data []byte) (*Conversation, error) {
-	if !json.Valid(data) {
-		return nil, syntaxError(data, json.Unmarshal(data, new(any)))
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if _, err := dec.Token(); err != nil { // the opening brace
-		return nil, syntaxError(data, err)
-	}
+func parseEnvelope(s *jsonscan.Scanner) (*Conversation, error) {
+	data := s.Data()
 	var c *Conversation
-	start, end := 0, 0
-	for dec.More() {
-		tok, err := dec.Token()
+	s.BeginObject()
+	for first := true; ; first = false {
+		key, esc, more, err := s.NextMember(first)
 		if err != nil {
 			return nil, syntaxError(data, err)
 		}
-		key, _ := tok.(string)
-		var value json.RawMessage
-		if err := dec.Decode(&value); err != nil {
-			return nil, syntaxError(data, err)
+		if !more {
+			break
 		}
-		if key != "messages" {
+		if esc || string(key) != "messages" {
+			if _, _, _, err := s.Skip(); err != nil {
+				return nil, syntaxError(data, err)
+			}
 			continue
 		}
 		if c != nil {
 			return nil, fmt.Errorf("%w: \"messages\" appears twice", ErrMalformed)
 		}
-		if len(value) == 0 || value[0] != '[' {
+		if k := s.Peek(); k != jsonscan.Array && k != jsonscan.Invalid {
 			return nil, fmt.Errorf("%w: \"messages\" must be an array", ErrMalformed)
 		}
-		var raw []json.RawMessage
-		if err := json.Unmarshal(value, &raw); err != nil {
-			return nil, syntaxError(value, err)
-		}
-		if c, err = FromRaw(raw); err != nil {
+		start := s.Pos()
+		if c, err = ScanMessages(s); err != nil {
 			return nil, err
 		}
-		end = int(dec.InputOffset())
-		start = end - len(value)
+		c.msgStart, c.msgEnd = start, s.Pos()
+	}
+	if err := s.End(); err != nil {
+		return nil, syntaxError(data, err)
 	}
 	if c == nil {
 		return nil, fmt.Errorf("%w: object has no \"messages\" array", ErrMalformed)
 	}
-	c.envelope, c.msgStart, c.msgEnd = data, start, end
+	c.envelope = data
 	return c, nil
 }
 
-// FromRaw parses each raw message. The slices are kept, not copied.
+// FromRaw parses each raw message and checks that its content is in
+// OpenAI's format (a string, null, or content parts the role may carry):
+// messages in Anthropic's format (tool_use and tool_result blocks, say) are
+// an error wrapping ErrUnsupportedFormat. The slices are kept, not copied.
 func FromRaw(raw []json.RawMessage) (*Conversation, error) {
 	c := &Conversation{Raw: raw, Messages: make([]abi.Message, len(raw))}
+	var s jsonscan.Scanner
 	for i, r := range raw {
-		if len(r) == 0 || r[0] != '{' {
+		s.Reset(r)
+		if k := s.Peek(); k != jsonscan.Object {
 			return nil, fmt.Errorf("%w: message %d is not a JSON object", ErrMalformed, i)
 		}
-		if err := json.Unmarshal(r, &c.Messages[i]); err != nil {
+		err := scanMessage(&s, &c.Messages[i])
+		if err == nil {
+			err = s.End()
+		}
+		if err != nil {
 			return nil, fmt.Errorf("%w: message %d: %v", ErrMalformed, i, err)
+		}
+		if err := checkMessage(i, &c.Messages[i]); err != nil {
+			return nil, err
 		}
 		c.Messages[i].Tokens = 0 // a caller's "tokens" field is not trusted
 	}
+	c.openAI = true
 	return c, nil
 }
 
@@ -146,7 +200,7 @@ func (c *Conversation) TotalTokens() int {
 // WithMessages returns a conversation with other messages in the same
 // envelope (used for results: the caller's other keys are kept).
 func (c *Conversation) WithMessages(raw []json.RawMessage, msgs []abi.Message) *Conversation {
-	return &Conversation{Raw: raw, Messages: msgs, envelope: c.envelope, msgStart: c.msgStart, msgEnd: c.msgEnd}
+	return &Conversation{Raw: raw, Messages: msgs, envelope: c.envelope, msgStart: c.msgStart, msgEnd: c.msgEnd, openAI: c.openAI}
 }
 
 // WriteMessages writes the messages as a JSON array of their raw bytes.
@@ -191,31 +245,4 @@ func (c *Conversation) Encode() []byte {
 	c.appendMessages(&buf)
 	buf.Write(c.envelope[c.msgEnd:])
 	return buf.Bytes()
-}
-
-// syntaxError turns a JSON error into one that names the line and column.
-func syntaxError(data []byte, err error) error {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &se):
-		line, col := position(data, se.Offset)
-		return fmt.Errorf("%w: line %d, column %d: %v", ErrMalformed, line, col, se)
-	case errors.As(err, &te):
-		line, col := position(data, te.Offset)
-		return fmt.Errorf("%w: line %d, column %d: %v", ErrMalformed, line, col, te)
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return fmt.Errorf("%w: unexpected end of input", ErrMalformed)
-	default:
-		return fmt.Errorf("%w: %v", ErrMalformed, err)
-	}
-}
-
-func position(data []byte, offset int64) (line, col int) {
-	if offset > int64(len(data)) {
-		offset = int64(len(data))
-	}
-	line = 1 + bytes.Count(data[:offset], []byte("\n"))
-	col = int(offset) - bytes.LastIndexByte(data[:offset], '\n')
-	return line, col
 }

@@ -2,85 +2,122 @@ package cli
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/tokens"
 )
 
+const compactAbout = `
+Reads a conversation (a JSON array of OpenAI chat messages, or an object
+with "messages" whose other keys are kept) from FILE or stdin ("-"),
+prints the compacted conversation on stdout and a one-line summary on
+stderr.
+
+By default the command loads the policy from the plugins directory itself.
+With --socket PATH (or --daemon, for the default socket) it asks the
+running daemon instead, so the daemon's plugins, its config file (policy
+defaults, the compact: block) and its LLM provider apply; --policy may then
+be left out to use the daemon's default.
+
+Exit codes: 0 done, 2 usage, 3 bad input (missing file, malformed JSON,
+invalid conversation, unsupported format), 4 the plugin failed (the input
+is printed unchanged), 5 unknown policy, no plugins or invalid config,
+1 anything else (no daemon answering, say).`
+
+// compactFlags are compact's flags.
+type compactFlags struct {
+	common   commonFlags
+	daemon   daemonFlags
+	policy   string
+	pipeline string
+	model    string
+	convID   string
+	target   int
+	sets     setFlags
+	// breakpoints marks the policy's cache breakpoints (cache_control).
+	breakpoints bool
+}
+
 func runCompact(ctx context.Context, env *Env, args []string) int {
-	fs := flag.NewFlagSet("compact", flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
-	var common commonFlags
-	common.register(fs, env)
-	policy := fs.String("policy", "", "the `policy` to apply")
-	pipeline := fs.String("pipeline", "", "comma-separated `policies` to apply in order")
-	model := fs.String("model", "", "the agent's `model` (selects the tokenizer and context window)")
-	convID := fs.String("conversation-id", "", "conversation `id` (default: derived from the system messages and first user message)")
-	target := fs.Int("target-tokens", 0, "pipelines: stop once the conversation fits in `n` tokens")
-	breakpoints := fs.Bool("cache-breakpoints", false, "mark the policy's prompt-cache breakpoints with Anthropic's \"cache_control\" (up to 3 messages)")
-	var sets setFlags
-	fs.Var(&sets, "set", "config override `key=value` (repeatable; policy.key=value in a pipeline)")
-	fs.Usage = func() {
-		fmt.Fprintln(env.Stderr, "usage: compactd compact --policy NAME [--set key=value ...] [flags] [FILE|-]\n\nReads a conversation (a JSON array of messages, or an object with \"messages\")\nfrom FILE or stdin, prints the compacted conversation on stdout and a summary on stderr.\n\nflags:")
-		fs.PrintDefaults()
+	var f compactFlags
+	fs := newFlagSet("compact", "[--policy NAME | --pipeline a,b] [--set key=value ...] [flags] [FILE | -]", compactAbout)
+	f.common.register(fs, env)
+	f.daemon.register(fs, env, true)
+	fs.StringVar(&f.policy, "policy", "", "the `POLICY` to apply")
+	fs.StringVar(&f.pipeline, "pipeline", "", "comma-separated `POLICIES` to apply in order")
+	fs.StringVar(&f.model, "model", "", "the agent's `MODEL` (selects the tokenizer and context window)")
+	fs.StringVar(&f.convID, "conversation-id", "", "conversation `ID` (default: derived from the system messages and first user message)")
+	fs.IntVar(&f.target, "target-tokens", 0, "pipelines: stop once the conversation fits in `N` tokens")
+	fs.BoolVar(&f.breakpoints, "cache-breakpoints", false, "mark the policy's prompt-cache breakpoints with Anthropic's \"cache_control\" (up to 3 messages)")
+	fs.Var(&f.sets, "set", "config override `KEY=VALUE` (repeatable; policy.key=value in a pipeline)")
+	pos, code, ok := fs.parse(env, args)
+	if !ok {
+		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		return ExitUsage
+	if len(pos) > 1 {
+		return fs.usageError(env, fmt.Sprintf("at most one input file, got %d: %s", len(pos), strings.Join(pos, " ")))
 	}
-	names := splitList(*pipeline)
+	names := splitList(f.pipeline)
 	switch {
-	case *policy != "" && len(names) > 0:
-		fmt.Fprintln(env.Stderr, "compactd compact: give --policy or --pipeline, not both")
-		return ExitUsage
-	case *policy != "":
-		names = []string{*policy}
-	case len(names) == 0:
-		fmt.Fprintln(env.Stderr, "compactd compact: --policy or --pipeline is required")
-		return ExitUsage
+	case f.policy != "" && len(names) > 0:
+		return fs.usageError(env, "give --policy or --pipeline, not both")
+	case f.policy != "":
+		names = []string{f.policy}
+	case len(names) == 0 && !f.daemon.remote():
+		return fs.usageError(env, "--policy or --pipeline is required (or --socket/--daemon to use the daemon's default)")
+	case len(names) == 0 && len(f.sets) > 0:
+		return fs.usageError(env, "--set needs --policy or --pipeline (it configures the policies named)")
 	}
-	if fs.NArg() > 1 {
-		fmt.Fprintln(env.Stderr, "compactd compact: at most one input file")
-		return ExitUsage
+	var overrides map[string]map[string]any
+	if len(names) > 0 {
+		var err error
+		if overrides, err = f.sets.overrides(names); err != nil {
+			return fs.usageError(env, err.Error())
+		}
 	}
-	overrides, err := sets.overrides(names)
-	if err != nil {
-		fmt.Fprintln(env.Stderr, "compactd compact:", err)
-		return ExitUsage
+	if f.daemon.remote() {
+		if code, ok := checkLocalFlags(fs, env); !ok {
+			return code
+		}
 	}
 
-	input, err := readInput(env, fs.Arg(0))
+	file, name := "", "stdin"
+	if len(pos) == 1 && pos[0] != "-" {
+		file, name = pos[0], pos[0]
+	}
+	input, err := readInput(env, file)
 	if err != nil {
-		fmt.Fprintln(env.Stderr, "compactd compact:", err)
-		return ExitInput
+		return env.fail(ExitInput, err)
 	}
 	conv, err := chat.Parse(input)
-	if err == nil {
-		err = conv.Validate()
-	}
 	if err != nil {
-		fmt.Fprintln(env.Stderr, "compactd compact:", err)
-		return ExitInput
+		return env.errorf(ExitInput, "%s: %v", name, err)
+	}
+	if f.daemon.remote() {
+		return compactRemote(ctx, env, &f, names, overrides, conv)
+	}
+	if err := conv.Validate(); err != nil {
+		return env.errorf(ExitInput, "%s: %v", name, err)
 	}
 
-	logger := common.logger(env)
-	engine, reg, err := common.openRegistry(env, logger)
+	logger := f.common.logger(env)
+	engine, reg, err := f.common.openRegistry(logger)
 	if err != nil {
-		fmt.Fprintln(env.Stderr, "compactd compact:", err)
-		return ExitFailure
+		return env.fail(ExitFailure, err)
 	}
 	defer engine.Close(context.WithoutCancel(ctx))
 	defer reg.Close(context.WithoutCancel(ctx))
 	for _, n := range names {
 		if err := reg.Resolve(ctx, n); err != nil {
-			fmt.Fprintln(env.Stderr, "compactd compact:", err)
-			return exitFor(err)
+			return env.fail(exitFor(err), err)
 		}
 	}
 
@@ -88,65 +125,133 @@ func runCompact(ctx context.Context, env *Env, args []string) int {
 	start := time.Now()
 	resp, err := c.Compact(ctx, compactor.Request{
 		Conversation: conv, Pipeline: names, Overrides: overrides,
-		Model: *model, ConversationID: *convID, TargetTokens: *target,
+		Model: f.model, ConversationID: f.convID, TargetTokens: f.target,
 	})
 	if err != nil {
-		fmt.Fprintln(env.Stderr, "compactd compact:", err)
-		return exitFor(err)
+		return env.fail(exitFor(err), err)
 	}
-	conv = resp.Conversation
-	if *breakpoints {
-		if conv, err = conv.WithCacheBreakpoints(resp.CacheBreakpoints); err != nil {
-			fmt.Fprintln(env.Stderr, "compactd compact: cache breakpoints:", err)
-			return ExitFailure
+	out := resp.Conversation
+	if f.breakpoints {
+		if out, err = out.WithCacheBreakpoints(resp.CacheBreakpoints); err != nil {
+			return env.errorf(ExitFailure, "cache breakpoints: %v", err)
 		}
 	}
-	out := conv.Encode()
-	if _, err := env.Stdout.Write(append(out, '\n')); err != nil {
-		fmt.Fprintln(env.Stderr, "compactd compact: writing output:", err)
-		return ExitFailure
+	return writeCompacted(env, out, localSummary(resp.Stats), resp.Warnings, time.Since(start))
+}
+
+// compactRemote sends the conversation to the daemon (POST /v1/compact).
+func compactRemote(ctx context.Context, env *Env, f *compactFlags, names []string, overrides map[string]map[string]any, conv *chat.Conversation) int {
+	c := f.daemon.client()
+	defer c.Close()
+	req := &client.CompactRequest{Model: f.model, ConversationID: f.convID, TargetTokens: f.target, CacheBreakpoints: f.breakpoints, Messages: conv.Raw}
+	switch {
+	case len(names) == 1 && f.pipeline == "":
+		req.Policy = names[0]
+		if o := overrides[names[0]]; len(o) > 0 {
+			req.Config = o
+		}
+	case len(names) > 0:
+		req.Pipeline = names
+		if len(overrides) > 0 {
+			req.Config = map[string]any{}
+			for p, o := range overrides {
+				req.Config[p] = o
+			}
+		}
 	}
-	fmt.Fprintln(env.Stderr, summaryLine(resp, time.Since(start)))
-	failed := false
-	for _, st := range resp.Stats.Stages {
-		failed = failed || st.Error != ""
+	start := time.Now()
+	resp, err := c.Compact(ctx, req)
+	if err != nil {
+		return daemonFailure(env, f.daemon.path(), err)
 	}
-	for _, w := range resp.Warnings {
+	out, err := chat.FromRaw(resp.Messages)
+	if err != nil {
+		return env.errorf(ExitFailure, "the daemon on %s returned messages that do not parse: %v", f.daemon.path(), err)
+	}
+	return writeCompacted(env, conv.WithMessages(out.Raw, out.Messages), remoteSummary(resp.Stats), resp.Warnings, time.Since(start))
+}
+
+// writeCompacted prints the result, the summary line and the warnings,
+// and returns ExitPluginFailed when a stage failed (its input was kept).
+func writeCompacted(env *Env, out *chat.Conversation, sum runSummary, warnings []string, took time.Duration) int {
+	if _, err := env.Stdout.Write(append(out.Encode(), '\n')); err != nil {
+		return env.errorf(ExitFailure, "writing output: %v", err)
+	}
+	fmt.Fprintln(env.Stderr, sum.line(took))
+	for _, w := range warnings {
 		fmt.Fprintln(env.Stderr, "warning:", w)
 	}
-	if failed {
-		return ExitPluginFailed
+	for _, st := range sum.stages {
+		if st.err != "" {
+			return ExitPluginFailed
+		}
 	}
 	return ExitOK
 }
 
-// summaryLine is the one-line account printed on stderr.
-func summaryLine(resp *compactor.Response, took time.Duration) string {
-	var stages []string
-	for _, st := range resp.Stats.Stages {
-		s := st.Policy + "@" + st.Version
-		switch {
-		case st.Error != "":
-			s += " (failed; input kept)"
-		case st.Skipped != "":
-			s += " (skipped: " + st.Skipped + ")"
-		case !st.Compacted:
-			s += " (nothing to compact)"
-		}
-		stages = append(stages, s)
-	}
-	st := resp.Stats
-	return fmt.Sprintf("%s: %d → %d tokens, %d → %d messages, %s (%s)",
-		strings.Join(stages, " → "), st.TokensBefore, st.TokensAfter, st.MessagesBefore, st.MessagesAfter,
-		took.Round(time.Microsecond), st.Encoding)
+// runSummary is what the summary line reports, from a local run or the
+// daemon's answer.
+type runSummary struct {
+	stages                                                   []stageSummary
+	tokensBefore, tokensAfter, messagesBefore, messagesAfter int
+	encoding                                                 string
 }
 
+type stageSummary struct {
+	policy, version, err, skipped string
+	compacted                     bool
+}
+
+func localSummary(st compactor.Stats) runSummary {
+	s := runSummary{tokensBefore: st.TokensBefore, tokensAfter: st.TokensAfter, messagesBefore: st.MessagesBefore,
+		messagesAfter: st.MessagesAfter, encoding: st.Encoding}
+	for _, g := range st.Stages {
+		s.stages = append(s.stages, stageSummary{g.Policy, g.Version, g.Error, g.Skipped, g.Compacted})
+	}
+	return s
+}
+
+func remoteSummary(st client.Stats) runSummary {
+	s := runSummary{tokensBefore: st.TokensBefore, tokensAfter: st.TokensAfter, messagesBefore: st.MessagesBefore,
+		messagesAfter: st.MessagesAfter, encoding: st.Encoding}
+	for _, g := range st.Stages {
+		s.stages = append(s.stages, stageSummary{g.Policy, g.Version, g.Error, g.Skipped, g.Compacted})
+	}
+	return s
+}
+
+// line is the one-line account printed on stderr:
+// "sliding@1.0.0: 21368 → 7086 tokens, 73 → 25 messages, 1.3ms (o200k_base)".
+func (s runSummary) line(took time.Duration) string {
+	var stages []string
+	for _, st := range s.stages {
+		x := st.policy + "@" + st.version
+		switch {
+		case st.err != "":
+			x += " (failed; input kept)"
+		case st.skipped != "":
+			x += " (skipped: " + st.skipped + ")"
+		case !st.compacted:
+			x += " (nothing to compact)"
+		}
+		stages = append(stages, x)
+	}
+	return fmt.Sprintf("%s: %d → %d tokens, %d → %d messages, %s (%s)",
+		strings.Join(stages, " → "), s.tokensBefore, s.tokensAfter, s.messagesBefore, s.messagesAfter,
+		took.Round(time.Microsecond), s.encoding)
+}
+
+// readInput reads the file, or stdin when name is "".
 func readInput(env *Env, name string) ([]byte, error) {
-	if name == "" || name == "-" {
+	if name == "" {
 		return io.ReadAll(env.Stdin)
 	}
 	b, err := os.ReadFile(name)
 	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			return nil, fmt.Errorf("reading %s: %w", name, pe.Err)
+		}
 		return nil, fmt.Errorf("reading input: %w", err)
 	}
 	return b, nil

@@ -157,7 +157,9 @@ func TestCompactEndToEnd(t *testing.T) {
 		{name: "plugin failure echoes the input", stdin: `[{"role":"user","content":"hi"}]`, args: []string{"--policy", "gohostile", "--set", "mode=panic"}, code: 4, stderr: "panicked", echo: true},
 		{name: "no policy", args: []string{}, code: 2, stderr: "--policy or --pipeline is required"},
 		{name: "both", args: []string{"--policy", "a", "--pipeline", "b"}, code: 2, stderr: "not both"},
-		{name: "bad flag", args: []string{"--nope"}, code: 2, stderr: "flag provided but not defined"},
+		{name: "bad flag", args: []string{"--nope"}, code: 2, stderr: "compactd: unknown flag --nope\n"},
+		{name: "anthropic format", stdin: `[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"42"}]}]`, args: []string{"--policy", "sliding"}, code: 3, stderr: `Anthropic Messages format (content block of type "tool_result")`},
+		{name: "two input files", args: []string{"--policy", "sliding", "a.json", "b.json"}, code: 2, stderr: "at most one input file"},
 	}
 	for _, tt := range errorCases {
 		t.Run(tt.name, func(t *testing.T) {
@@ -171,6 +173,9 @@ func TestCompactEndToEnd(t *testing.T) {
 			}
 			if !tt.echo && tt.code != 0 && r.stdout != "" {
 				t.Fatalf("stdout %q on error", r.stdout)
+			}
+			if tt.code != 4 {
+				checkOneError(t, r.stderr)
 			}
 		})
 	}

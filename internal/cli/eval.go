@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -36,36 +35,7 @@ type repeatFlag []string
 func (r *repeatFlag) String() string     { return strings.Join(*r, " ") }
 func (r *repeatFlag) Set(v string) error { *r = append(*r, v); return nil }
 
-func runEval(ctx context.Context, env *Env, args []string) int {
-	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
-	var common commonFlags
-	common.register(fs, env)
-	var data listFlag
-	var policies listFlag
-	var pipelines repeatFlag
-	var sets setFlags
-	var costModels listFlag
-	fs.Var(&data, "data", "conversations: a JSONL `file` or a directory of them (repeatable; default: every file of $COMPACTD_DATA or ../shared/data)")
-	fs.Var(&policies, "policy", "`policy` to evaluate (repeatable or comma-separated; \"all\" = every plugin in the plugins directory)")
-	fs.Var(&pipelines, "pipeline", "comma-separated `policies` to evaluate as one pipeline (repeatable)")
-	fs.Var(&sets, "set", "config override `key=value` (repeatable; policy.key=value when several policies are evaluated)")
-	model := fs.String("model", "gpt-4o", "the agent's `model`: the tokenizer and context window the policies see")
-	window := fs.Int("context-window", 0, "override the model's context window (`tokens`)")
-	target := fs.Int("target-tokens", 0, "pipelines: stop once the conversation fits in `n` tokens")
-	pricing := fs.String("pricing", "default", "pricing table: a shipped `name` or a JSON file (see --print-pricing)")
-	fs.Var(&costModels, "cost-models", "`models` to price sessions under (comma-separated; default: the table's \"compare\" list)")
-	printPricing := fs.Bool("print-pricing", false, "print the pricing table (to copy and edit) and exit")
-	out := fs.String("out", "eval-out", "`directory` for report.json, summary.md and the SVG charts (\"\" writes none)")
-	maxConvs := fs.Int("max-conversations", 0, "use only the first `n` conversations of each file (0 = all)")
-	jobs := fs.Int("jobs", 0, "conversations replayed at once (default GOMAXPROCS)")
-	progress := fs.Bool("progress", false, "draw a progress bar on stderr even when it is not a terminal")
-	breakpoints := fs.Bool("cache-breakpoints", true, "requests ask for the policies' cache breakpoints, and Anthropic-style caches are priced with them (false: the agent marks only its system prompt and each request's end)")
-	check := fs.Bool("check", false, "exit 4 when a policy drops the task (the first user message) from a request, as well as when it sends an invalid one")
-	llm := fs.String("llm", "none", "what answers plugins' llm_complete: none (every call fails with no_provider) or stub (offline fixed-ratio summaries, for call counts and cost only)")
-	fs.Usage = func() {
-		fmt.Fprintln(env.Stderr, `usage: compactd eval [--data FILE.jsonl|DIR ...] [--policy P|all ...] [--pipeline a,b ...] [flags]
-
+const evalAbout = `
 Replays each conversation turn by turn as a stateless agent sends it, through
 the same compaction path as the daemon, and reports for every policy (and the
 uncompressed baseline "none"): tokens sent, validity, prompt-cache reuse,
@@ -73,16 +43,41 @@ session cost, retention of early facts and compaction latency. Prints tables
 on stdout and writes report.json, summary.md and SVG charts to --out.
 docs/eval.md explains every figure.
 
-flags:`)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return ExitUsage
-	}
-	fail := func(code int, err error) int {
-		fmt.Fprintln(env.Stderr, "compactd eval:", err)
+Without --data it reads the full data set: $COMPACTD_DATA, else a
+shared/data directory beside or above the working directory; the error says
+where it looked. The repository's small fixture set is testdata/conversations.`
+
+func runEval(ctx context.Context, env *Env, args []string) int {
+	fs := newFlagSet("eval", "[--data FILE.jsonl|DIR ...] [--policy P|all ...] [--pipeline a,b ...] [flags]", evalAbout)
+	var common commonFlags
+	common.register(fs, env)
+	var data listFlag
+	var policies listFlag
+	var pipelines repeatFlag
+	var sets setFlags
+	var costModels listFlag
+	fs.Var(&data, "data", "conversations: a JSONL `FILE` or a DIR of them (repeatable; default: every file of $COMPACTD_DATA, else of shared/data beside or above the working directory)")
+	fs.Var(&policies, "policy", "`POLICY` to evaluate (repeatable or comma-separated; \"all\" = every plugin in the plugins directory)")
+	fs.Var(&pipelines, "pipeline", "comma-separated `POLICIES` to evaluate as one pipeline (repeatable)")
+	fs.Var(&sets, "set", "config override `KEY=VALUE` (repeatable; policy.key=value when several policies are evaluated)")
+	model := fs.String("model", "gpt-4o", "the agent's `MODEL`: the tokenizer and context window the policies see")
+	window := fs.Int("context-window", 0, "override the model's context window (`TOKENS`)")
+	target := fs.Int("target-tokens", 0, "pipelines: stop once the conversation fits in `N` tokens")
+	pricing := fs.String("pricing", "default", "pricing table: a shipped `NAME` or a JSON file (see --print-pricing)")
+	fs.Var(&costModels, "cost-models", "`MODELS` to price sessions under (comma-separated; default: the table's \"compare\" list)")
+	printPricing := fs.Bool("print-pricing", false, "print the pricing table (to copy and edit) and exit")
+	out := fs.String("out", "eval-out", "`DIR` for report.json, summary.md and the SVG charts (\"\" writes none)")
+	maxConvs := fs.Int("max-conversations", 0, "use only the first `N` conversations of each file (0 = all)")
+	jobs := fs.Int("jobs", 0, "conversations replayed at once (default GOMAXPROCS)")
+	progress := fs.Bool("progress", false, "draw a progress bar on stderr even when it is not a terminal")
+	breakpoints := fs.Bool("cache-breakpoints", true, "requests ask for the policies' cache breakpoints, and Anthropic-style caches are priced with them (false: the agent marks only its system prompt and each request's end)")
+	check := fs.Bool("check", false, "exit 4 when a policy drops the task (the first user message) from a request, as well as when it sends an invalid one")
+	llm := fs.String("llm", "none", "what answers plugins' llm_complete: none (every call fails with no_provider) or stub (offline fixed-ratio summaries, for call counts and cost only)")
+	pos, code, ok := fs.parse(env, args)
+	if !ok {
 		return code
 	}
+	fail := env.fail
 	if *printPricing {
 		b, err := eval.ShippedPricing(*pricing)
 		if err != nil {
@@ -93,11 +88,11 @@ flags:`)
 		env.Stdout.Write(b)
 		return ExitOK
 	}
-	if fs.NArg() > 0 {
-		return fail(ExitUsage, fmt.Errorf("unexpected argument %q (data files go after --data)", fs.Arg(0)))
+	if len(pos) > 0 {
+		return fs.usageError(env, fmt.Sprintf("unexpected argument %q (data files go after --data)", pos[0]))
 	}
 	if len(policies) == 0 && len(pipelines) == 0 {
-		return fail(ExitUsage, errors.New("--policy or --pipeline is required (--policy all evaluates every plugin)"))
+		return fs.usageError(env, "--policy or --pipeline is required (--policy all evaluates every plugin)")
 	}
 	var completer host.Completer
 	tok := tokens.New(tokens.Options{})
@@ -118,7 +113,7 @@ flags:`)
 	}
 
 	logger := common.logger(env)
-	engine, reg, err := common.openRegistry(env, logger)
+	engine, reg, err := common.openRegistry(logger)
 	if err != nil {
 		return fail(ExitFailure, err)
 	}
@@ -196,16 +191,14 @@ flags:`)
 		}
 		fmt.Fprintf(env.Stderr, "wrote %s\n", strings.Join(written, ", "))
 	}
-	code := ExitOK
+	code = ExitOK
 	for _, f := range rep.Files {
 		for _, p := range f.Policies {
 			if p.Validity.Valid < p.Validity.Turns {
-				fmt.Fprintf(env.Stderr, "compactd eval: %s sent %d invalid requests on %s\n", p.Policy, p.Validity.Turns-p.Validity.Valid, f.File)
-				code = ExitPluginFailed
+				code = env.errorf(ExitPluginFailed, "%s sent %d invalid requests on %s", p.Policy, p.Validity.Turns-p.Validity.Valid, f.File)
 			}
 			if *check && p.Task.Kept < p.Task.Turns {
-				fmt.Fprintf(env.Stderr, "compactd eval: %s dropped the task from %d of %d requests on %s\n", p.Policy, p.Task.Turns-p.Task.Kept, p.Task.Turns, f.File)
-				code = ExitPluginFailed
+				code = env.errorf(ExitPluginFailed, "%s dropped the task from %d of %d requests on %s", p.Policy, p.Task.Turns-p.Task.Kept, p.Task.Turns, f.File)
 			}
 		}
 	}
@@ -265,7 +258,7 @@ func allPolicies(ctx context.Context, env *Env, reg *registry.Registry, dir stri
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".wasm")
 		if err := reg.Resolve(ctx, name); err != nil {
-			fmt.Fprintf(env.Stderr, "compactd eval: skipping %s: %v (evaluate it with --policy and its described name)\n", filepath.Base(f), err)
+			fmt.Fprintf(env.Stderr, "warning: skipping %s: %v (evaluate it with --policy and its described name)\n", filepath.Base(f), err)
 			continue
 		}
 		names = append(names, name)

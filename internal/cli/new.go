@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -14,11 +13,7 @@ import (
 // runNew is `compactd new LANG NAME [DIR]`: it writes a policy project
 // that builds, tests and installs with make.
 func runNew(_ context.Context, env *Env, args []string) int {
-	fs := flag.NewFlagSet("new", flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(env.Stderr, `usage: compactd new LANG NAME [DIR]
-
+	fs := newFlagSet("new", "LANG NAME [DIR]", fmt.Sprintf(`
 Writes a compactd policy project named NAME in DIR (default ./NAME): the
 example policy (keep the task and the last units, mask older tool outputs
 to their first line), its unit tests, the language's kit and a Makefile:
@@ -28,31 +23,25 @@ to their first line), its unit tests, the language's kit and a Makefile:
   make install  copies NAME.wasm into the plugins directory
                 ($COMPACTD_PLUGINS, else ~/.local/share/compactd/plugins)
 
-LANG is one of: %s.
-`, strings.Join(scaffold.Languages(), ", "))
+LANG is one of: %s.`, strings.Join(scaffold.Languages(), ", ")))
+	pos, code, ok := fs.parse(env, args)
+	if !ok {
+		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitOK
-		}
-		return ExitUsage
+	if len(pos) < 2 || len(pos) > 3 {
+		return fs.usageError(env, "want LANG NAME [DIR]")
 	}
-	if fs.NArg() < 2 || fs.NArg() > 3 {
-		fs.Usage()
-		return ExitUsage
-	}
-	lang, name := fs.Arg(0), fs.Arg(1)
+	lang, name := pos[0], pos[1]
 	dir := name
-	if fs.NArg() == 3 {
-		dir = fs.Arg(2)
+	if len(pos) == 3 {
+		dir = pos[2]
 	}
 	files, err := scaffold.Write(lang, name, dir)
 	if err != nil {
-		fmt.Fprintln(env.Stderr, "compactd new:", err)
 		if errors.Is(err, scaffold.ErrLanguage) || errors.Is(err, scaffold.ErrName) || errors.Is(err, scaffold.ErrExists) {
-			return ExitUsage
+			return env.fail(ExitUsage, err)
 		}
-		return ExitFailure
+		return env.fail(ExitFailure, err)
 	}
 	fmt.Fprintf(env.Stdout, "wrote %d files for policy %q in %s\n\n", len(files), name, dir)
 	fmt.Fprintf(env.Stdout, "  cd %s\n  make          # builds %s.wasm\n  make test     # runs its tests\n  make install  # serves it: the daemon loads it from the plugins directory\n",

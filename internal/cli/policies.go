@@ -3,38 +3,53 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/conform"
 	"github.com/compactd/compactd/internal/dataset"
 	"github.com/compactd/compactd/internal/tokens"
 )
 
+const policiesAbout = `
+Lists the plugins directory: each .wasm file with the policy it serves
+(name, version, ABI) and its description, or the error that kept it from
+loading. With --socket PATH (or --daemon) it lists what the running daemon
+serves instead, with its call counters. Exit 5 when a file failed to load.`
+
 func runPolicies(ctx context.Context, env *Env, args []string) int {
-	fs := flag.NewFlagSet("policies", flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
+	fs := newFlagSet("policies", "[--plugins DIR | --socket PATH | --daemon] [--json]", policiesAbout)
 	var common commonFlags
+	var daemon daemonFlags
 	common.register(fs, env)
-	asJSON := fs.Bool("json", false, "print JSON (describe output of each plugin)")
-	if err := fs.Parse(args); err != nil {
-		return ExitUsage
+	daemon.register(fs, env, true)
+	asJSON := fs.Bool("json", false, "print JSON (each plugin's describe output; with --socket, GET /v1/policies)")
+	pos, code, ok := fs.parse(env, args)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 {
+		return fs.usageError(env, fmt.Sprintf("unexpected argument %q", pos[0]))
+	}
+	if daemon.remote() {
+		if code, ok := checkLocalFlags(fs, env); !ok {
+			return code
+		}
+		return policiesRemote(ctx, env, &daemon, *asJSON)
 	}
 	logger := common.logger(env)
-	engine, reg, err := common.openRegistry(env, logger)
+	engine, reg, err := common.openRegistry(logger)
 	if err != nil {
-		fmt.Fprintln(env.Stderr, "compactd policies:", err)
-		return ExitFailure
+		return env.fail(ExitFailure, err)
 	}
 	defer engine.Close(context.WithoutCancel(ctx))
 	defer reg.Close(context.WithoutCancel(ctx))
 	if err := reg.LoadAll(ctx); err != nil {
-		fmt.Fprintln(env.Stderr, "compactd policies:", err)
-		return exitFor(err)
+		return env.fail(exitFor(err), err)
 	}
 	infos := reg.Policies()
 	if *asJSON {
@@ -44,7 +59,7 @@ func runPolicies(ctx context.Context, env *Env, args []string) int {
 			Path  string           `json:"path,omitempty"`
 			Desc  *abi.Description `json:"describe,omitempty"`
 		}
-		var out []entry
+		out := []entry{}
 		for _, in := range infos {
 			e := entry{File: in.File}
 			if in.Error != nil {
@@ -74,7 +89,51 @@ func runPolicies(ctx context.Context, env *Env, args []string) int {
 	}
 	tw.Flush()
 	if len(infos) == 0 {
-		fmt.Fprintf(env.Stderr, "no .wasm files in %s\n", common.plugins)
+		fmt.Fprintf(env.Stderr, "no .wasm files in %s (make install puts the built-in policies there)\n", common.plugins)
+	}
+	if failed > 0 {
+		return ExitPolicy
+	}
+	return ExitOK
+}
+
+// policiesRemote lists the daemon's policies (GET /v1/policies).
+func policiesRemote(ctx context.Context, env *Env, daemon *daemonFlags, asJSON bool) int {
+	c := daemon.client()
+	defer c.Close()
+	list, err := c.Policies(ctx)
+	if err != nil {
+		return daemonFailure(env, daemon.path(), err)
+	}
+	if asJSON {
+		b, _ := json.MarshalIndent(client.PolicyList{Policies: list}, "", "  ")
+		fmt.Fprintln(env.Stdout, string(b))
+		return ExitOK
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tVERSION\tABI\tPATH\tCALLS\tFAILURES\tFILE\tDESCRIPTION")
+	failed := 0
+	for _, p := range list {
+		file := filepath.Base(p.File)
+		if !p.Serving {
+			failed++
+			msg := "not serving"
+			if p.Error != nil {
+				msg = p.Error.Message
+			}
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%s\tERROR: %s\n", p.Name, file, msg)
+			continue
+		}
+		desc := p.Description
+		if p.Error != nil {
+			failed++
+			desc = "ERROR (previous version serving): " + p.Error.Message
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", p.Name, p.Version, p.ABI, p.Path, p.Calls, p.Failures, file, desc)
+	}
+	tw.Flush()
+	if len(list) == 0 {
+		fmt.Fprintf(env.Stderr, "the daemon on %s serves no policies: its plugins directory is empty ('compactd status' names it)\n", daemon.path())
 	}
 	if failed > 0 {
 		return ExitPolicy
@@ -83,49 +142,42 @@ func runPolicies(ctx context.Context, env *Env, args []string) int {
 }
 
 func runConform(ctx context.Context, env *Env, args []string) int {
-	fs := flag.NewFlagSet("conform", flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
+	fs := newFlagSet("conform", "[flags] PLUGIN.wasm | POLICY", "Checks a plugin, in any language, against the ABI contract (abi/README.md).")
 	var common commonFlags
 	common.register(fs, env)
-	dataFile := fs.String("data", "", "also run on turn-by-turn prefixes of the conversations in this JSONL `file`")
-	maxConvs := fs.Int("max-conversations", 5, "with --data: how many conversations to use")
-	fs.Usage = func() {
-		fmt.Fprintln(env.Stderr, "usage: compactd conform [flags] PLUGIN.wasm|POLICY\n\nChecks a plugin against the ABI contract (abi/README.md).\n\nflags:")
-		fs.PrintDefaults()
+	dataFile := fs.String("data", "", "also run on turn-by-turn prefixes of the conversations in this JSONL `FILE`")
+	maxConvs := fs.Int("max-conversations", 5, "with --data: how many conversations to use (`N`)")
+	pos, code, ok := fs.parse(env, args)
+	if !ok {
+		return code
 	}
-	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
-		if err == nil {
-			fs.Usage()
-		}
-		return ExitUsage
+	if len(pos) != 1 {
+		return fs.usageError(env, "name one plugin file or policy")
 	}
 	logger := common.logger(env)
-	target := fs.Arg(0)
+	target := pos[0]
 	if filepath.Ext(target) == ".wasm" {
 		common.plugins = filepath.Dir(target)
 		target = ""
 	}
-	engine, reg, err := common.openRegistry(env, logger)
+	engine, reg, err := common.openRegistry(logger)
 	if err != nil {
-		fmt.Fprintln(env.Stderr, "compactd conform:", err)
-		return ExitFailure
+		return env.fail(ExitFailure, err)
 	}
 	defer engine.Close(context.WithoutCancel(ctx))
 	defer reg.Close(context.WithoutCancel(ctx))
 	var name string
 	if target == "" {
-		name, err = reg.LoadFile(ctx, fs.Arg(0))
+		name, err = reg.LoadFile(ctx, pos[0])
 	} else {
 		name, err = target, reg.Resolve(ctx, target)
 	}
 	if err != nil {
-		fmt.Fprintln(env.Stderr, "FAIL load:", err)
-		return exitFor(err)
+		return env.errorf(exitFor(err), "FAIL load: %v", err)
 	}
 	p, release, err := reg.Acquire(name)
 	if err != nil {
-		fmt.Fprintln(env.Stderr, "FAIL:", err)
-		return exitFor(err)
+		return env.errorf(exitFor(err), "FAIL: %v", err)
 	}
 	defer release()
 	tok := tokens.New(tokens.Options{}).ForModel("")
@@ -133,8 +185,7 @@ func runConform(ctx context.Context, env *Env, args []string) int {
 	if *dataFile != "" {
 		convs, err := dataset.ReadFile(*dataFile)
 		if err != nil {
-			fmt.Fprintln(env.Stderr, "compactd conform:", err)
-			return ExitInput
+			return env.fail(ExitInput, err)
 		}
 		for i, c := range convs {
 			if i >= *maxConvs {
@@ -162,11 +213,3 @@ func runConform(ctx context.Context, env *Env, args []string) int {
 	fmt.Fprintf(env.Stdout, "%s: all %d checks passed (path: %s)\n", report.Plugin, len(report.Findings), p.Path())
 	return ExitOK
 }
-
-func runVersion(_ context.Context, env *Env, _ []string) int {
-	fmt.Fprintf(env.Stdout, "compactd %s (plugin ABI %s)\n", Version, abi.Version)
-	return ExitOK
-}
-
-// Version is compactd's version.
-const Version = "0.1.0"

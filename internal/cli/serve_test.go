@@ -211,8 +211,8 @@ func TestServeUsage(t *testing.T) {
 		code int
 		want string
 	}{
-		{"extra argument", []string{"extra"}, 2, "usage: compactd serve"},
-		{"unknown flag", []string{"--nope"}, 2, "flag provided but not defined"},
+		{"extra argument", []string{"extra"}, 2, `compactd: unexpected argument "extra"`},
+		{"unknown flag", []string{"--nope"}, 2, "compactd: unknown flag --nope"},
 		{"invalid config file", nil, 5, `unknown key "sockett"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

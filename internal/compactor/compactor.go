@@ -7,12 +7,15 @@
 package compactor
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"slices"
 	"sort"
 	"time"
@@ -107,6 +110,12 @@ type Request struct {
 	// TargetTokens, if > 0, stops a pipeline early once the conversation
 	// fits: a stage is skipped when the tokens are already at most this.
 	TargetTokens int
+	// SummarizerModel, if set, is the model LLM calls go to when a policy
+	// names none or names the agent's own Model (the llm policy does when
+	// its `model` is unset). The proxy sets it to the daemon's llm.model,
+	// so the model an agent's request names never redirects the
+	// summarizer; a model a policy's config names still wins.
+	SummarizerModel string
 }
 
 // Stage reports one policy's run.
@@ -187,7 +196,13 @@ func (c *Compactor) Compact(ctx context.Context, req Request) (*Response, error)
 		}
 	}
 	tok := c.opts.Tokens.ForModel(req.Model)
-	before := tok.CountMessages(conv.Messages)
+	// Messages a Memory remembered come counted: count the rest.
+	known := conv.Counted(tok.Name())
+	before := tok.CountMessages(conv.Messages[known:])
+	for i := 0; i < known; i++ {
+		before += conv.Messages[i].Tokens
+	}
+	conv.SetCounted(tok.Name())
 	id := req.ConversationID
 	if id == "" {
 		id = ConversationID(conv.Messages)
@@ -233,6 +248,9 @@ func (c *Compactor) Compact(ctx context.Context, req Request) (*Response, error)
 	llm := c.opts.LLM
 	if c.opts.NewLLM != nil {
 		llm = c.opts.NewLLM()
+	}
+	if llm != nil && req.SummarizerModel != "" {
+		llm = pinnedModel{Completer: llm, agent: req.Model, model: req.SummarizerModel}
 	}
 	env := host.CallEnv{CountTokens: tok.Count, LLM: llm}
 	resp := &Response{ConversationID: id, Conversation: conv, Origin: make([]int, conv.Len())}
@@ -292,6 +310,20 @@ func (c *Compactor) Compact(ctx context.Context, req Request) (*Response, error)
 		}
 	}
 	return resp, nil
+}
+
+// pinnedModel sends LLM calls for no model or for the agent's model to
+// the configured summarizer model (Request.SummarizerModel).
+type pinnedModel struct {
+	host.Completer
+	agent, model string
+}
+
+func (p pinnedModel) Complete(ctx context.Context, req abi.LLMRequest) (abi.LLMResponse, error) {
+	if req.Model == "" || req.Model == p.agent {
+		req.Model = p.model
+	}
+	return p.Completer.Complete(ctx, req)
 }
 
 // composeOrigin maps a stage's output back to the request's input: origin
@@ -428,25 +460,70 @@ func (c *Compactor) runStage(ctx context.Context, p *host.Plugin, in *chat.Conve
 // the first user message: the same conversation gets the same id in every
 // process and after restarts, and a conversation's id does not change as it
 // grows.
+//
+// It hashes the whole canonical content of those messages: role, name, and
+// every content part (a string content counts as one text part, so the
+// same text sent either way gets the same id; other parts as their JSON
+// with keys sorted and cache_control left out, since agents move cache
+// breakpoints from turn to turn). Every field is length-prefixed, so no
+// two different conversations make the same bytes: images, files, several
+// text parts or NUL bytes in a text all tell conversations apart.
 func ConversationID(msgs []abi.Message) string {
 	h := sha256.New()
-	write := func(m *abi.Message) {
-		h.Write([]byte(m.Role))
-		h.Write([]byte{0})
-		h.Write([]byte(m.Text()))
-		h.Write([]byte{0})
-	}
+	h.Write([]byte("compactd conversation id v2\n"))
 	lead := convo.LeadingSystem(msgs)
 	for i := 0; i < lead; i++ {
-		write(&msgs[i])
+		writeCanonical(h, &msgs[i])
 	}
 	for i := lead; i < len(msgs); i++ {
 		if msgs[i].Role == abi.RoleUser {
-			write(&msgs[i])
+			writeCanonical(h, &msgs[i])
 			break
 		}
 	}
 	return "h-" + hex.EncodeToString(h.Sum(nil)[:12])
+}
+
+// writeCanonical writes a message's role, name and content parts to h,
+// each length-prefixed.
+func writeCanonical(h hash.Hash, m *abi.Message) {
+	field := func(kind byte, b []byte) {
+		var n [9]byte
+		n[0] = kind
+		binary.LittleEndian.PutUint64(n[1:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	field('r', []byte(m.Role))
+	field('n', []byte(m.Name))
+	c := m.Content
+	switch {
+	case c.IsNull():
+		field('0', nil)
+	case c.IsString():
+		field('t', []byte(c.Text()))
+	default:
+		var parts []map[string]any
+		dec := json.NewDecoder(bytes.NewReader(c.Raw()))
+		dec.UseNumber()
+		if err := dec.Decode(&parts); err != nil {
+			field('x', c.Raw()) // not parts: its bytes, as they are
+			return
+		}
+		for _, p := range parts {
+			delete(p, "cache_control")
+			if text, ok := p["text"].(string); ok && p["type"] == "text" && len(p) == 2 {
+				field('t', []byte(text))
+				continue
+			}
+			var buf bytes.Buffer
+			enc := json.NewEncoder(&buf)
+			enc.SetEscapeHTML(false)
+			_ = enc.Encode(p) // decoded JSON always encodes; map keys sorted
+			field('p', buf.Bytes())
+		}
+	}
+	field('.', nil)
 }
 
 func contains(list []string, s string) bool {

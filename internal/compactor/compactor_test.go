@@ -199,6 +199,23 @@ func TestPipelineRunsStagesInOrder(t *testing.T) {
 	if !resp.Compacted || !strings.Contains(resp.Summary, "sliding: ") || !strings.Contains(resp.Summary, "; deterministic: Previous ") {
 		t.Fatalf("summary %q", resp.Summary)
 	}
+	// Origin names, through both stages, the input message each kept one is.
+	if len(resp.Origin) != resp.Conversation.Len() {
+		t.Fatalf("%d origins for %d messages", len(resp.Origin), resp.Conversation.Len())
+	}
+	kept, last := 0, -1
+	for i, src := range resp.Origin {
+		if src < 0 {
+			continue
+		}
+		if src <= last || !bytes.Equal(resp.Conversation.Raw[i], in.Raw[src]) {
+			t.Fatalf("output %d: source %d (after %d) is not that input message", i, src, last)
+		}
+		kept, last = kept+1, src
+	}
+	if kept == 0 || kept == resp.Conversation.Len() || resp.Origin[len(resp.Origin)-1] != in.Len()-1 {
+		t.Fatalf("origin %v", resp.Origin)
+	}
 
 	// The same two policies, one request each.
 	one := compact(t, c, compactor.Request{Conversation: realConversation(t), Pipeline: []string{"sliding"}, Overrides: overrides})

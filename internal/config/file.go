@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"reflect"
 	"sort"
@@ -55,6 +56,8 @@ type Config struct {
 	Limits Limits `yaml:"limits,omitempty" json:"limits"`
 	State  State  `yaml:"state,omitempty" json:"state"`
 	TCP    TCP    `yaml:"tcp,omitempty" json:"tcp"`
+	// Proxy configures the OpenAI- and Anthropic-compatible proxy.
+	Proxy Proxy `yaml:"proxy,omitempty" json:"proxy"`
 }
 
 // Compact is the `compact:` block of the Context Compaction PRD. Only the
@@ -121,6 +124,14 @@ type Limits struct {
 	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM
 	// (default 30s).
 	ShutdownTimeout Duration `yaml:"shutdown_timeout,omitempty" json:"shutdown_timeout"`
+	// ConversationCacheBytes bounds the memory of recent conversations the
+	// daemon keeps, so a request that repeats one plus a new turn is
+	// parsed and counted only for the turn (default 64 MiB).
+	ConversationCacheBytes int64 `yaml:"conversation_cache_bytes,omitempty" json:"conversation_cache_bytes"`
+	// PluginIdleUnload unloads a plugin's compiled code and instances
+	// once it has had no call for this long; its next call compiles it
+	// from the compilation cache (default 5m).
+	PluginIdleUnload Duration `yaml:"plugin_idle_unload,omitempty" json:"plugin_idle_unload"`
 	// Plugin holds every plugin's limits (the host's defaults otherwise).
 	Plugin PluginLimits `yaml:"plugin,omitempty" json:"plugin"`
 	// Plugins override Plugin field by field, by policy name.
@@ -136,10 +147,19 @@ type PluginLimits struct {
 	MaxInstances   int      `yaml:"max_instances,omitempty" json:"max_instances,omitempty"`
 }
 
-// Host returns the limits as the host takes them.
+// Host returns the limits as the host takes them. Out-of-range values
+// (which Validate refuses) are passed on as they are, never wrapped, so
+// the host refuses them too.
 func (l PluginLimits) Host() host.Limits {
+	pages := uint32(0)
+	switch {
+	case l.MaxMemoryMB < 0 || l.MaxMemoryMB > math.MaxUint32/16:
+		pages = math.MaxUint32
+	default:
+		pages = uint32(l.MaxMemoryMB) * 16 // 64 KiB pages
+	}
 	return host.Limits{
-		MaxMemoryPages: uint32(l.MaxMemoryMB) * 16, // 64 KiB pages
+		MaxMemoryPages: pages,
 		CallTimeout:    l.CallTimeout.D(),
 		MaxOutputBytes: l.MaxOutputBytes,
 		MaxInstances:   l.MaxInstances,
@@ -190,6 +210,11 @@ const (
 	DefaultStateTTL         = 7 * 24 * time.Hour
 	DefaultMaxConversations = 10000
 	DefaultMaxStateBytes    = 256 << 20
+	// DefaultConversationCacheBytes and DefaultPluginIdleUnload are the
+	// defaults of limits.conversation_cache_bytes and
+	// limits.plugin_idle_unload.
+	DefaultConversationCacheBytes = 64 << 20
+	DefaultPluginIdleUnload       = 5 * time.Minute
 )
 
 // WithDefaults returns a copy of c with every unset field set: first from
@@ -224,6 +249,10 @@ func (c *Config) WithDefaults(base Config) *Config {
 	setD(&l.WriteTimeout, l.RequestTimeout.D()+30*time.Second)
 	setD(&l.IdleTimeout, DefaultIdleTimeout)
 	setD(&l.ShutdownTimeout, DefaultShutdownTimeout)
+	setD(&l.PluginIdleUnload, DefaultPluginIdleUnload)
+	if l.ConversationCacheBytes == 0 {
+		l.ConversationCacheBytes = DefaultConversationCacheBytes
+	}
 	setD(&out.State.TTL, DefaultStateTTL)
 	if out.State.MaxConversations == 0 {
 		out.State.MaxConversations = DefaultMaxConversations
@@ -231,6 +260,7 @@ func (c *Config) WithDefaults(base Config) *Config {
 	if out.State.MaxStateBytes == 0 {
 		out.State.MaxStateBytes = DefaultMaxStateBytes
 	}
+	out.Proxy = out.Proxy.withDefaults(nil)
 	return &out
 }
 
@@ -296,12 +326,13 @@ func (c *Config) ConfiguredPolicies() []string {
 // empty document is the zero Config. Unknown keys are errors that name the
 // key (with its dotted path and line) and list the keys allowed there.
 func Parse(data []byte, source string) (*Config, error) {
-	cfg, _, err := parse(data, source)
+	cfg, _, err := parse(data, source, true)
 	return cfg, err
 }
 
-// parse also returns the document, for partial updates.
-func parse(data []byte, source string) (*Config, *yaml.Node, error) {
+// parse also returns the document, for partial updates. lines says
+// whether a range error names its line.
+func parse(data []byte, source string, lines bool) (*Config, *yaml.Node, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, nil, fmt.Errorf("%w: %s: %v", ErrInvalid, source, err)
@@ -323,7 +354,11 @@ func parse(data []byte, source string) (*Config, *yaml.Node, error) {
 		return nil, nil, fmt.Errorf("%w: %s: %v", ErrInvalid, source, strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n  "))
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, nil, fmt.Errorf("%w: %s: %v", ErrInvalid, source, err)
+		var re *RangeError
+		if lines && errors.As(err, &re) {
+			re.Line = lineOf(root, re.Key)
+		}
+		return nil, nil, fmt.Errorf("%w: %s: %w", ErrInvalid, source, err)
 	}
 	return cfg, &doc, nil
 }
@@ -434,7 +469,8 @@ func join(path, key string) string {
 	return path + "." + key
 }
 
-// Validate checks what the types cannot: names, exclusive keys, ranges.
+// Validate checks what the types cannot: names, exclusive keys, and the
+// range of every number (a *RangeError names the key and its range).
 func (c *Config) Validate() error {
 	if c.Policy != "" && len(c.Pipeline) > 0 {
 		return fmt.Errorf("policy and pipeline are exclusive: set one")
@@ -464,24 +500,15 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("log_level %q: want trace, debug, info, warn, error or off", c.LogLevel)
 		}
 	}
-	if c.Limits.MaxBodyBytes < 0 || c.Limits.MaxMessages < 0 || c.State.MaxConversations < 0 || c.State.MaxStateBytes < 0 {
-		return fmt.Errorf("limits and state sizes must not be negative")
-	}
-	if c.Compact != nil {
-		for k, v := range map[string]*int{"max_tokens": c.Compact.MaxTokens, "token_threshold": c.Compact.TokenThreshold,
-			"message_threshold": c.Compact.MessageThreshold, "turn_threshold": c.Compact.TurnThreshold,
-			"retention_window": c.Compact.RetentionWindow} {
-			if v != nil && *v < 0 {
-				return fmt.Errorf("compact.%s must not be negative", k)
-			}
-		}
+	if err := c.checkRanges(); err != nil {
+		return err
 	}
 	if c.TCP.Listen != "" {
 		if err := CheckLoopback(c.TCP.Listen); err != nil {
 			return fmt.Errorf("tcp.listen: %v", err)
 		}
 	}
-	return nil
+	return c.Proxy.Validate()
 }
 
 // CheckLoopback reports whether addr (host:port) is a loopback address:

@@ -131,8 +131,20 @@ func TestParseErrors(t *testing.T) {
 		{"not yaml", "a: [\n", []string{"invalid config"}},
 		{"non-loopback tcp", "tcp: {listen: 0.0.0.0:7077}\n", []string{"not a loopback address"}},
 		{"bad log level", "log_level: loud\n", []string{"log_level"}},
-		{"negative limit", "limits: {max_messages: -1}\n", []string{"negative"}},
+		{"negative limit", "limits: {max_messages: -1}\n", []string{"line 1", "limits.max_messages: -1 is out of range", "1 to 1000000"}},
 		{"negative compact", "compact: {max_tokens: -5}\n", []string{"compact.max_tokens"}},
+		// F4: limits that once crashed a reload or wrapped around.
+		{"negative instances", "limits:\n  plugin:\n    max_instances: -3\n", []string{"line 3", "limits.plugin.max_instances: -3 is out of range", "1 to 256"}},
+		{"negative output", "limits:\n  plugin: {max_output_bytes: -1}\n", []string{"line 2", "limits.plugin.max_output_bytes: -1", "4096 to 1073741824"}},
+		{"negative memory", "limits:\n  plugin: {max_memory_mb: -1}\n", []string{"limits.plugin.max_memory_mb: -1", "16 to 4096"}},
+		{"tiny memory", "limits:\n  plugins:\n    sliding:\n      max_memory_mb: 1\n", []string{"line 4", "limits.plugins.sliding.max_memory_mb: 1", "16 to 4096"}},
+		{"memory over 4 GiB", "limits: {plugin: {max_memory_mb: 5000}}\n", []string{"max_memory_mb: 5000"}},
+		{"short call timeout", "limits: {plugin: {call_timeout: 1ms}}\n", []string{"call_timeout: 1ms", "10ms to 1h0m0s"}},
+		{"huge body", "limits: {max_body_bytes: 4294967296}\n", []string{"limits.max_body_bytes: 4294967296"}},
+		{"zero ttl is the default, one second is not", "state: {ttl: 1s}\n", []string{"state.ttl: 1s", "1m0s to"}},
+		{"float for an integer", "limits: {max_messages: 1e100}\n", []string{"line 1", "1e100"}},
+		{"long pipeline", "pipeline: [a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q]\n", []string{"pipeline: a list of 17 policies", "1 to 16"}},
+		{"long socket path", "socket: /" + strings.Repeat("s", 120) + "\n", []string{"socket: a path of 121 bytes"}},
 		{"non-string nested keys", "policies:\n  sliding:\n    a: {1: x}\n", []string{"keys must be strings"}},
 	}
 	for _, tt := range tests {
@@ -365,11 +377,16 @@ limits:
 			"# my settings\npolicy: sliding # the default\npolicies:\n  sliding:\n    window_size: 8\n    step: 2\n  lastn:\n    n: 3\nlimits:\n  max_messages: 100\n  plugin:\n    call_timeout: 250ms\n", ""},
 		{"null deletes", `{"policies":{"sliding":{"step":null}},"limits":null}`,
 			"# my settings\npolicy: sliding # the default\npolicies:\n  sliding:\n    window_size: 8\n", ""},
-		// The file's head comment belonged to the deleted key.
+		// The file's head comment belonged to the deleted key. Settings
+		// are written in the documented order.
 		{"replace policy with pipeline", `{"policy":null,"pipeline":["sliding","lastn"]}`,
-			"policies:\n  sliding:\n    window_size: 8\n    step: 2\nlimits:\n  max_messages: 100\npipeline:\n  - sliding\n  - lastn\n", ""},
+			"pipeline:\n  - sliding\n  - lastn\npolicies:\n  sliding:\n    window_size: 8\n    step: 2\nlimits:\n  max_messages: 100\n", ""},
 		{"strings that look like numbers stay strings", `{"compact":{"model":"4","prompt":"true"}}`,
-			"# my settings\npolicy: sliding # the default\npolicies:\n  sliding:\n    window_size: 8\n    step: 2\nlimits:\n  max_messages: 100\ncompact:\n  model: \"4\"\n  prompt: \"true\"\n", ""},
+			"# my settings\npolicy: sliding # the default\npolicies:\n  sliding:\n    window_size: 8\n    step: 2\ncompact:\n  model: \"4\"\n  prompt: \"true\"\nlimits:\n  max_messages: 100\n", ""},
+		{"emptied blocks go", `{"policies":{"sliding":null},"limits":{"max_messages":null}}`,
+			"# my settings\npolicy: sliding # the default\n", ""},
+		{"out of range rejected, nothing saved", `{"limits":{"plugin":{"max_instances":-3}}}`, "", "update: limits.plugin.max_instances: -3 is out of range (allowed: 1 to 256"},
+		{"too large rejected", `{"compact":{"prompt":"` + strings.Repeat("p", MaxFileBytes) + `"}}`, "", "the limit is 1048576"},
 		{"yaml patch", "limits:\n  max_messages: 7\n",
 			"# my settings\npolicy: sliding # the default\npolicies:\n  sliding:\n    window_size: 8\n    step: 2\nlimits:\n  max_messages: 7\n", ""},
 		{"unknown key rejected", `{"limits":{"max_mesages":7}}`, "", `unknown key "limits.max_mesages"`},

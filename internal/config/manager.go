@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -73,7 +74,13 @@ func Open(opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.cur.Store(m.effective(cfg))
+	eff := m.effective(cfg)
+	// The file was validated as it was read; the environment's upstreams
+	// are checked here.
+	if err := eff.Proxy.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	m.cur.Store(eff)
 	return m, nil
 }
 
@@ -119,6 +126,7 @@ func (m *Manager) effective(file *Config) *Config {
 	for _, p := range []*string{&c.Socket, &c.PluginsDir, &c.StateDir, &c.CacheDir, &c.TCP.TokenFile} {
 		*p = expandHome(*p, home)
 	}
+	c.Proxy = c.Proxy.withDefaults(m.opts.Getenv)
 	return c.WithDefaults(m.opts.Defaults)
 }
 
@@ -130,8 +138,12 @@ func expandHome(path, home string) string {
 	return path
 }
 
-// read parses the file. A missing file is the zero Config.
+// read parses the file. A missing file is the zero Config; a file over
+// MaxFileBytes is refused unread.
 func (m *Manager) read() (*Config, *yaml.Node, fs.FileMode, error) {
+	if st, err := os.Stat(m.opts.Path); err == nil && st.Size() > MaxFileBytes {
+		return nil, nil, 0, fmt.Errorf("%w: %s is %d bytes; the limit is %d", ErrInvalid, m.opts.Path, st.Size(), MaxFileBytes)
+	}
 	data, err := os.ReadFile(m.opts.Path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &Config{}, &yaml.Node{}, 0, nil
@@ -143,7 +155,7 @@ func (m *Manager) read() (*Config, *yaml.Node, fs.FileMode, error) {
 	if st, err := os.Stat(m.opts.Path); err == nil {
 		mode = st.Mode().Perm()
 	}
-	cfg, doc, err := parse(data, m.opts.Path)
+	cfg, doc, err := parse(data, m.opts.Path, true)
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -196,6 +208,8 @@ func restartRequired(old, next *Config) []string {
 	add("limits.read_timeout", old.Limits.ReadTimeout, next.Limits.ReadTimeout)
 	add("limits.write_timeout", old.Limits.WriteTimeout, next.Limits.WriteTimeout)
 	add("limits.idle_timeout", old.Limits.IdleTimeout, next.Limits.IdleTimeout)
+	add("limits.conversation_cache_bytes", old.Limits.ConversationCacheBytes, next.Limits.ConversationCacheBytes)
+	add("limits.plugin_idle_unload", old.Limits.PluginIdleUnload, next.Limits.PluginIdleUnload)
 	return out
 }
 
@@ -205,43 +219,19 @@ func restartRequired(old, next *Config) []string {
 // applied as a JSON merge patch (RFC 7396): objects merge key by key, null
 // deletes a key, anything else replaces. The file is read again first, so
 // edits made by hand since the last load are kept; comments survive where
-// YAML can keep them. On any error nothing changes.
+// YAML can keep them. The file is written normalized (see normalize), so
+// the same update gives the same bytes, and it may not grow past
+// MaxFileBytes. The result is checked as a start would check it (parse,
+// ranges, then the Check option) before anything is written: on any error
+// nothing is saved and nothing changes.
 func (m *Manager) Update(patch []byte) (*Change, error) {
-	var p yaml.Node
-	if err := yaml.Unmarshal(patch, &p); err != nil {
-		return nil, fmt.Errorf("%w: update: %v", ErrInvalid, err)
-	}
-	pr := docRoot(&p)
-	if pr == nil || pr.Kind != yaml.MappingNode {
-		return nil, fmt.Errorf("%w: update: want an object of settings", ErrInvalid)
-	}
-	plain(pr)
-
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	_, doc, mode, err := m.read()
 	if err != nil {
 		return nil, fmt.Errorf("%w (fix the file, or send SIGHUP after fixing it, before updating it)", err)
 	}
-	root := docRoot(doc)
-	if root == nil || root.Kind != yaml.MappingNode {
-		root = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
-	}
-	root = mergePatch(root, pr)
-	var buf bytes.Buffer
-	enc := yaml.NewEncoder(&buf)
-	enc.SetIndent(2)
-	if len(root.Content) > 0 {
-		out := &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{root}}
-		if doc.Kind == yaml.DocumentNode {
-			out.HeadComment, out.FootComment = doc.HeadComment, doc.FootComment
-		}
-		if err := enc.Encode(out); err != nil {
-			return nil, fmt.Errorf("%w: update: %v", ErrInvalid, err)
-		}
-	}
-	enc.Close()
-	file, err := Parse(buf.Bytes(), "update")
+	data, file, err := applyPatch(doc, patch)
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +247,7 @@ func (m *Manager) Update(patch []byte) (*Change, error) {
 	if mode == 0 {
 		mode = 0o600
 	}
-	if err := writeAtomic(m.opts.Path, buf.Bytes(), mode); err != nil {
+	if err := writeAtomic(m.opts.Path, data, mode); err != nil {
 		return nil, err
 	}
 	old := m.cur.Swap(next)
@@ -266,6 +256,51 @@ func (m *Manager) Update(patch []byte) (*Change, error) {
 		m.opts.OnChange(old, next)
 	}
 	return ch, nil
+}
+
+// applyPatch merges patch (a JSON or YAML object, RFC 7396) into doc, the
+// parsed config file (modified in place), and returns the normalized file
+// it makes and its parsed config. It fails if the patch is not an object,
+// or the result is not a valid config or is over MaxFileBytes.
+func applyPatch(doc *yaml.Node, patch []byte) ([]byte, *Config, error) {
+	var p yaml.Node
+	if err := yaml.Unmarshal(patch, &p); err != nil {
+		return nil, nil, fmt.Errorf("%w: update: %v", ErrInvalid, err)
+	}
+	pr := docRoot(&p)
+	if pr == nil || pr.Kind != yaml.MappingNode {
+		return nil, nil, fmt.Errorf("%w: update: want an object of settings", ErrInvalid)
+	}
+	plain(pr)
+	root := docRoot(doc)
+	if root == nil || root.Kind != yaml.MappingNode {
+		root = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+	}
+	root = mergePatch(root, pr)
+	normalize(root, reflect.TypeOf(Config{}))
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if len(root.Content) > 0 {
+		out := &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{root}}
+		if doc.Kind == yaml.DocumentNode {
+			out.HeadComment, out.FootComment = doc.HeadComment, doc.FootComment
+		}
+		if err := enc.Encode(out); err != nil {
+			return nil, nil, fmt.Errorf("%w: update: %v", ErrInvalid, err)
+		}
+	}
+	enc.Close()
+	if buf.Len() > MaxFileBytes {
+		return nil, nil, fmt.Errorf("%w: update: the config file would be %d bytes; the limit is %d (delete settings with null)", ErrInvalid, buf.Len(), MaxFileBytes)
+	}
+	// Range errors name no line: a line of the merged document would
+	// mislead the sender of the patch.
+	file, _, err := parse(buf.Bytes(), "update", false)
+	if err != nil {
+		return nil, nil, err
+	}
+	return buf.Bytes(), file, nil
 }
 
 // mergePatch applies patch to dst (RFC 7396 on YAML nodes) and returns the
@@ -305,6 +340,93 @@ func mergePatch(dst, patch *yaml.Node) *yaml.Node {
 		}
 	}
 	return dst
+}
+
+// normalize puts a merged document in canonical form, so that a file
+// written by Update depends only on its settings and stays as small as
+// they allow: settings in the order of the Config type (keys of maps, such
+// as policy names, in the order they were written), empty mappings and
+// lists dropped (absent and empty mean the same), block style throughout.
+// Comments travel with their settings.
+// t is the Go type n decodes into.
+func normalize(n *yaml.Node, t reflect.Type) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if n.Kind == yaml.SequenceNode {
+		n.Style = 0
+		if t.Kind() == reflect.Slice {
+			for _, c := range n.Content {
+				normalize(c, t.Elem())
+			}
+		}
+		return
+	}
+	if n.Kind != yaml.MappingNode || t == nodeType || reflect.PointerTo(t).Implements(unmarshalerType) {
+		return
+	}
+	n.Style = 0
+	type pair struct {
+		k, v  *yaml.Node
+		order int
+	}
+	var fields map[string]int
+	if t.Kind() == reflect.Struct {
+		fields = map[string]int{}
+		i := 0
+		for name := range yamlFieldsInOrder(t) {
+			fields[name] = i
+			i++
+		}
+	}
+	pairs := make([]pair, 0, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Value == "<<" { // a merge key: kept first, as written
+			pairs = append(pairs, pair{k, v, -1})
+			continue
+		}
+		var vt reflect.Type
+		switch t.Kind() {
+		case reflect.Struct:
+			if f, ok := yamlFields(t)[k.Value]; ok {
+				vt = f.Type
+			}
+		case reflect.Map:
+			vt = t.Elem()
+		}
+		if vt != nil {
+			normalize(v, vt)
+		}
+		if isNull(v) || (v.Kind == yaml.MappingNode || v.Kind == yaml.SequenceNode) && len(v.Content) == 0 {
+			continue
+		}
+		pairs = append(pairs, pair{k, v, fields[k.Value]})
+	}
+	sort.SliceStable(pairs, func(i, j int) bool { return pairs[i].order < pairs[j].order })
+	n.Content = n.Content[:0]
+	for _, p := range pairs {
+		n.Content = append(n.Content, p.k, p.v)
+	}
+}
+
+// yamlFieldsInOrder yields the yaml names of t's fields in their order.
+func yamlFieldsInOrder(t reflect.Type) func(yield func(string) bool) {
+	return func(yield func(string) bool) {
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if name == "-" || !f.IsExported() {
+				continue
+			}
+			if name == "" {
+				name = strings.ToLower(f.Name)
+			}
+			if !yield(name) {
+				return
+			}
+		}
+	}
 }
 
 func isNull(n *yaml.Node) bool {

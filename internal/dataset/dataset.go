@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/compactd/compactd/internal/chat"
 )
@@ -74,8 +75,9 @@ func ReadFile(path string) ([]Conversation, error) {
 	return out, nil
 }
 
-// ErrNoData is returned when the full data directory cannot be found.
-var ErrNoData = errors.New("dataset: full data directory not found: looked in $COMPACTD_DATA and for shared/data beside or above the working directory (set COMPACTD_DATA to the directory holding the .jsonl files; tests use the fixtures in testdata/conversations instead)")
+// ErrNoData is returned when the full data directory cannot be found; the
+// error wrapping it says where Dir looked.
+var ErrNoData = errors.New("dataset: full data set not found")
 
 // FixtureDirName is where the repository keeps its test fixtures: a few
 // real conversations from each data file, under the same file names.
@@ -124,23 +126,37 @@ func Fixture(name string) (string, error) {
 
 // Dir finds the full data directory, used by `compactd eval` and the
 // benchmarks: $COMPACTD_DATA, or a "shared/data" directory beside or above
-// the working directory (the repository is checked out next to it).
+// the working directory (the repository is checked out next to it). When
+// there is none, the error (wrapping ErrNoData) names every place it
+// looked and how to point it at the data.
 func Dir() (string, error) {
 	if d := os.Getenv("COMPACTD_DATA"); d != "" {
+		if st, err := os.Stat(d); err != nil || !st.IsDir() {
+			return "", fmt.Errorf("%w: COMPACTD_DATA=%s is not a directory", ErrNoData, d)
+		}
 		return d, nil
 	}
 	wd, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
+	var looked []string
+	seen := map[string]bool{}
 	for d := wd; ; d = filepath.Dir(d) {
-		for _, cand := range []string{filepath.Join(d, "shared", "data"), filepath.Join(d, "..", "shared", "data")} {
+		for _, cand := range []string{filepath.Join(d, "shared", "data"), filepath.Join(filepath.Dir(d), "shared", "data")} {
+			if seen[cand] {
+				continue
+			}
+			seen[cand] = true
+			looked = append(looked, cand)
 			if st, err := os.Stat(cand); err == nil && st.IsDir() {
-				return filepath.Clean(cand), nil
+				return cand, nil
 			}
 		}
 		if filepath.Dir(d) == d {
-			return "", ErrNoData
+			return "", fmt.Errorf("%w: COMPACTD_DATA is not set and none of %s exists; "+
+				"set COMPACTD_DATA to the directory holding the .jsonl files (tests need none: they use %s)",
+				ErrNoData, strings.Join(looked, ", "), FixtureDirName)
 		}
 	}
 }

@@ -232,17 +232,28 @@ func (c Config) Validate() error {
 		// The value is not echoed: it may be a key pasted by mistake.
 		return bad("api_key_env", "not an environment variable name: it names the variable holding the key, never the key itself")
 	}
-	if c.Timeout < 0 {
-		return bad("timeout", "must not be negative")
-	}
-	if c.MaxRetryWait < 0 {
-		return bad("max_retry_wait", "must not be negative")
-	}
-	if c.Concurrency < 1 {
-		return bad("concurrency", "must be at least 1")
+	switch {
+	case c.Timeout < 0 || c.Timeout > MaxTimeout:
+		return bad("timeout", "%v is out of range (allowed: 1ns to %v)", c.Timeout, MaxTimeout)
+	case c.MaxRetryWait < 0 || c.MaxRetryWait > MaxTimeout:
+		return bad("max_retry_wait", "%v is out of range (allowed: 1ns to %v)", c.MaxRetryWait, MaxTimeout)
+	case c.Concurrency < 1 || c.Concurrency > MaxConcurrency:
+		return bad("concurrency", "%d is out of range (allowed: 1 to %d)", c.Concurrency, MaxConcurrency)
+	case c.MaxRetries > MaxRetries:
+		return bad("max_retries", "%d is out of range (allowed: negative for none, 1 to %d)", c.MaxRetries, MaxRetries)
+	case c.CacheMaxBytes > MaxCacheBytes:
+		return bad("cache_max_bytes", "%d is out of range (allowed: negative for none, 1 to %d)", c.CacheMaxBytes, int64(MaxCacheBytes))
 	}
 	return nil
 }
+
+// Upper bounds of the provider's settings (Validate).
+const (
+	MaxTimeout     = time.Hour
+	MaxConcurrency = 256
+	MaxRetries     = 10
+	MaxCacheBytes  = 16 << 30
+)
 
 // validEnvName reports whether s is a POSIX environment variable name.
 func validEnvName(s string) bool {

@@ -9,8 +9,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
@@ -28,7 +31,18 @@ type Schema struct {
 	properties map[string]bool
 	openKeys   bool // additionalProperties allows keys outside properties
 	defaults   map[string]any
+
+	// valid remembers configs that validated: a daemon resolves the same
+	// few on every request, and validating took tens of microseconds.
+	validMu sync.Mutex
+	valid   map[string]struct{}
+	// intKeys are the properties whose type is integer: their values are
+	// sent as integer literals (see integral).
+	intKeys map[string]bool
 }
+
+// maxValid bounds Schema.valid; when full it starts over.
+const maxValid = 64
 
 // Compile compiles a plugin's config schema and checks its defaults. An
 // empty schema accepts any object. Only in-document $refs are resolved.
@@ -60,10 +74,13 @@ func Compile(policy string, schema, defaults json.RawMessage) (*Schema, error) {
 	if s.compiled, err = c.Compile(url); err != nil {
 		return nil, fmt.Errorf("%w: policy %s: config_schema: %v", ErrInvalid, policy, err)
 	}
-	s.properties = map[string]bool{}
+	s.properties, s.intKeys = map[string]bool{}, map[string]bool{}
 	if props, ok := obj["properties"].(map[string]any); ok {
-		for k := range props {
+		for k, v := range props {
 			s.properties[k] = true
+			if prop, ok := v.(map[string]any); ok && isIntegerType(prop["type"]) {
+				s.intKeys[k] = true
+			}
 		}
 	}
 	switch ap := obj["additionalProperties"].(type) {
@@ -73,6 +90,15 @@ func Compile(policy string, schema, defaults json.RawMessage) (*Schema, error) {
 		s.openKeys = ap
 	default:
 		s.openKeys = true
+	}
+	for k := range s.intKeys {
+		if v, ok := s.defaults[k]; ok {
+			iv, err := integral(v)
+			if err != nil {
+				return nil, fmt.Errorf("%w: policy %s: defaults: %s: %v", ErrInvalid, policy, k, err)
+			}
+			s.defaults[k] = iv
+		}
 	}
 	if _, err := s.Resolve(); err != nil {
 		return nil, fmt.Errorf("policy %s: defaults do not match config_schema: %w", policy, err)
@@ -133,6 +159,13 @@ func (s *Schema) Resolve(layers ...Layer) (json.RawMessage, error) {
 			return nil, err
 		}
 		for k, v := range l.Values {
+			if s.intKeys[k] {
+				iv, err := integral(v)
+				if err != nil {
+					return nil, fmt.Errorf("%w: %s: policy %s: %s: %v", ErrInvalid, l.Source, s.policy, k, err)
+				}
+				v = iv
+			}
 			merged[k] = v
 		}
 	}
@@ -140,7 +173,7 @@ func (s *Schema) Resolve(layers ...Layer) (json.RawMessage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: policy %s: %v", ErrInvalid, s.policy, err)
 	}
-	if s.compiled != nil {
+	if s.compiled != nil && !s.validated(b) {
 		// Validate what the plugin will decode: the JSON, read back with
 		// json.Number semantics as the schema library expects.
 		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
@@ -150,8 +183,84 @@ func (s *Schema) Resolve(layers ...Layer) (json.RawMessage, error) {
 		if err := s.compiled.Validate(doc); err != nil {
 			return nil, fmt.Errorf("%w: policy %s: %s", ErrInvalid, s.policy, describe(err))
 		}
+		s.validMu.Lock()
+		if len(s.valid) >= maxValid || s.valid == nil {
+			s.valid = make(map[string]struct{}, maxValid)
+		}
+		s.valid[string(b)] = struct{}{}
+		s.validMu.Unlock()
 	}
 	return b, nil
+}
+
+// validated reports whether the config b validated before.
+func (s *Schema) validated(b []byte) bool {
+	s.validMu.Lock()
+	defer s.validMu.Unlock()
+	_, ok := s.valid[string(b)]
+	return ok
+}
+
+// isIntegerType reports whether a JSON Schema "type" is integer (alone, or
+// with null).
+func isIntegerType(t any) bool {
+	switch t := t.(type) {
+	case string:
+		return t == "integer"
+	case []any:
+		found := false
+		for _, x := range t {
+			switch x {
+			case "integer":
+				found = true
+			case "null":
+			default:
+				return false
+			}
+		}
+		return found
+	}
+	return false
+}
+
+// integral returns an integer-typed key's value as an int64 when it is a
+// whole number written any way (8, 8.0, 1e3; from JSON, YAML or a flag),
+// so the plugin receives an integer literal it can decode into an int. A
+// whole number outside int64 (1e100) is an error: JSON Schema calls it an
+// integer, but no plugin can read it as one. Anything else is returned as
+// is, for the schema to judge.
+func integral(v any) (any, error) {
+	var f float64
+	switch n := v.(type) {
+	case json.Number:
+		if i, err := n.Int64(); err == nil {
+			return i, nil
+		}
+		var err error
+		if f, err = n.Float64(); err != nil && !errors.Is(err, strconv.ErrRange) {
+			return v, nil
+		}
+	case float64:
+		f = n
+	case float32:
+		f = float64(n)
+	case uint64:
+		if n > math.MaxInt64 {
+			return nil, fmt.Errorf("%d is out of range (want an integer from %d to %d)", n, int64(math.MinInt64), int64(math.MaxInt64))
+		}
+		return int64(n), nil
+	case uint:
+		return integral(uint64(n))
+	default:
+		return v, nil
+	}
+	if f != math.Trunc(f) || math.IsNaN(f) {
+		return v, nil // not a whole number: the schema says so
+	}
+	if f < math.MinInt64 || f >= math.MaxInt64 {
+		return nil, fmt.Errorf("%v is out of range (want an integer from %d to %d)", v, int64(math.MinInt64), int64(math.MaxInt64))
+	}
+	return int64(f), nil
 }
 
 // describe flattens a schema validation error into one line that names the

@@ -1,6 +1,7 @@
 package policyconfig
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -32,6 +33,14 @@ func TestResolve(t *testing.T) {
 		{name: "below minimum", layers: []Layer{{"request", map[string]any{"window_size": 0}}}, wantErr: "window_size: minimum"},
 		{name: "enum", layers: []Layer{{"request", map[string]any{"start_on": "assistant"}}}, wantErr: "start_on"},
 		{name: "fraction for integer", layers: []Layer{{"request", map[string]any{"window_size": 2.5}}}, wantErr: "window_size"},
+		// F10: JSON Schema calls 1e100 an integer; no plugin can read it.
+		{name: "huge float for integer", layers: []Layer{{"config file", map[string]any{"window_size": 1e100}}},
+			wantErr: "config file: policy sliding: window_size: 1e+100 is out of range (want an integer from -9223372036854775808 to 9223372036854775807)"},
+		{name: "huge JSON number for integer", layers: []Layer{{"request", map[string]any{"window_size": json.Number("1e100")}}}, wantErr: "window_size: 1e100 is out of range"},
+		{name: "over int64", layers: []Layer{{"request", map[string]any{"window_size": json.Number("9223372036854775808")}}}, wantErr: "out of range"},
+		{name: "over int64 from YAML", layers: []Layer{{"config file", map[string]any{"window_size": uint64(1 << 63)}}}, wantErr: "out of range"},
+		{name: "whole float sent as an integer", layers: []Layer{{"request", map[string]any{"window_size": json.Number("8.0"), "max_tokens": 1e3}}},
+			want: `{"include_summary_marker":true,"max_tokens":1000,"start_on":"","window_size":8}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

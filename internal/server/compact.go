@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -16,22 +17,38 @@ import (
 	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/compactor"
+	"github.com/compactd/compactd/internal/config"
+	"github.com/compactd/compactd/internal/jsonscan"
 	"github.com/compactd/compactd/internal/models"
+	"github.com/compactd/compactd/internal/proxy"
 	"github.com/compactd/compactd/internal/store"
 )
 
-// maxConversationID caps a caller's conversation_id.
-const maxConversationID = 256
+// Limits of a compaction request (README.md, "POST /v1/compact").
+const (
+	// maxConversationID caps a caller's conversation_id, in bytes.
+	maxConversationID = 256
+	// maxModelName caps the model's name, in bytes.
+	maxModelName = 256
+	// maxPipeline caps the policies one request may run.
+	maxPipeline = config.MaxPipeline
+)
 
 // compactTail is the response after its messages, which are written as
 // the caller's bytes rather than re-encoded.
 type compactTail struct {
-	Compacted        bool            `json:"compacted"`
-	Summary          string          `json:"summary"`
-	ConversationID   string          `json:"conversation_id"`
-	Warnings         []string        `json:"warnings"`
+	Compacted      bool     `json:"compacted"`
+	Summary        string   `json:"summary"`
+	ConversationID string   `json:"conversation_id"`
+	Warnings       []string `json:"warnings"`
+	// CacheBreakpoints are the messages marked with cache_control, when
+	// the request asked for them.
 	CacheBreakpoints []int           `json:"cache_breakpoints,omitempty"`
 	Stats            compactor.Stats `json:"stats"`
+	// Format and System are set for Anthropic-format conversations (and
+	// for a proxied conversation's stored request).
+	Format string          `json:"format,omitempty"`
+	System json.RawMessage `json:"system,omitempty"`
 }
 
 // handleCompact serves POST /v1/compact.
@@ -39,7 +56,7 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	cfg := s.opts.Config.Current()
 	ctx, cancel := context.WithTimeout(r.Context(), cfg.Limits.RequestTimeout.D())
 	defer cancel()
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, cfg.Limits.MaxBodyBytes))
+	data, err := readBody(w, r, cfg.Limits.MaxBodyBytes)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -47,11 +64,18 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 		}
 		return apiErrorf(http.StatusBadRequest, CodeBadRequest, "reading the body: %v", err)
 	}
-	req, err := decodeCompactRequest(data)
+	req, conv, err := decodeCompactRequest(data, s.memory)
 	if err != nil {
 		return err
 	}
-	if n := len(req.Messages); n > cfg.Limits.MaxMessages {
+	if conv == nil && req.Messages == nil {
+		return s.compactStored(ctx, w, req, cfg)
+	}
+	conv, back, err := requestConversation(req, conv)
+	if err != nil {
+		return err
+	}
+	if n := conv.Len(); n > cfg.Limits.MaxMessages {
 		return apiErrorf(http.StatusRequestEntityTooLarge, CodeTooManyMessages, "%d messages; the limit is %d (limits.max_messages)", n, cfg.Limits.MaxMessages)
 	}
 	pipeline, err := choosePipeline(req, cfg.DefaultPipeline())
@@ -66,10 +90,6 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	conv, err := chat.FromRaw(req.Messages)
-	if err != nil {
-		return err
-	}
 	resp, err := s.opts.Compactor.Compact(ctx, compactor.Request{
 		Conversation: conv, Pipeline: pipeline, Overrides: overrides, Model: req.Model,
 		ConversationID: req.ConversationID, ContextWindow: req.ContextWindow, TargetTokens: req.TargetTokens,
@@ -77,18 +97,38 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	chat.Remember(conv, resp.Stats.Encoding)
 	s.record(req, pipeline, conv, resp)
 
-	tail := compactTail{Compacted: resp.Compacted, Summary: resp.Summary, ConversationID: resp.ConversationID,
-		Warnings: resp.Warnings, Stats: resp.Stats}
-	out := resp.Conversation
-	if req.CacheBreakpoints && len(resp.CacheBreakpoints) > 0 {
-		if marked, err := out.WithCacheBreakpoints(resp.CacheBreakpoints); err != nil {
-			tail.Warnings = append(tail.Warnings, "cache breakpoints not applied: "+err.Error())
+	msgs := resp.Conversation.Raw
+	format, system := "", json.RawMessage(nil)
+	var marks []int
+	var warnings []string
+	switch {
+	case back != nil:
+		if msgs, err = back(resp); err != nil {
+			return err
+		}
+		format, system = FormatAnthropic, req.System
+		if req.CacheBreakpoints {
+			warnings = append(warnings, "cache breakpoints are not applied to Anthropic-format conversations on /v1/compact yet")
+		}
+	case req.CacheBreakpoints && len(resp.CacheBreakpoints) > 0:
+		if marked, err := resp.Conversation.WithCacheBreakpoints(resp.CacheBreakpoints); err != nil {
+			warnings = append(warnings, "cache breakpoints not applied: "+err.Error())
 		} else {
-			out, tail.CacheBreakpoints = marked, resp.CacheBreakpoints
+			msgs, marks = marked.Raw, resp.CacheBreakpoints
 		}
 	}
+	return writeCompacted(w, msgs, resp, format, system, marks, warnings)
+}
+
+// writeCompacted writes a compaction's answer: the messages (the caller's
+// bytes, not re-encoded), then the rest.
+func writeCompacted(w http.ResponseWriter, msgs []json.RawMessage, resp *compactor.Response, format string, system json.RawMessage, marks []int, warnings []string) error {
+	tail := compactTail{Compacted: resp.Compacted, Summary: resp.Summary, ConversationID: resp.ConversationID,
+		Warnings: append(resp.Warnings, warnings...), Stats: resp.Stats, Format: format, System: system,
+		CacheBreakpoints: marks}
 	if tail.Warnings == nil {
 		tail.Warnings = []string{}
 	}
@@ -96,68 +136,288 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	msgs := out.MessagesJSON()
-	var buf bytes.Buffer
-	buf.Grow(len(msgs) + len(tb) + 16)
-	buf.WriteString(`{"messages":`)
-	buf.Write(msgs)
-	buf.WriteByte(',')
-	buf.Write(tb[1:])
-	buf.WriteByte('\n')
+	// The messages are written as the caller's bytes, straight to the
+	// connection's buffer: {"messages":[m0,m1,...],<tail>}.
+	size := len(`{"messages":[],`) + len(tb) - 1 + 1 // tail without its '{', then '\n'
+	for i, m := range msgs {
+		size += len(m)
+		if i > 0 {
+			size++
+		}
+	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", fmt.Sprint(buf.Len()))
+	w.Header().Set("Content-Length", strconv.Itoa(size))
 	w.WriteHeader(http.StatusOK)
-	w.Write(buf.Bytes())
+	io.WriteString(w, `{"messages":[`)
+	for i, m := range msgs {
+		if i > 0 {
+			io.WriteString(w, ",")
+		}
+		w.Write(m)
+	}
+	io.WriteString(w, "],")
+	w.Write(tb[1:])
+	io.WriteString(w, "\n")
 	return nil
 }
 
-// decodeCompactRequest decodes and checks the body's shape.
-func decodeCompactRequest(data []byte) (*client.CompactRequest, error) {
-	var req client.CompactRequest
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	dec.UseNumber()
-	if err := dec.Decode(&req); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "empty body: want a JSON object with \"messages\"")
+// observeCompaction counts a compaction in the metrics; it reports
+// whether a stage failed.
+func (s *Server) observeCompaction(resp *compactor.Response) (failed bool) {
+	for _, st := range resp.Stats.Stages {
+		outcome := "unchanged"
+		switch {
+		case st.Error != "":
+			outcome, failed = "failed", true
+		case st.Skipped != "":
+			outcome = "skipped"
+		case st.Compacted:
+			outcome = "compacted"
 		}
-		return nil, apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "%s", jsonProblem(data, err))
+		s.metrics.compactions.add(1, st.Policy, outcome)
+		s.metrics.stageLatency.observe(st.Duration.Seconds(), st.Policy)
+		if saved := st.TokensBefore - st.TokensAfter; saved > 0 {
+			s.metrics.tokensSaved.add(uint64(saved), st.Policy)
+		}
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "data after the JSON object")
-	}
-	switch {
-	case req.Messages == nil:
-		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "\"messages\" is required (an array of chat messages)")
-	case req.Policy != "" && len(req.Pipeline) > 0:
-		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "give \"policy\" or \"pipeline\", not both")
-	case len(req.ConversationID) > maxConversationID:
-		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "conversation_id is %d bytes; the limit is %d", len(req.ConversationID), maxConversationID)
-	case !utf8.ValidString(req.ConversationID) || strings.ContainsRune(req.ConversationID, 0):
-		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "conversation_id must be UTF-8 text without NUL")
-	case req.ContextWindow < 0 || req.TargetTokens < 0:
-		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "context_window and target_tokens must not be negative")
-	}
-	return &req, nil
+	s.metrics.tokensIn.Add(uint64(resp.Stats.TokensBefore))
+	s.metrics.tokensOut.Add(uint64(resp.Stats.TokensAfter))
+	return failed
 }
 
-// jsonProblem describes a decoding error with its position.
-func jsonProblem(data []byte, err error) string {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
+// readBody reads a request body of at most limit bytes into a buffer of
+// its exact size when the request says it (io.ReadAll grows its buffer
+// by copying, which cost as much as parsing the body).
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	body := http.MaxBytesReader(w, r.Body, limit)
+	n := r.ContentLength
+	if n < 0 || n > limit {
+		return io.ReadAll(body)
+	}
+	buf := make([]byte, n, n+1)
+	if _, err := io.ReadFull(body, buf); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("the body ends before its Content-Length of %d bytes", n)
+		}
+		return nil, err
+	}
+	return buf, nil
+}
+
+// requestFields are the fields of a compaction request, for the error
+// about an unknown one.
+const requestFields = "policy, pipeline, config, model, conversation_id, context_window, target_tokens, cache_breakpoints, format, system, messages"
+
+// decodeCompactRequest reads the body in one pass (chat's scanner): the
+// request's fields, and its messages as a conversation that views the
+// body's bytes, taken from mem where they repeat a remembered request.
+// It checks the body's shape; the conversation's structure is checked by
+// the compactor.
+func decodeCompactRequest(data []byte, mem *chat.Memory) (*client.CompactRequest, *chat.Conversation, error) {
+	if !utf8.Valid(data) {
+		// RFC 8259: JSON text exchanged between systems is UTF-8. The
+		// caller would otherwise get back text it did not send, or bytes
+		// no provider accepts.
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "the body is not UTF-8 (byte %d): JSON text is UTF-8 (RFC 8259)", invalidUTF8At(data))
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "empty body: want a JSON object with \"messages\"")
+	}
+	s := jsonscan.New(data)
+	var req client.CompactRequest
+	var conv *chat.Conversation
+	var convErr error // chat's error, for messages that may be Anthropic's
+	seenMessages, msgStart := false, 0
+	if k := s.Peek(); k != jsonscan.Object {
+		if _, _, _, err := s.Skip(); err != nil {
+			return nil, nil, jsonError(data, err)
+		}
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "the body is %s; want a JSON object with \"messages\"", k)
+	}
+	s.BeginObject()
+	for first := true; ; first = false {
+		key, esc, more, err := s.NextMember(first)
+		if err != nil {
+			return nil, nil, jsonError(data, err)
+		}
+		if !more {
+			break
+		}
+		name := jsonscan.Key(key, esc)
+		switch string(name) {
+		case "policy":
+			req.Policy, err = s.ReadString("policy")
+		case "model":
+			req.Model, err = s.ReadString("model")
+		case "conversation_id":
+			req.ConversationID, err = s.ReadString("conversation_id")
+		case "context_window":
+			req.ContextWindow, err = s.ReadInt("context_window")
+		case "target_tokens":
+			req.TargetTokens, err = s.ReadInt("target_tokens")
+		case "pipeline":
+			req.Pipeline, err = s.ReadStrings("pipeline")
+		case "config":
+			err = configField(s, &req.Config)
+		case "cache_breakpoints":
+			req.CacheBreakpoints, err = s.ReadBool("cache_breakpoints")
+		case "format":
+			req.Format, err = s.ReadString("format", FormatOpenAI, FormatAnthropic)
+		case "system":
+			// Anthropic's system prompt (a string or text blocks), which
+			// internal/anthropic converts.
+			var start, end int
+			if _, start, end, err = s.Skip(); err == nil {
+				req.System = data[start:end]
+			}
+		case "messages":
+			if seenMessages {
+				return nil, nil, apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "\"messages\" appears twice")
+			}
+			seenMessages = true
+			var null bool
+			if null, err = s.Null(); err != nil || null {
+				break
+			}
+			msgStart = s.Pos()
+			if req.Format == FormatAnthropic {
+				req.Messages, err = rawElements(s)
+				break
+			}
+			// OpenAI messages (the default), read as a conversation in
+			// this pass. A "format" that comes after them may still make
+			// them Anthropic messages: then what chat could not read is
+			// kept as raw messages for the converter, and its error
+			// reported only if the format stays OpenAI's.
+			if conv, err = mem.ScanMessages(s); err != nil && errors.Is(err, chat.ErrMalformed) && !errors.As(err, new(*jsonscan.Error)) {
+				convErr = err
+				s.Seek(msgStart)
+				req.Messages, err = rawElements(s)
+			}
+		default:
+			return nil, nil, apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "unknown field %q (fields: %s)", name, requestFields)
+		}
+		if err != nil {
+			return nil, nil, jsonError(data, err)
+		}
+	}
+	if err := s.End(); err != nil {
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "data after the JSON object")
+	}
 	switch {
+	case req.Format != FormatAnthropic && convErr != nil:
+		return nil, nil, jsonError(data, convErr)
+	case req.Format == FormatAnthropic && conv != nil:
+		// Read as OpenAI messages before "format" came: the converter
+		// takes them as raw messages.
+		s.Seek(msgStart)
+		var err error
+		if req.Messages, err = rawElements(s); err != nil {
+			return nil, nil, jsonError(data, err)
+		}
+		conv = nil
+	}
+	switch {
+	case conv == nil && req.Messages == nil && req.ConversationID == "":
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "\"messages\" is required (an array of chat messages), or a \"conversation_id\" alone to compact a proxied conversation's last request")
+	case req.Policy != "" && len(req.Pipeline) > 0:
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "give \"policy\" or \"pipeline\", not both")
+	case len(req.ConversationID) > maxConversationID:
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "conversation_id is %d bytes; the limit is %d", len(req.ConversationID), maxConversationID)
+	case !utf8.ValidString(req.ConversationID) || strings.ContainsRune(req.ConversationID, 0):
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "conversation_id must be UTF-8 text without NUL")
+	case req.Format != "" && req.Format != FormatOpenAI && req.Format != FormatAnthropic:
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "format %q: want \"openai\" (the default) or \"anthropic\"", req.Format)
+	case req.System != nil && req.Format != FormatAnthropic:
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "\"system\" is Anthropic's top-level system prompt: send it with \"format\": \"anthropic\" (OpenAI messages carry system messages in \"messages\")")
+	case len(req.Model) > maxModelName:
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "model is %d bytes; the limit is %d", len(req.Model), maxModelName)
+	case len(req.Pipeline) > maxPipeline:
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "pipeline has %d policies; the limit is %d", len(req.Pipeline), maxPipeline)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"context_window", req.ContextWindow}, {"target_tokens", req.TargetTokens}} {
+		if f.v < 0 || f.v > abi.MaxTokenCount {
+			return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "%s is %d; the range is 0 to %d tokens", f.name, f.v, abi.MaxTokenCount)
+		}
+	}
+	return &req, conv, nil
+}
+
+// invalidUTF8At returns the offset of the first byte of b that is not
+// part of valid UTF-8.
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
+}
+
+// rawElements reads the messages array as raw elements (views of the
+// body), for the Anthropic converter.
+func rawElements(s *jsonscan.Scanner) ([]json.RawMessage, error) {
+	if s.Peek() != jsonscan.Array {
+		return nil, s.WrongType("messages", "an array")
+	}
+	s.BeginArray()
+	out := make([]json.RawMessage, 0, 16)
+	for first := true; ; first = false {
+		more, err := s.NextElement(first)
+		if err != nil || !more {
+			return out, err
+		}
+		_, start, end, err := s.Skip()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s.Data()[start:end])
+	}
+}
+
+// jsonError turns an error from reading the body into its answer: a
+// syntax error (with its byte offset), a field of the wrong type, or a
+// malformed message (left to toAPIError: invalid_conversation).
+func jsonError(data []byte, err error) error {
+	var se *jsonscan.Error
+	var te *jsonscan.TypeError
+	switch {
+	case errors.Is(err, chat.ErrMalformed) && !errors.As(err, &se):
+		return err
+	case errors.As(err, &se) && se.Offset >= len(data):
+		return apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "the JSON ends early")
 	case errors.As(err, &se):
-		return fmt.Sprintf("not valid JSON at byte %d: %v", se.Offset, se)
+		return apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "not valid JSON at byte %d: %s", se.Offset, se.Msg)
 	case errors.As(err, &te):
-		return fmt.Sprintf("field %q: want %s, got JSON %s", te.Field, te.Type, te.Value)
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return "the JSON ends early"
+		return apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "field %q: want %s, got %s", te.Field, te.Want, te.Got)
 	}
-	msg := strings.TrimPrefix(err.Error(), "json: ")
-	if strings.HasPrefix(msg, "unknown field") {
-		msg += " (fields: policy, pipeline, config, model, conversation_id, context_window, target_tokens, cache_breakpoints, messages)"
+	return err
+}
+
+// configField reads config, an object of policy settings (or of one
+// object per policy), with encoding/json: it is small, and policyconfig
+// takes it as Go values.
+func configField(s *jsonscan.Scanner, dst *map[string]any) error {
+	switch s.Peek() {
+	case jsonscan.Null:
+		_, err := s.Null()
+		return err
+	case jsonscan.Object:
+	default:
+		return s.WrongType("config", "an object")
 	}
-	return msg
+	_, start, end, err := s.Skip()
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(s.Data()[start:end]))
+	dec.UseNumber()
+	return dec.Decode(dst)
 }
 
 // choosePipeline returns the policies to run.
@@ -205,26 +465,8 @@ func splitOverrides(cfg map[string]any, pipeline []string, keyed bool) (map[stri
 // record updates the conversation's status, its last-compaction record
 // (for the status page) and the metrics.
 func (s *Server) record(req *client.CompactRequest, pipeline []string, in *chat.Conversation, resp *compactor.Response) {
-	failed := false
-	for _, st := range resp.Stats.Stages {
-		outcome := "unchanged"
-		switch {
-		case st.Error != "":
-			outcome, failed = "failed", true
-		case st.Skipped != "":
-			outcome = "skipped"
-		case st.Compacted:
-			outcome = "compacted"
-		}
-		s.metrics.compactions.add(1, st.Policy, outcome)
-		s.metrics.stageLatency.observe(st.Duration.Seconds(), st.Policy)
-		if saved := st.TokensBefore - st.TokensAfter; saved > 0 {
-			s.metrics.tokensSaved.add(uint64(saved), st.Policy)
-		}
-	}
+	failed := s.observeCompaction(resp)
 	st := resp.Stats
-	s.metrics.tokensIn.Add(uint64(st.TokensBefore))
-	s.metrics.tokensOut.Add(uint64(st.TokensAfter))
 	window := req.ContextWindow
 	if window <= 0 {
 		window = models.ContextWindow(req.Model)
@@ -235,13 +477,31 @@ func (s *Server) record(req *client.CompactRequest, pipeline []string, in *chat.
 		MessagesAfter: st.MessagesAfter, TokensAfter: st.TokensAfter,
 		ContextWindow: window, Compacted: resp.Compacted, Failed: failed,
 	})
-	if resp.Compacted {
-		b, err := json.Marshal(compactionDetail(in, resp, req.Model, pipeline, time.Now()))
-		if err == nil {
-			err = s.opts.Store.SetLastCompaction(resp.ConversationID, b)
-		}
-		if err != nil {
-			s.logger.Warn("recording the compaction for the status page", "conversation", resp.ConversationID, "error", err)
-		}
+	s.recordDetail(in, resp, req.Model, pipeline)
+}
+
+// observeProxied counts a compaction the proxy ran in the metrics and
+// keeps its record for the status page, as record does for /v1/compact
+// (the proxy has recorded the conversation's status).
+func (s *Server) observeProxied(c proxy.Compaction) {
+	s.observeCompaction(c.Response)
+	s.recordDetail(c.Input, c.Response, c.Model, c.Pipeline)
+}
+
+// recordDetail keeps a compaction's last-compaction record (for the
+// status page and GET /v1/status?conversation_id=ID), when it compacted.
+func (s *Server) recordDetail(in *chat.Conversation, resp *compactor.Response, model string, pipeline []string) {
+	if !resp.Compacted {
+		return
+	}
+	// Described when the store writes it or the page reads it (once a
+	// second at most), not on every request: describing took a quarter
+	// of a compaction's time.
+	at := time.Now()
+	err := s.opts.Store.SetLastCompactionFunc(resp.ConversationID, func() ([]byte, error) {
+		return json.Marshal(compactionDetail(in, resp, model, pipeline, at))
+	})
+	if err != nil {
+		s.logger.Warn("recording the compaction for the status page", "conversation", resp.ConversationID, "error", err)
 	}
 }

@@ -7,14 +7,18 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/compactd/compactd/host"
+	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/config"
+	"github.com/compactd/compactd/internal/llm"
+	"github.com/compactd/compactd/internal/proxy"
 	"github.com/compactd/compactd/internal/store"
 	"github.com/compactd/compactd/internal/tokens"
 	"github.com/compactd/compactd/registry"
@@ -61,6 +65,7 @@ type Daemon struct {
 	reg    *registry.Registry
 	store  *store.Store
 	server *Server
+	proxy  *proxy.Proxy
 
 	unix      *unixSocket
 	tcp       net.Listener
@@ -95,6 +100,12 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 	}
 	cfg := d.cfg.Current()
 	d.logger.SetLevel(hclog.LevelFromString(cfg.LogLevel))
+	// Everything a config decides is built (and checked) before anything
+	// starts; config changes build the same plan as a dry run.
+	p, err := buildPlan(cfg, opts.Getenv, opts.LLM == nil)
+	if err != nil {
+		return nil, fmt.Errorf("config file %s: %w", d.cfg.Path(), err)
+	}
 	defer func() {
 		if err != nil {
 			d.closeAll(context.WithoutCancel(ctx))
@@ -118,11 +129,15 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 		return nil, fmt.Errorf("plugins directory: %w", err)
 	}
 	counter := tokens.New(tokens.Options{})
-	def, per := cfg.Limits.PluginLimits()
-	d.reg = registry.New(registry.Options{
-		Dir: cfg.PluginsDir, Engine: d.engine, DefaultLimits: def, Limits: per, Tokens: counter,
-		Debounce: opts.Debounce, Logger: d.logger.Named("registry"),
-	})
+	ropts := registry.Options{
+		Dir: cfg.PluginsDir, Engine: d.engine, DefaultLimits: p.pluginDefault, Limits: p.pluginLimits, Tokens: counter,
+		Debounce: opts.Debounce, Logger: d.logger.Named("registry"), StateDir: cfg.StateDir, Quick: true,
+		IdleUnload: cfg.Limits.PluginIdleUnload.D(),
+	}
+	if cfg.StateDir != "" {
+		ropts.DescribedDir = filepath.Join(cfg.StateDir, "described")
+	}
+	d.reg = registry.New(ropts)
 	if err := d.reg.Start(ctx); err != nil {
 		return nil, err
 	}
@@ -136,7 +151,8 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 	}
 
 	copts := compactor.Options{Policies: d.reg, Tokens: counter, Config: d.cfg, State: d.store, Logger: d.logger.Named("compactor")}
-	sopts := Options{Registry: d.reg, Store: d.store, Config: d.cfg, Version: opts.Version, Logger: d.logger.Named("api")}
+	sopts := Options{Registry: d.reg, Store: d.store, Config: d.cfg, Version: opts.Version, Logger: d.logger.Named("api"),
+		Memory: chat.NewMemory(chat.MemoryOptions{MaxBytes: cfg.Limits.ConversationCacheBytes})}
 	if opts.LLM != nil {
 		if copts.NewLLM, err = opts.LLM(cfg, d.store); err != nil {
 			return nil, fmt.Errorf("llm provider: %w", err)
@@ -152,12 +168,15 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 		}
 	}
 	sopts.Compactor = compactor.New(copts)
+	d.proxy = proxy.New(proxy.Options{Config: d.cfg, Compactor: sopts.Compactor, Store: d.store, Tokens: counter, Logger: d.logger.Named("proxy")})
+	sopts.Proxy = d.proxy
 	d.server = New(sopts)
+	d.proxy.SetObserver(d.server.observeProxied)
 	d.httpUnix = d.httpServer(cfg, d.server.Handler())
 	go d.serve(d.httpUnix, d.unix.Listener)
 
 	if cfg.TCP.Listen != "" {
-		token, err := d.token(cfg)
+		token, err := bearerToken(cfg, opts.Getenv)
 		if err != nil {
 			return nil, err
 		}
@@ -168,6 +187,9 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 		go d.serve(d.httpTCP, d.tcp)
 	}
 	c := d.reg.Counters()
+	if cfg.Proxy.Enabled() {
+		d.logger.Info("proxy forwarding", "openai", cfg.Proxy.OpenAI.Upstream, "anthropic", cfg.Proxy.Anthropic.Upstream)
+	}
 	d.logger.Info("compactd serving", "socket", cfg.Socket, "tcp", cfg.TCP.Listen, "policies", c.Serving,
 		"failed_loads", c.LoadFailures, "plugins", cfg.PluginsDir, "state", d.store.Path(), "config", d.cfg.Path())
 	return d, nil
@@ -191,8 +213,8 @@ func (d *Daemon) serve(srv *http.Server, ln net.Listener) {
 	}
 }
 
-// token reads the TCP listener's bearer token.
-func (d *Daemon) token(cfg *config.Config) (string, error) {
+// bearerToken reads the TCP listener's bearer token.
+func bearerToken(cfg *config.Config, getenv func(string) string) (string, error) {
 	var t string
 	if cfg.TCP.TokenFile != "" {
 		b, err := os.ReadFile(cfg.TCP.TokenFile)
@@ -201,7 +223,7 @@ func (d *Daemon) token(cfg *config.Config) (string, error) {
 		}
 		t = strings.TrimSpace(string(b))
 	} else {
-		t = strings.TrimSpace(d.opts.Getenv("COMPACTD_TOKEN"))
+		t = strings.TrimSpace(getenv("COMPACTD_TOKEN"))
 	}
 	if t == "" {
 		return "", errors.New("tcp.listen is set but there is no bearer token: set tcp.token_file or $COMPACTD_TOKEN")
@@ -209,10 +231,64 @@ func (d *Daemon) token(cfg *config.Config) (string, error) {
 	return t, nil
 }
 
-// checkConfig validates policy config (the environment's and the file's)
-// against the loaded plugins' schemas. Configured policies that are not
-// loaded are warnings.
+// plan is what a config makes a daemon build: Start builds it from the
+// config it starts with, and a config change (PUT /v1/config, SIGHUP)
+// builds it from the candidate as a dry run before anything is saved or
+// applied. A config the daemon accepts is one it could start with.
+type plan struct {
+	pluginDefault host.Limits            // every plugin's limits
+	pluginLimits  map[string]host.Limits // per policy, over pluginDefault
+}
+
+// buildPlan checks an effective config the way Start uses it: every
+// setting in range (flags included), the host's limits, the LLM
+// provider's block (decoded and validated, its API key present, nothing
+// opened; unless withLLM is false: DaemonOptions.LLM replaces the
+// provider), and the TCP listener's token. Its errors wrap
+// config.ErrInvalid and name the setting.
+func buildPlan(cfg *config.Config, getenv func(string) string, withLLM bool) (*plan, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", config.ErrInvalid, err)
+	}
+	def, per := cfg.Limits.PluginLimits()
+	if err := def.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: limits.plugin: %v", config.ErrInvalid, err)
+	}
+	for name, l := range per {
+		if err := l.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: limits.plugins.%s: %v", config.ErrInvalid, name, err)
+		}
+	}
+	if withLLM && cfg.LLM != nil && !cfg.LLM.IsZero() {
+		var lc llm.Config
+		if err := cfg.LLM.Decode(&lc); err != nil {
+			return nil, fmt.Errorf("%w: llm: %w", config.ErrInvalid, err)
+		}
+		if _, err := llm.New(lc, llm.WithGetenv(getenv), llm.WithCache(nil)); err != nil {
+			return nil, fmt.Errorf("%w: llm: %w", config.ErrInvalid, err)
+		}
+	}
+	if cfg.TCP.Listen != "" {
+		if _, err := bearerToken(cfg, getenv); err != nil {
+			return nil, fmt.Errorf("%w: %w", config.ErrInvalid, err)
+		}
+	}
+	return &plan{pluginDefault: def, pluginLimits: per}, nil
+}
+
+// checkConfig is the config manager's check of a candidate config: the
+// plan a start would build from it, the memory limits against what the
+// serving plugins declare they need, and policy config (the environment's
+// and the file's) against the loaded plugins' schemas. Configured
+// policies that are not loaded are warnings.
 func (d *Daemon) checkConfig(c *config.Config) ([]string, error) {
+	p, err := buildPlan(c, d.opts.Getenv, d.opts.LLM == nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.checkPluginMemory(p); err != nil {
+		return nil, err
+	}
 	var warnings []string
 	names := c.ConfiguredPolicies()
 	configured := map[string]bool{}
@@ -239,6 +315,31 @@ func (d *Daemon) checkConfig(c *config.Config) ([]string, error) {
 	return warnings, nil
 }
 
+// checkPluginMemory refuses memory limits below what a serving plugin
+// declares as its initial memory: under them it could not be
+// instantiated, and the reload would unload it.
+func (d *Daemon) checkPluginMemory(p *plan) error {
+	for _, in := range d.reg.Policies() {
+		if in.Plugin == nil {
+			continue
+		}
+		need := in.Plugin.InitialMemoryBytes()
+		key, limits := "limits.plugin.max_memory_mb", d.engine.Limits().Over(p.pluginDefault)
+		if per, ok := p.pluginLimits[in.Name]; ok {
+			limits = limits.Over(per)
+			if per.MaxMemoryPages != 0 {
+				key = "limits.plugins." + in.Name + ".max_memory_mb"
+			}
+		}
+		if have := uint64(limits.MaxMemoryPages) << 16; have < need {
+			needMB := (need + 1<<20 - 1) >> 20
+			return fmt.Errorf("%w: %w", config.ErrInvalid, &config.RangeError{Key: key, Value: fmt.Sprint(have >> 20),
+				Allowed: fmt.Sprintf("%d to %d while plugin %s is loaded (it declares %d MiB of initial memory)", max(needMB, config.MinPluginMemoryMB), config.MaxPluginMemoryMB, in.Name, needMB)})
+		}
+	}
+	return nil
+}
+
 // apply puts a new config into effect (it runs after Reload and Update).
 func (d *Daemon) apply(old, next *config.Config) {
 	d.logger.SetLevel(hclog.LevelFromString(next.LogLevel))
@@ -247,6 +348,9 @@ func (d *Daemon) apply(old, next *config.Config) {
 		d.reg.SetLimits(context.Background(), def, per)
 	}
 	d.store.SetLimits(next.State.TTL.D(), next.State.MaxConversations, next.State.MaxStateBytes)
+	if d.proxy != nil {
+		d.proxy.ConfigChanged(next)
+	}
 }
 
 // Reload reads the config file again (SIGHUP). An invalid file keeps the
@@ -330,6 +434,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 // closeAll releases what Start opened, in reverse order.
 func (d *Daemon) closeAll(ctx context.Context) error {
 	var errs []error
+	if d.proxy != nil {
+		d.proxy.Close()
+	}
 	if d.reg != nil {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		errs = append(errs, d.reg.Close(cctx))

@@ -153,7 +153,7 @@ func changedRows(in, out *chat.Conversation, i, a, j, b int, rewritten map[int]b
 		return []client.CompactionRow{sideRow(client.RowAdded, nil, added)}
 	case len(added) == 0:
 		return []client.CompactionRow{sideRow(client.RowDropped, removed, nil)}
-	case masked(in, out, i, a, j, rewritten):
+	case len(added) == len(removed) && masked(in, out, i, a, j, rewritten):
 		rows := make([]client.CompactionRow, len(removed))
 		for k := range removed {
 			rows[k] = client.CompactionRow{Kind: client.RowMasked, Before: removed[k : k+1], After: added[k : k+1]}

@@ -7,6 +7,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/client"
+	"github.com/compactd/compactd/internal/chat"
 )
 
 // TestContentPrefix: a long string content is decoded only as far as a
@@ -33,5 +35,37 @@ func TestContentPrefix(t *testing.T) {
 				t.Errorf("%s, limit %d: cut %v, bytes %d (raw %d)", tt.name, limit, p.Cut, p.Bytes, len(raw))
 			}
 		}
+	}
+}
+
+// TestChangedRowsUnequalSides: a summary that replaces several messages
+// is not taken for a one-for-one rewrite, even when the messages after it
+// happen to line up by role (deterministic on tau-bench did that, and the
+// answer was a 500).
+func TestChangedRowsUnequalSides(t *testing.T) {
+	msg := func(role, text string) string { return `{"role":"` + role + `","content":"` + text + `"}` }
+	var in, out []string
+	in = append(in, msg("system", "s"))
+	out = append(out, msg("system", "s"))
+	for i := 0; i < 8; i++ {
+		role := []string{"user", "assistant"}[i%2]
+		in = append(in, msg(role, "m"))
+	}
+	out = append(out, msg("user", "summary of 7"))
+	out = append(out, in[8])
+	for k := 0; k < 6; k++ { // more output, lined up by role with the removed input
+		out = append(out, msg([]string{"user", "assistant"}[k%2], "x"))
+	}
+	ci, err := chat.Parse([]byte("[" + strings.Join(in, ",") + "]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	co, err := chat.Parse([]byte("[" + strings.Join(out, ",") + "]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := changedRows(ci, co, 1, 8, 1, 2, map[int]bool{})
+	if len(rows) != 1 || rows[0].Kind != client.RowSummarized || len(rows[0].Before) != 7 || len(rows[0].After) != 1 {
+		t.Fatalf("rows %+v", rows)
 	}
 }

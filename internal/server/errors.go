@@ -18,6 +18,7 @@ const (
 	CodeBadRequest          = "bad_request"          // 400: the request is not what the endpoint takes
 	CodeInvalidJSON         = "invalid_json"         // 400: the body is not the JSON the endpoint takes
 	CodeInvalidConversation = "invalid_conversation" // 400: messages malformed or structurally invalid
+	CodeUnsupportedFormat   = "unsupported_format"   // 400: messages in another provider's format (Anthropic)
 	CodeInvalidConfig       = "invalid_config"       // 400: a policy config or config update is invalid
 	CodeNoPolicy            = "no_policy"            // 400: no policy named and no default configured
 	CodeUnauthorized        = "unauthorized"         // 401: TCP listener without the bearer token
@@ -59,6 +60,8 @@ func toAPIError(err error) *APIError {
 	case errors.As(err, &mbe):
 		return &APIError{Status: http.StatusRequestEntityTooLarge, Code: CodeRequestTooLarge,
 			Message: fmt.Sprintf("request body over %d bytes (limits.max_body_bytes)", mbe.Limit), Err: err}
+	case errors.Is(err, chat.ErrUnsupportedFormat):
+		return &APIError{Status: http.StatusBadRequest, Code: CodeUnsupportedFormat, Message: err.Error(), Err: err}
 	case errors.Is(err, chat.ErrMalformed), errors.Is(err, chat.ErrInvalid):
 		return &APIError{Status: http.StatusBadRequest, Code: CodeInvalidConversation, Message: err.Error(), Err: err}
 	case errors.Is(err, compactor.ErrUnknownPolicy):

@@ -47,16 +47,19 @@ func policyOf(in registry.Info) client.Policy {
 	if pl := in.Plugin; pl != nil {
 		d := pl.Description()
 		p.Serving, p.Version, p.ABI, p.Description = true, d.Version, d.ABI.String(), d.Description
-		p.ConfigSchema, p.Defaults, p.Exports, p.Path = d.ConfigSchema, d.Defaults, d.Exports, pl.Path()
+		p.ConfigSchema, p.Defaults, p.Exports, p.Path, p.View = d.ConfigSchema, d.Defaults, d.Exports, pl.Path(), pl.View()
 		l := pl.Limits()
 		p.Limits = &client.Limits{MaxMemoryBytes: int64(l.MaxMemoryPages) << 16, CallTimeout: l.CallTimeout.String(),
 			MaxOutputBytes: l.MaxOutputBytes, MaxInstances: l.MaxInstances}
 		st := pl.Stats()
 		p.Calls, p.Failures = st.Calls, st.Failures
+		p.Tier = pl.Tier()
+		p.Instances = &client.Instances{Idle: st.Idle, IdleMemoryBytes: st.IdleMemoryBytes}
 	}
 	if in.Error != nil {
 		p.Error = &client.LoadError{Message: in.Error.Error(), SHA256: in.ErrorSHA256, At: in.ErrorAt}
 	}
+	p.Quarantined, p.LogLinesDropped, p.LogLinesTruncated = in.Quarantined, in.LogDropped, in.LogTruncated
 	return p
 }
 
@@ -135,12 +138,18 @@ func (s *Server) status(limit int) client.Status {
 }
 
 func conversationOf(c store.Conversation) client.Conversation {
-	return client.Conversation{
+	out := client.Conversation{
 		ID: c.ID, Model: c.Model, Pipeline: c.Pipeline, Messages: c.Messages, Tokens: c.Tokens,
 		MessagesAfter: c.MessagesAfter, TokensAfter: c.TokensAfter, ContextWindow: c.ContextWindow, UsageRatio: c.UsageRatio,
 		Requests: c.Requests, Compactions: c.Compactions, Failures: c.Failures, TokensSaved: c.TokensSaved,
 		FirstSeen: c.FirstSeen, LastSeen: c.LastSeen, LastCompacted: c.LastCompacted,
+		Provider: c.Provider, NeedsCompaction: c.NeedsCompaction,
 	}
+	if u := c.LastUsage; u != nil {
+		out.LastUsage = &client.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
+			CacheReadTokens: u.CacheReadTokens, CacheWriteTokens: u.CacheWriteTokens, At: u.At}
+	}
+	return out
 }
 
 func (s *Server) configDocument(cfgJSON []byte) client.ConfigDocument {
@@ -168,14 +177,18 @@ func (s *Server) runningConfig() (client.ConfigDocument, error) {
 	return doc, nil
 }
 
-// configProblems checks the running config against the plugins loaded
-// now (a plugin reloaded with a new schema may reject it) and reports the
-// last failed reload of the config file (SIGHUP), which left the running
-// config in place.
+// configProblems runs the checks PUT /v1/config and SIGHUP make (the
+// daemon's checkConfig: the plan a start would build, the memory limits
+// against the plugins loaded, the plugins' schemas) on the running config
+// again, against the plugins loaded now (a plugin reloaded with a new
+// schema or more initial memory may reject it), and reports the last
+// failed reload of the config file (SIGHUP), which left the running
+// config in place. There is one notion of a config problem: what one of
+// these answers is what the others would.
 func (s *Server) configProblems() (warnings, errs []string) {
 	warnings, err := s.opts.Config.Check()
 	if err != nil {
-		errs = append(errs, "the running config no longer passes the loaded plugins' checks: "+err.Error())
+		errs = append(errs, "the running config would be refused now (by an update, a reload or a start): "+err.Error())
 	}
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
@@ -217,9 +230,35 @@ func (s *Server) handlePutConfig(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// handleHealth answers "ok", or "degraded" while no policy is loaded (the
+// daemon is up but every compaction would fail). Both are 200: the daemon
+// itself is alive.
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
-	writeJSON(w, http.StatusOK, client.Health{Status: "ok", Policies: s.opts.Registry.Counters().Serving})
+	h := client.Health{Status: "ok", Policies: s.opts.Registry.Counters().Serving}
+	if h.Policies == 0 {
+		h.Status = "degraded"
+	}
+	writeJSON(w, http.StatusOK, h)
 	return nil
+}
+
+// writePluginFileMetrics writes what is counted per plugin file: log
+// lines dropped over the rate limit and cut to the line limit, and the
+// files in quarantine.
+func writePluginFileMetrics(w io.Writer, infos []registry.Info) {
+	quarantined := 0
+	dropped := newCounterVec("compactd_plugin_log_lines_dropped_total", "Plugin log lines dropped over the rate limit, by plugin file.", "file")
+	truncated := newCounterVec("compactd_plugin_log_lines_truncated_total", "Plugin log lines cut to the line-length limit, by plugin file.", "file")
+	for _, in := range infos {
+		if in.Quarantined {
+			quarantined++
+		}
+		dropped.add(in.LogDropped, filepath.Base(in.File))
+		truncated.add(in.LogTruncated, filepath.Base(in.File))
+	}
+	dropped.write(w)
+	truncated.write(w)
+	writeGauge(w, "compactd_plugins_quarantined", "Plugin files not loaded because the daemon died while loading them.", float64(quarantined))
 }
 
 // ConfigReloaded counts a config reload (SIGHUP) in the metrics and keeps
@@ -255,8 +294,16 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) error {
 	writeCounter(&b, "compactd_plugin_conflicts_total", "Plugin loads refused because another file serves the name.", rc.Conflicts)
 	writeGauge(&b, "compactd_plugins_serving", "Policies serving.", float64(rc.Serving))
 	writeGauge(&b, "compactd_plugins_draining", "Replaced plugin versions still finishing calls.", float64(rc.Draining))
+	writePluginFileMetrics(&b, s.opts.Registry.Policies())
 	m.configReloads.write(&b)
 	writeGauge(&b, "compactd_conversations_tracked", "Conversations in the store.", float64(s.opts.Store.Totals().Conversations))
+	ms := s.memory.Stats()
+	writeCounter(&b, "compactd_conversation_cache_hits_total", "Compaction requests that repeated a remembered request of their conversation.", ms.Hits)
+	writeCounter(&b, "compactd_conversation_cache_misses_total", "Compaction requests that found no remembered request to reuse.", ms.Misses)
+	writeCounter(&b, "compactd_conversation_cache_reused_messages_total", "Messages taken from a remembered request (neither parsed nor counted again).", ms.Reused)
+	writeCounter(&b, "compactd_conversation_cache_parsed_messages_total", "Messages parsed from request bodies.", ms.Parsed)
+	writeGauge(&b, "compactd_conversation_cache_entries", "Conversations remembered (limits.conversation_cache_bytes bounds them).", float64(ms.Entries))
+	writeGauge(&b, "compactd_conversation_cache_bytes", "Bytes the remembered conversations hold.", float64(ms.Bytes))
 	if s.opts.LLMStats != nil {
 		writeLLMMetrics(&b, s.opts.LLMStats())
 	}

@@ -163,6 +163,9 @@ func (td *testDaemon) raw(t testing.TB, method, path, body string) (int, []byte,
 	if err != nil {
 		t.Fatal(err)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := td.http.Do(req)
 	if err != nil {
 		t.Fatal(err)

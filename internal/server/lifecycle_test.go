@@ -116,6 +116,8 @@ func TestStartErrors(t *testing.T) {
 		want         string
 	}{
 		{"invalid config file", "limits: {max_mesages: 1}\n", nil, `unknown key "limits.max_mesages"`},
+		{"limit out of range, edited by hand", "limits:\n  plugin:\n    max_instances: -3\n", nil, "line 3: limits.plugin.max_instances: -3 is out of range (allowed: 1 to 256"},
+		{"memory limit wrapping to 4 GiB", "limits:\n  plugin: {max_memory_mb: -1}\n", nil, "line 2: limits.plugin.max_memory_mb: -1"},
 		{"config a plugin rejects", "policies: {lastn: {n: 0}}\n", nil, "lastn"},
 		{"tcp without a token", "tcp: {listen: '127.0.0.1:0'}\n", nil, "no bearer token"},
 		{"tcp token file missing", "tcp: {listen: '127.0.0.1:0', token_file: /nonexistent/token}\n", nil, "token_file"},

@@ -24,6 +24,9 @@ import (
 var spec *apitest.Validator
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(childDirEnv); dir != "" {
+		os.Exit(runChildDaemon(dir, os.Getenv(childCacheEnv)))
+	}
 	flag.Parse()
 	v, err := apitest.New()
 	if err != nil {
@@ -97,7 +100,7 @@ func TestErrorCodesMatchSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	ours := map[string]int{
-		CodeBadRequest: 400, CodeInvalidJSON: 400, CodeInvalidConversation: 400, CodeInvalidConfig: 400, CodeNoPolicy: 400,
+		CodeBadRequest: 400, CodeInvalidJSON: 400, CodeInvalidConversation: 400, CodeUnsupportedFormat: 400, CodeInvalidConfig: 400, CodeNoPolicy: 400,
 		CodeUnauthorized: 401, CodeUnknownPolicy: 404, CodeNotFound: 404, CodeMethodNotAllowed: 405,
 		CodeRequestTooLarge: 413, CodeTooManyMessages: 413, CodeInternal: 500,
 	}

@@ -180,6 +180,18 @@ func TestStatusPage(t *testing.T) {
 	if _, body, _ := td.raw(t, "GET", "/", ""); !strings.Contains(string(body), `id="config-errors"`) {
 		t.Error("the page does not show the failed reload")
 	}
+	// A value out of range is the same kind of problem, found by the same
+	// checks PUT /v1/config and a start make: named with its key, range
+	// and line.
+	os.WriteFile(td.config, []byte("# hand-edited\nlimits:\n  plugin:\n    max_instances: -3\n"), 0o600)
+	td.Reload()
+	const rangeErr = "line 4: limits.plugin.max_instances: -3 is out of range (allowed: 1 to 256"
+	if doc, err := td.c.Config(bg); err != nil || len(doc.Errors) != 1 || !strings.Contains(doc.Errors[0], rangeErr) {
+		t.Errorf("GET /v1/config after a reload of an out-of-range file: %+v, %v", doc, err)
+	}
+	if _, body, _ := td.raw(t, "GET", "/", ""); !strings.Contains(string(body), "limits.plugin.max_instances: -3 is out of range") {
+		t.Error("the page does not show the out-of-range setting")
+	}
 	os.WriteFile(td.config, []byte("policies: {absent: {x: 1}}\n"), 0o600)
 	if _, err := td.Reload(); err != nil {
 		t.Fatal(err)

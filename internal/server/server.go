@@ -15,6 +15,9 @@
 //	GET  /metrics               Prometheus text format
 //	GET  /v1/openapi.yaml       the API's OpenAPI 3.1 document (also .json)
 //	GET  /                      the status page (HTML; /conversation?id=ID)
+//	POST /v1/chat/completions   the OpenAI-compatible proxy (internal/proxy)
+//	POST /v1/messages           the Anthropic-compatible proxy
+//	*    /v1/…                  other provider paths, forwarded by the proxy
 //
 // api/openapi.yaml describes them. Every error answer is
 // {"error":{"code":…,"message":…}} with a stable code (see the Code
@@ -33,9 +36,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/llm"
+	"github.com/compactd/compactd/internal/proxy"
 	"github.com/compactd/compactd/internal/store"
 	"github.com/compactd/compactd/registry"
 	"github.com/hashicorp/go-hclog"
@@ -51,13 +56,22 @@ type Options struct {
 	Version string
 	// LLMStats, if set, reports the LLM provider's counters on /metrics.
 	LLMStats func() llm.Stats
+	// Proxy, if set, serves the provider-compatible routes
+	// (/v1/chat/completions, /v1/messages, and other /v1/ paths it
+	// forwards) and manual compaction of proxied conversations.
+	Proxy *proxy.Proxy
 	// Logger receives request errors (discarded if nil).
 	Logger hclog.Logger
+	// Memory remembers the conversations of recent requests, so a request
+	// that extends one is parsed and counted only for its new messages
+	// (chat.Memory). Nil: one of chat.DefaultMemoryBytes.
+	Memory *chat.Memory
 }
 
 // Server is the API's handler. It is safe for concurrent use.
 type Server struct {
 	opts    Options
+	memory  *chat.Memory
 	logger  hclog.Logger
 	metrics *metrics
 	started time.Time
@@ -74,7 +88,10 @@ const maxConfigBody = 1 << 20
 
 // New returns a Server.
 func New(opts Options) *Server {
-	s := &Server{opts: opts, logger: opts.Logger, metrics: newMetrics(), started: time.Now(), mux: http.NewServeMux()}
+	s := &Server{opts: opts, memory: opts.Memory, logger: opts.Logger, metrics: newMetrics(), started: time.Now(), mux: http.NewServeMux()}
+	if s.memory == nil {
+		s.memory = chat.NewMemory(chat.MemoryOptions{})
+	}
 	if s.logger == nil {
 		s.logger = hclog.NewNullLogger()
 	}
@@ -87,10 +104,13 @@ func New(opts Options) *Server {
 	s.route("/metrics", "metrics", map[string]handlerFunc{http.MethodGet: s.handleMetrics})
 	s.routeOpenAPI()
 	s.routePages()
-	s.route("/", "not_found", map[string]handlerFunc{"*": func(w http.ResponseWriter, r *http.Request) error {
-		return apiErrorf(http.StatusNotFound, CodeNotFound, "no endpoint %s %s (GET /v1/openapi.yaml describes the API)", r.Method, r.URL.Path)
-	}})
+	s.routeProxy()
+	s.route("/", "not_found", map[string]handlerFunc{"*": s.notFound})
 	return s
+}
+
+func (s *Server) notFound(w http.ResponseWriter, r *http.Request) error {
+	return apiErrorf(http.StatusNotFound, CodeNotFound, "no endpoint %s %s (GET /v1/openapi.yaml describes the API)", r.Method, r.URL.Path)
 }
 
 // handlerFunc serves one method of one endpoint; an error becomes the
@@ -115,6 +135,10 @@ func (s *Server) route(pattern, name string, methods map[string]handlerFunc) {
 		defer func() {
 			s.metrics.inflight.Add(-1)
 			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler { // a proxied stream cut by its upstream: abort the connection too
+					s.metrics.requests.add(1, name, "aborted")
+					panic(p)
+				}
 				s.logger.Error("panic serving a request", "path", r.URL.Path, "panic", p, "stack", string(debug.Stack()))
 				if !sw.wrote {
 					writeError(sw, apiErrorf(http.StatusInternalServerError, CodeInternal, "internal error"))
@@ -170,31 +194,67 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
+// Unwrap lets http.ResponseController reach the connection (flushes and
+// deadlines for proxied streams).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 // Handler returns the API for the Unix socket (no authentication: the
 // socket is owner-only).
 func (s *Server) Handler() http.Handler { return s.mux }
 
-// TokenHandler returns the API behind a bearer token, for the TCP
-// listener: every request needs `Authorization: Bearer TOKEN`, except the
-// status page's, which a browser may open with ?token=TOKEN once (see
-// pageAuth).
+// proxied reports whether r goes to the proxy rather than to compactd's
+// own API: one of the proxy's routes, or a path under /v1/ that no
+// endpoint of compactd's serves and the proxy forwards (as the mux routes
+// it, so /v1/status stays compactd's whatever upstreams are configured).
+func (s *Server) proxied(r *http.Request) bool {
+	if s.opts.Proxy == nil {
+		return false
+	}
+	switch _, pattern := s.mux.Handler(r); pattern {
+	case proxy.RouteOpenAI, proxy.RouteAnthropic:
+		return true
+	case proxyForwardPattern:
+		return s.opts.Proxy.Forwards(r)
+	}
+	return false
+}
+
+// TokenHandler returns the API behind a token, for the TCP listener.
+// compactd's own endpoints take `Authorization: Bearer TOKEN` or
+// `X-Compactd-Token: TOKEN`; proxied requests take only the latter, as
+// their Authorization header is the provider's key (passed upstream
+// untouched, never compared or logged here). The status page's requests
+// may instead come from a browser that opened it with ?token=TOKEN once
+// (see pageAuth).
 func (s *Server) TokenHandler(token string) http.Handler {
-	want := []byte("Bearer " + token)
+	bearer := []byte("Bearer " + token)
 	session := pageSession(token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
+		proxied := s.proxied(r)
+		var got, want []byte
+		if t := r.Header.Get(proxy.HeaderToken); t != "" || proxied {
+			got, want = []byte(t), []byte(token)
+		} else {
+			got, want = []byte(r.Header.Get("Authorization")), bearer
+		}
 		if subtle.ConstantTimeCompare(got, want) == 1 {
 			s.mux.ServeHTTP(w, r)
 			return
 		}
-		if handled, ok := s.pageAuth(w, r, token, session); handled || ok {
-			if ok {
-				s.mux.ServeHTTP(w, r)
+		if !proxied {
+			if handled, ok := s.pageAuth(w, r, token, session); handled || ok {
+				if ok {
+					s.mux.ServeHTTP(w, r)
+				}
+				return
 			}
-			return
 		}
 		s.metrics.requests.add(1, "unauthorized", "401")
+		if proxied {
+			s.opts.Proxy.Unauthorized(w, r, "proxied requests on compactd's TCP listener need the header "+proxy.HeaderToken+": <compactd token> (Authorization stays the provider's key)")
+			return
+		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="compactd"`)
-		writeError(w, apiErrorf(http.StatusUnauthorized, CodeUnauthorized, "this listener needs Authorization: Bearer <token> (in a browser, open /?token=<token>)"))
+		writeError(w, apiErrorf(http.StatusUnauthorized, CodeUnauthorized, "this listener needs Authorization: Bearer <token> or "+proxy.HeaderToken+": <token> (in a browser, open /?token=<token>)"))
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/client"
@@ -147,9 +148,25 @@ func TestCompactErrors(t *testing.T) {
 		{"empty conversation", `{"policy":"lastn","messages":[]}`, 400, CodeInvalidConversation, ""},
 		{"orphan tool result", `{"policy":"lastn","messages":[{"role":"user","content":"a"},{"role":"tool","tool_call_id":"x","content":"b"}]}`, 400, CodeInvalidConversation, "tool"},
 		{"unknown role", `{"policy":"lastn","messages":[{"role":"robot","content":"a"}]}`, 400, CodeInvalidConversation, "robot"},
+		{"anthropic tool_result", `{"policy":"lastn","messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"42"}]}]}`, 400, CodeUnsupportedFormat, `Anthropic Messages format (content block of type "tool_result")`},
+		{"anthropic tool_use", `{"policy":"lastn","messages":[{"role":"user","content":"a"},{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"f","input":{}}]}]}`, 400, CodeUnsupportedFormat, "message 1 is in the Anthropic"},
 		{"conversation id with NUL", `{"policy":"lastn","conversation_id":"a\u0000b","messages":` + msgs + `}`, 400, CodeBadRequest, "NUL"},
 		{"conversation id too long", `{"policy":"lastn","conversation_id":"` + strings.Repeat("x", 300) + `","messages":` + msgs + `}`, 400, CodeBadRequest, "limit is 256"},
-		{"negative window", `{"policy":"lastn","context_window":-1,"messages":` + msgs + `}`, 400, CodeBadRequest, "negative"},
+		{"negative window", `{"policy":"lastn","context_window":-1,"messages":` + msgs + `}`, 400, CodeBadRequest, "context_window is -1; the range is 0 to 2147483647"},
+		// F7: beyond what a plugin can be sent, not truncated.
+		{"window over 2^32", `{"policy":"lastn","context_window":4294967296,"messages":` + msgs + `}`, 400, CodeBadRequest, "context_window is 4294967296; the range is 0 to 2147483647"},
+		{"target over 2^31", `{"policy":"lastn","target_tokens":2147483648,"messages":` + msgs + `}`, 400, CodeBadRequest, "target_tokens is 2147483648"},
+		{"window as a float", `{"policy":"lastn","context_window":1e100,"messages":` + msgs + `}`, 400, CodeInvalidJSON, `field "context_window"`},
+		// F8: invalid UTF-8 anywhere, even where nothing decodes it.
+		{"invalid UTF-8 in content", "{\"policy\":\"lastn\",\"messages\":[{\"role\":\"user\",\"content\":\"caf\xe9\"}]}", 400, CodeInvalidJSON, "not UTF-8 (byte 59)"},
+		{"invalid UTF-8 in conversation id", "{\"policy\":\"lastn\",\"conversation_id\":\"\xff\",\"messages\":" + msgs + "}", 400, CodeInvalidJSON, "not UTF-8"},
+		{"invalid UTF-8 in an unknown field", "{\"policy\":\"lastn\",\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"x\":\"\xc3\"}]}", 400, CodeInvalidJSON, "not UTF-8"},
+		// F9: content parts in OpenAI's format.
+		{"unknown content part", `{"policy":"lastn","messages":[{"role":"user","content":[{"type":"tool_result","content":"x"}]}]}`, 400, CodeInvalidConversation, `type "tool_result" is not a content part of user messages`},
+		{"content part not an object", `{"policy":"lastn","messages":[{"role":"user","content":[42]}]}`, 400, CodeInvalidConversation, "content part 0: want an object"},
+		// F6: pipelines are capped.
+		{"pipeline too long", `{"pipeline":` + mustJSON(t, strings.Split(strings.Repeat("lastn ", 17), " ")[:17]) + `,"messages":` + msgs + `}`, 400, CodeBadRequest, "pipeline has 17 policies; the limit is 16"},
+		{"model name too long", `{"policy":"lastn","model":"` + strings.Repeat("m", 300) + `","messages":` + msgs + `}`, 400, CodeBadRequest, "model is 300 bytes"},
 		{"too many messages", `{"policy":"lastn","messages":` + mustJSON(t, chatMessages(10)) + `}`, 413, CodeTooManyMessages, "limit is 20"},
 		{"body too large", `{"policy":"lastn","messages":[{"role":"user","content":"` + strings.Repeat("x", 5000) + `"}]}`, 413, CodeRequestTooLarge, "4096"},
 	}
@@ -211,7 +228,7 @@ func TestPolicies(t *testing.T) {
 	if broken.Name != "broken" || broken.Serving || broken.Error == nil || !strings.Contains(broken.Error.Message, "not a valid compactd plugin module") || broken.Error.SHA256 == "" {
 		t.Errorf("broken = %+v", broken)
 	}
-	if !lastn.Serving || lastn.Path != "fast" || lastn.ABI != "1.0" || lastn.Limits == nil || lastn.Limits.CallTimeout != "10s" || len(lastn.SHA256) != 64 || lastn.LoadedAt.IsZero() {
+	if !lastn.Serving || lastn.Path != "fast" || lastn.ABI != "1.0" || lastn.View != "full" || lastn.Limits == nil || lastn.Limits.CallTimeout != "10s" || len(lastn.SHA256) != 64 || lastn.LoadedAt.IsZero() {
 		t.Errorf("lastn = %+v", lastn)
 	}
 	if sliding.Path != "fast" || len(sliding.ConfigSchema) == 0 || len(sliding.Defaults) == 0 || sliding.Calls == 0 /* the smoke test */ {
@@ -306,6 +323,21 @@ func TestConfigAPI(t *testing.T) {
 		{"not an object", `[1]`, 400, CodeInvalidConfig, "want an object"},
 		{"empty", ``, 400, CodeBadRequest, "empty body"},
 		{"not JSON", `{"a":`, 400, CodeInvalidConfig, ""},
+		// F1, F4: limits a start could not use are refused before they
+		// are saved, naming the key and its range.
+		{"memory limit of 1 MiB", `{"limits":{"plugin":{"max_memory_mb":1}}}`, 400, CodeInvalidConfig, "limits.plugin.max_memory_mb: 1 is out of range (allowed: 16 to 4096"},
+		{"negative memory limit", `{"limits":{"plugin":{"max_memory_mb":-1}}}`, 400, CodeInvalidConfig, "limits.plugin.max_memory_mb: -1 is out of range"},
+		{"negative instances", `{"limits":{"plugin":{"max_instances":-3}}}`, 400, CodeInvalidConfig, "limits.plugin.max_instances: -3 is out of range (allowed: 1 to 256"},
+		{"negative output limit", `{"limits":{"plugins":{"lastn":{"max_output_bytes":-1}}}}`, 400, CodeInvalidConfig, "limits.plugins.lastn.max_output_bytes: -1 is out of range"},
+		// F10: a whole number no plugin can decode as an integer.
+		{"1e100 for an integer", `{"policies":{"lastn":{"n":1e100}}}`, 400, CodeInvalidConfig, "n: 1e+100 is out of range"},
+		{"1e100 for a limit", `{"limits":{"max_messages":1e100}}`, 400, CodeInvalidConfig, "1e100"},
+		// Built as a start would: the provider block and the TCP token.
+		{"unknown LLM provider", `{"llm":{"provider":"nope"}}`, 400, CodeInvalidConfig, `llm.provider: "nope" is not a provider`},
+		{"LLM key variable unset", `{"llm":{"provider":"anthropic"}}`, 400, CodeInvalidConfig, "ANTHROPIC_API_KEY"},
+		{"LLM concurrency", `{"llm":{"provider":"openai","concurrency":100000}}`, 400, CodeInvalidConfig, "llm.concurrency: 100000 is out of range"},
+		{"TCP without a token", `{"tcp":{"listen":"127.0.0.1:7077"}}`, 400, CodeInvalidConfig, "no bearer token"},
+		{"pipeline too long", `{"policy":null,"pipeline":["lastn","lastn","lastn","lastn","lastn","lastn","lastn","lastn","lastn","lastn","lastn","lastn","lastn","lastn","lastn","lastn","lastn"]}`, 400, CodeInvalidConfig, "1 to 16 policies"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -316,6 +348,9 @@ func TestConfigAPI(t *testing.T) {
 			}
 			if b, _ := os.ReadFile(td.config); string(b) != initial {
 				t.Errorf("a rejected update changed the file:\n%s", b)
+			}
+			if p, _ := td.c.Policy(bg, "lastn"); p == nil || p.Limits.MaxInstances != td.Daemon.engine.Limits().MaxInstances || !p.Serving {
+				t.Errorf("a rejected update changed the plugin: %+v", p)
 			}
 		})
 	}
@@ -413,6 +448,11 @@ func TestHealthAndMetrics(t *testing.T) {
 		`compactd_plugins_serving`:                                                           2,
 		`compactd_plugin_load_failures_total`:                                                0,
 		`compactd_conversations_tracked`:                                                     1, // both requests sent one conversation
+		`compactd_conversation_cache_entries`:                                                1, // the three requests sent the same messages
+		`compactd_conversation_cache_misses_total`:                                           1,
+		`compactd_conversation_cache_hits_total`:                                             2,
+		`compactd_conversation_cache_reused_messages_total`:                                  16, // 8 messages each
+		`compactd_conversation_cache_parsed_messages_total`:                                  8,
 		`compactd_http_requests_in_flight`:                                                   1, // this scrape
 		`compactd_http_request_duration_seconds_bucket{handler="healthz",le="+Inf"}`:         1,
 		`compactd_http_request_duration_seconds_bucket{handler="compact",le="0.00025"}` + "": values[`compactd_http_request_duration_seconds_bucket{handler="compact",le="0.00025"}`],
@@ -424,4 +464,19 @@ func TestHealthAndMetrics(t *testing.T) {
 	if values[`compactd_tokens_saved_total{policy="lastn"}`] <= 0 || values[`compactd_tokens_in_total`] <= values[`compactd_tokens_out_total`] {
 		t.Errorf("token counters: %v", values)
 	}
+}
+
+// A daemon with no policy is up but degraded, and /healthz says so; the
+// first plugin that arrives makes it ok.
+func TestHealthDegradedWithoutPolicies(t *testing.T) {
+	td := startDaemon(t, "")
+	h, err := td.c.Health(bg)
+	if err != nil || h.Status != "degraded" || h.Policies != 0 {
+		t.Fatalf("health with no plugins = %+v, %v", h, err)
+	}
+	td.addPlugin(t, pluginLastn, "")
+	waitFor(t, "the plugin to load", 30*time.Second, func() bool {
+		h, err := td.c.Health(bg)
+		return err == nil && h.Status == "ok" && h.Policies == 1
+	})
 }

@@ -35,7 +35,33 @@ type Conversation struct {
 	FirstSeen     time.Time `json:"first_seen"`
 	LastSeen      time.Time `json:"last_seen"`
 	LastCompacted time.Time `json:"last_compacted,omitzero"`
+	// Provider is "openai" or "anthropic" for a conversation that came
+	// through the proxy ("" for /v1/compact only).
+	Provider string `json:"provider,omitempty"`
+	// NeedsCompaction is set when the provider's usage of the last
+	// response reached the proxy's threshold (or a manual compaction asked
+	// for it): the next proxied request is compacted.
+	NeedsCompaction bool `json:"needs_compaction"`
+	// LastUsage is the provider's usage of the last proxied response.
+	LastUsage *Usage `json:"last_usage,omitempty"`
 }
+
+// Usage is what a provider reported for one response.
+type Usage struct {
+	// InputTokens counts every prompt token, cached ones included.
+	InputTokens int `json:"input_tokens"`
+	// OutputTokens counts the completion's tokens.
+	OutputTokens int `json:"output_tokens"`
+	// CacheReadTokens and CacheWriteTokens are the parts of InputTokens
+	// read from and written to the provider's prompt cache.
+	CacheReadTokens  int       `json:"cache_read_tokens,omitempty"`
+	CacheWriteTokens int       `json:"cache_write_tokens,omitempty"`
+	At               time.Time `json:"at"`
+}
+
+// Total is the conversation's size after the response: the prompt plus
+// the completion the next request will carry.
+func (u Usage) Total() int { return u.InputTokens + u.OutputTokens }
 
 // Observation is one compaction request, as Observe records it.
 type Observation struct {
@@ -46,6 +72,8 @@ type Observation struct {
 	MessagesAfter, TokensAfter   int
 	ContextWindow                int
 	Compacted, Failed            bool
+	// Provider marks a proxied request ("" keeps the conversation's).
+	Provider string
 }
 
 // Observe records a compaction request in the conversation's status. It
@@ -63,7 +91,7 @@ func (s *Store) Observe(o Observation) {
 		s.convs[o.ConversationID] = c
 		delete(s.removed, o.ConversationID)
 	}
-	c.Model, c.Pipeline = o.Model, append([]string(nil), o.Pipeline...)
+	c.Model, c.Pipeline = o.Model, append([]string{}, o.Pipeline...) // [] rather than null when none ran
 	c.Messages, c.Tokens, c.MessagesAfter, c.TokensAfter = o.MessagesBefore, o.TokensBefore, o.MessagesAfter, o.TokensAfter
 	c.ContextWindow, c.UsageRatio = o.ContextWindow, 0
 	if o.ContextWindow > 0 {
@@ -80,11 +108,61 @@ func (s *Store) Observe(o Observation) {
 	if saved := o.TokensBefore - o.TokensAfter; saved > 0 {
 		c.TokensSaved += int64(saved)
 	}
+	if o.Provider != "" {
+		c.Provider = o.Provider
+	}
+	if o.Compacted {
+		c.NeedsCompaction = false // done; the next response's usage decides again
+	}
 	c.LastSeen = now
 	s.dirty[c.ID] = true
 	if !ok && len(s.convs) > s.opts.MaxConversations {
 		s.evictLocked()
 	}
+}
+
+// RecordUsage records a provider's usage for a proxied response: the
+// conversation's usage ratio becomes u.Total() / window (0 when the window
+// is unknown), and NeedsCompaction is set when the ratio reaches
+// threshold, or the total reaches triggerTokens (> 0). It returns the
+// ratio and the flag. A conversation not tracked (expired meanwhile) is
+// not recorded.
+func (s *Store) RecordUsage(id string, u Usage, window int, threshold float64, triggerTokens int) (ratio float64, needs bool) {
+	if u.At.IsZero() {
+		u.At = s.now().UTC()
+	}
+	if window > 0 {
+		ratio = float64(u.Total()) / float64(window)
+	}
+	needs = window > 0 && threshold > 0 && ratio >= threshold || triggerTokens > 0 && u.Total() >= triggerTokens
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.convs[id]
+	if !ok || s.closed {
+		return ratio, needs
+	}
+	c.LastUsage = &u
+	c.UsageRatio = ratio
+	if window > 0 {
+		c.ContextWindow = window
+	}
+	c.NeedsCompaction = needs
+	s.dirty[id] = true
+	return ratio, needs
+}
+
+// SetNeedsCompaction sets or clears a conversation's NeedsCompaction flag;
+// it reports whether the conversation is tracked.
+func (s *Store) SetNeedsCompaction(id string, needs bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.convs[id]
+	if !ok || s.closed {
+		return false
+	}
+	c.NeedsCompaction = needs
+	s.dirty[id] = true
+	return true
 }
 
 // evictLocked drops the least recently seen conversations until a tenth of
@@ -108,6 +186,7 @@ func (s *Store) removeLocked(id string) {
 	delete(s.convs, id)
 	delete(s.dirty, id)
 	delete(s.pendingDetails, id)
+	delete(s.pendingBuilders, id)
 	s.removed[id] = true
 }
 

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -38,13 +39,77 @@ func (s *Store) SetLastCompaction(conversationID string, record []byte) error {
 		return fmt.Errorf("store: no conversation %q", conversationID)
 	}
 	s.pendingDetails[conversationID] = append([]byte(nil), record...)
+	delete(s.pendingBuilders, conversationID)
 	return nil
+}
+
+// SetLastCompactionFunc is SetLastCompaction with a record built only
+// when it is needed: when the store writes it (Flush, once a second) or
+// someone reads it. A conversation compacted many times a second is then
+// described once a second, not on every request. build runs at most once,
+// without the store's lock; it must not change anything it reads.
+func (s *Store) SetLastCompactionFunc(conversationID string, build func() ([]byte, error)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if _, ok := s.convs[conversationID]; !ok {
+		return fmt.Errorf("store: no conversation %q", conversationID)
+	}
+	delete(s.pendingDetails, conversationID)
+	s.pendingBuilders[conversationID] = &lazyDetail{build: build}
+	return nil
+}
+
+// lazyDetail is a record SetLastCompactionFunc left unbuilt.
+type lazyDetail struct {
+	once  sync.Once
+	build func() ([]byte, error)
+	b     []byte
+	err   error
+}
+
+func (d *lazyDetail) bytes() ([]byte, error) {
+	d.once.Do(func() {
+		d.b, d.err = d.build()
+		d.build = nil
+		if d.err == nil && len(d.b) > DefaultMaxDetailValue {
+			d.err = fmt.Errorf("%w: compaction record of %d bytes (the limit is %d)", ErrTooLarge, len(d.b), DefaultMaxDetailValue)
+		}
+	})
+	return d.b, d.err
+}
+
+// buildPending builds the records SetLastCompactionFunc left unbuilt and
+// makes them pending ones. A record that fails to build is dropped.
+func (s *Store) buildPending() {
+	s.mu.Lock()
+	builders := s.pendingBuilders
+	s.pendingBuilders = map[string]*lazyDetail{}
+	s.mu.Unlock()
+	for id, d := range builders {
+		b, err := d.bytes()
+		s.mu.Lock()
+		_, newer := s.pendingBuilders[id]
+		if err == nil && !newer && s.convs[id] != nil {
+			s.pendingDetails[id] = b
+		}
+		s.mu.Unlock()
+	}
 }
 
 // LastCompaction returns the conversation's last-compaction record, or nil
 // when it has none.
 func (s *Store) LastCompaction(ctx context.Context, conversationID string) ([]byte, error) {
 	s.mu.Lock()
+	if d, ok := s.pendingBuilders[conversationID]; ok {
+		s.mu.Unlock()
+		if b, err := d.bytes(); err == nil {
+			return append([]byte(nil), b...), nil
+		}
+		s.mu.Lock()
+	}
 	if _, alive := s.convs[conversationID]; !alive {
 		s.mu.Unlock()
 		return nil, nil

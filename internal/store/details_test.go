@@ -99,3 +99,44 @@ func TestLastCompactionBounded(t *testing.T) {
 		t.Error("the oldest record survived over the cap")
 	}
 }
+
+// TestLastCompactionFunc: a record given as a function is built once,
+// when it is read or written, and the latest one wins.
+func TestLastCompactionFunc(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(newClock().opts(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Observe(Observation{ConversationID: "c1", Compacted: true})
+	builds := 0
+	build := func(v string) func() ([]byte, error) {
+		return func() ([]byte, error) { builds++; return []byte(v), nil }
+	}
+	for i := 0; i < 100; i++ { // a conversation compacted many times
+		if err := s.SetLastCompactionFunc("c1", build(fmt.Sprintf(`{"n":%d}`, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if builds != 0 {
+		t.Fatalf("%d records built before anyone needed one", builds)
+	}
+	if v, err := s.LastCompaction(ctx, "c1"); err != nil || string(v) != `{"n":99}` || builds != 1 {
+		t.Fatalf("read = %s, %v (%d builds)", v, err, builds)
+	}
+	if err := s.Flush(); err != nil || builds != 1 {
+		t.Fatalf("flush: %v (%d builds)", err, builds)
+	}
+	s.SetLastCompactionFunc("c1", build(`{"n":100}`))
+	s.SetLastCompaction("c1", []byte(`{"n":101}`)) // a later plain record replaces it
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, newClock().opts(dir))
+	if v, _ := s.LastCompaction(ctx, "c1"); string(v) != `{"n":101}` || builds != 1 {
+		t.Errorf("after a restart = %s (%d builds)", v, builds)
+	}
+	if err := s.SetLastCompactionFunc("nope", build("{}")); err == nil {
+		t.Error("a record for an unseen conversation was accepted")
+	}
+}

@@ -148,6 +148,8 @@ type Store struct {
 	// flushingDetails those a Flush is writing, readable until it commits.
 	pendingDetails  map[string][]byte
 	flushingDetails map[string][]byte
+	// pendingBuilders are records SetLastCompactionFunc left unbuilt.
+	pendingBuilders map[string]*lazyDetail
 	flushMu         sync.Mutex   // one Flush at a time
 	lastTime        atomic.Int64 // last timestamp handed out, for a strict order
 
@@ -178,7 +180,8 @@ func Open(opts Options) (*Store, error) {
 		db: db, logger: opts.Logger, now: opts.Now, path: path, opts: opts,
 		convs: map[string]*Conversation{}, dirty: map[string]bool{}, removed: map[string]bool{},
 		buckets: map[string]*Bucket{}, stop: make(chan struct{}), done: make(chan struct{}),
-		pendingDetails: map[string][]byte{},
+		pendingDetails:  map[string][]byte{},
+		pendingBuilders: map[string]*lazyDetail{},
 	}
 	if err := s.loadConversations(); err != nil {
 		db.Close()
@@ -332,6 +335,7 @@ func statePrefix(conversationID string) []byte {
 func (s *Store) Flush() error {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
+	s.buildPending()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

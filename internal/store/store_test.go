@@ -386,3 +386,52 @@ func TestUnreadableRecord(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+func TestRecordUsage(t *testing.T) {
+	dir := t.TempDir()
+	clk := newClock()
+	s := open(t, clk.opts(dir))
+	if _, needs := s.RecordUsage("none", Usage{InputTokens: 90}, 100, 0.8, 0); !needs {
+		t.Error("RecordUsage on an untracked conversation still reports the trigger")
+	}
+	if _, ok := s.Conversation("none"); ok {
+		t.Error("RecordUsage created a conversation")
+	}
+	s.Observe(Observation{ConversationID: "p", Provider: "openai", MessagesBefore: 5, TokensBefore: 50, MessagesAfter: 5, TokensAfter: 50, ContextWindow: 1000})
+	for _, tc := range []struct {
+		u         Usage
+		window    int
+		threshold float64
+		trigger   int
+		ratio     float64
+		needs     bool
+	}{
+		{Usage{InputTokens: 500, OutputTokens: 100}, 1000, 0.8, 0, 0.6, false},
+		{Usage{InputTokens: 700, OutputTokens: 100, CacheReadTokens: 600}, 1000, 0.8, 0, 0.8, true},
+		{Usage{InputTokens: 100, OutputTokens: 10}, 1000, 0.8, 0, 0.11, false},
+		{Usage{InputTokens: 100, OutputTokens: 10}, 0, 0.8, 100, 0, true}, // unknown window: trigger_tokens
+		{Usage{InputTokens: 100, OutputTokens: 10}, 0, 0.8, 0, 0, false},
+	} {
+		ratio, needs := s.RecordUsage("p", tc.u, tc.window, tc.threshold, tc.trigger)
+		c, _ := s.Conversation("p")
+		if ratio != tc.ratio || needs != tc.needs || c.NeedsCompaction != tc.needs || c.UsageRatio != tc.ratio ||
+			c.LastUsage == nil || c.LastUsage.InputTokens != tc.u.InputTokens || !c.LastUsage.At.Equal(clk.Now()) {
+			t.Errorf("RecordUsage(%+v, %d) = %v, %v; status %+v", tc.u, tc.window, ratio, needs, c)
+		}
+	}
+	s.RecordUsage("p", Usage{InputTokens: 900}, 1000, 0.8, 0)
+	s.Observe(Observation{ConversationID: "p", Compacted: true, MessagesBefore: 9, MessagesAfter: 3})
+	if c, _ := s.Conversation("p"); c.NeedsCompaction || c.Provider != "openai" {
+		t.Errorf("a compaction keeps the flag or loses the provider: %+v", c)
+	}
+	if !s.SetNeedsCompaction("p", true) || s.SetNeedsCompaction("none", true) {
+		t.Error("SetNeedsCompaction: wrong report")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := open(t, clk.opts(dir))
+	if c, _ := s2.Conversation("p"); !c.NeedsCompaction || c.LastUsage == nil || c.LastUsage.InputTokens != 900 || c.Provider != "openai" {
+		t.Errorf("after restart: %+v", c)
+	}
+}

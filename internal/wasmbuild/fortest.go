@@ -25,8 +25,9 @@ type testBuild struct {
 
 // ForTest builds the plugin at rel (a path relative to the module root:
 // "plugins/sliding" for a Go plugin, "plugins/lastn/lastn.c" for a C one,
-// optionally followed by "#NAME=VALUE" defines for C) once per test process
-// and returns the .wasm path. It fails the test if the build fails.
+// optionally followed by "#NAME=VALUE" defines for C, or a ".wat" text
+// module) once per test process and returns the .wasm path. It fails the
+// test if the build fails.
 func ForTest(tb testing.TB, rel string) string {
 	tb.Helper()
 	testMu.Lock()
@@ -67,9 +68,12 @@ func ForTest(tb testing.TB, rel string) string {
 		// once: each writes its own temporary file and renames it into
 		// place, so a reader never sees a half-written module.
 		tmp := fmt.Sprintf("%s.%d.tmp", b.path, os.Getpid())
-		if filepath.Ext(src) == ".c" {
+		switch filepath.Ext(src) {
+		case ".c":
 			b.err = C(context.Background(), filepath.Join(root, src), tmp, defines)
-		} else {
+		case ".wat":
+			b.err = Wat(context.Background(), filepath.Join(root, src), tmp)
+		default:
 			b.err = Go(context.Background(), filepath.Join(root, src), tmp)
 		}
 		if b.err == nil {

@@ -79,6 +79,16 @@ func BenchmarkCompact(b *testing.B) {
 				}
 			}
 		})
+		fast := host.EncodeFastRequestForTest(req)
+		b.Run(bc.name+"/native-fast", func(b *testing.B) {
+			p := policy()
+			b.SetBytes(int64(len(input)))
+			for b.Loop() {
+				if _, err := pdk.CallFast(&p, &pdk.TestHost{}, abi.ExportCompact, fast); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 		for _, path := range []struct {
 			name    string
 			disable bool

@@ -70,6 +70,9 @@ func policy() pdk.Policy {
 		ConfigSchema: schema,
 		Defaults:     defaults,
 		Compact:      compact,
+		// Sliding reads roles, tool calls and token counts, never a
+		// content: the host sends none.
+		View: abi.ViewHeaders,
 	}
 }
 

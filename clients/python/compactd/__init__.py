@@ -27,6 +27,7 @@ from .errors import (
     TooManyMessages,
     Unauthorized,
     UnknownPolicy,
+    UnsupportedFormat,
 )
 from .types import (
     CompactionDetail,
@@ -41,11 +42,13 @@ from .types import (
     MessagePreview,
     Policy,
     PolicyCounts,
+    PolicyInstances,
     Stage,
     Stats,
     Status,
     StoreDescriptor,
     Totals,
+    Usage,
 )
 
 __version__ = "0.1.0"
@@ -53,9 +56,9 @@ __version__ = "0.1.0"
 __all__ = [
     "Client", "compact", "default_socket_path", "DEFAULT_TIMEOUT", "ERROR_CODES",
     "CompactdError", "DaemonUnavailable", "APIError", "InvalidJSON", "BadRequest",
-    "InvalidConversation", "InvalidConfig", "NoPolicy", "Unauthorized", "UnknownPolicy",
+    "InvalidConversation", "UnsupportedFormat", "InvalidConfig", "NoPolicy", "Unauthorized", "UnknownPolicy",
     "NotFound", "MethodNotAllowed", "RequestTooLarge", "TooManyMessages", "InternalError",
-    "CompactResponse", "Stats", "Stage", "Policy", "Limits", "LoadError", "Status",
+    "CompactResponse", "Stats", "Stage", "Policy", "PolicyInstances", "Limits", "LoadError", "Status",
     "PolicyCounts", "Totals", "StoreDescriptor", "Conversation", "CompactionDetail",
-    "CompactionRow", "MessagePreview", "ConfigDocument", "Health", "Message",
+    "CompactionRow", "MessagePreview", "ConfigDocument", "Health", "Message", "Usage",
 ]

@@ -142,6 +142,8 @@ class Client:
         context_window: Optional[int] = None,
         target_tokens: Optional[int] = None,
         cache_breakpoints: Optional[bool] = None,
+        format: Optional[str] = None,
+        system: Any = None,
     ) -> CompactResponse:
         """Compact a conversation (POST /v1/compact).
 
@@ -152,21 +154,59 @@ class Client:
         markers (do not send them to OpenAI). When a plugin fails the answer
         holds the input unchanged and the failure in ``warnings``: messages
         are never lost.
+
+        ``format="anthropic"`` takes an Anthropic Messages conversation:
+        ``messages`` in Anthropic's form and its top-level ``system``
+        prompt; the answer is in the same form (``system`` comes back
+        unchanged).
         """
         body: Dict[str, Any] = {"messages": list(messages)}
-        for key, value in (
-            ("policy", policy),
-            ("pipeline", list(pipeline) if pipeline is not None else None),
-            ("config", dict(config) if config is not None else None),
-            ("model", model),
-            ("conversation_id", conversation_id),
-            ("context_window", context_window),
-            ("target_tokens", target_tokens),
-            ("cache_breakpoints", cache_breakpoints),
-        ):
-            if value is not None:
-                body[key] = value
+        self._options(
+            body,
+            policy=policy,
+            pipeline=pipeline,
+            config=config,
+            model=model,
+            conversation_id=conversation_id,
+            context_window=context_window,
+            target_tokens=target_tokens,
+            cache_breakpoints=cache_breakpoints,
+            format=format,
+            system=system,
+        )
         return from_dict(CompactResponse, self.request("POST", "/v1/compact", body))
+
+    def compact_proxied(
+        self,
+        conversation_id: str,
+        *,
+        policy: Optional[str] = None,
+        pipeline: Optional[Sequence[str]] = None,
+        config: Optional[Mapping[str, Any]] = None,
+    ) -> CompactResponse:
+        """Compact the last request the daemon's proxy forwarded for this
+        conversation (POST /v1/compact with only ``conversation_id``).
+
+        The answer is in that request's format (``format`` says which), and
+        the conversation is flagged ``needs_compaction``, so the agent's
+        next request through the proxy is compacted on its way. Raises
+        NotFound when the proxy holds no request of that conversation.
+        """
+        body: Dict[str, Any] = {"conversation_id": conversation_id}
+        self._options(body, policy=policy, pipeline=pipeline, config=config)
+        return from_dict(CompactResponse, self.request("POST", "/v1/compact", body))
+
+    @staticmethod
+    def _options(body: Dict[str, Any], **options: Any) -> None:
+        """Add the options that are set to a request body."""
+        for key, value in options.items():
+            if value is None:
+                continue
+            if key == "pipeline":
+                value = list(value)
+            elif key == "config":
+                value = dict(value)
+            body[key] = value
 
     def policies(self) -> List[Policy]:
         """Every plugin file and the policy it serves (GET /v1/policies)."""
@@ -228,8 +268,15 @@ def compact(
 
     It talks to the daemon on the default socket unless ``client`` is
     given; ``options`` are Client.compact's (pipeline, config, model,
-    conversation_id, context_window, target_tokens, cache_breakpoints). A policy that fails
-    returns the messages unchanged, as the daemon does.
+    conversation_id, context_window, target_tokens, cache_breakpoints, format,
+    system). A policy that fails returns the messages unchanged, as the
+    daemon does.
+
+    An Anthropic conversation keeps its form: with ``format="anthropic"``
+    and its ``system`` prompt, the returned messages are Anthropic
+    messages (the system prompt is unchanged)::
+
+        messages = compactd.compact(messages, "sliding", format="anthropic", system=system)
     """
     c = client or Client()
     return c.compact(list(messages), policy=policy, **options).messages

@@ -9,6 +9,7 @@ ERROR_CODES: Dict[str, int] = {
     "invalid_json": 400,
     "bad_request": 400,
     "invalid_conversation": 400,
+    "unsupported_format": 400,
     "invalid_config": 400,
     "no_policy": 400,
     "unauthorized": 401,
@@ -67,6 +68,11 @@ class InvalidConfig(APIError):
     """400 invalid_config: a policy config or config update is invalid."""
 
 
+class UnsupportedFormat(APIError):
+    """400 unsupported_format: the messages are in another provider's format
+    (Anthropic Messages content blocks); compactd takes OpenAI chat messages."""
+
+
 class NoPolicy(APIError):
     """400 no_policy: no policy named and no default configured."""
 
@@ -103,6 +109,7 @@ _BY_CODE: Dict[str, Type[APIError]] = {
     "invalid_json": InvalidJSON,
     "bad_request": BadRequest,
     "invalid_conversation": InvalidConversation,
+    "unsupported_format": UnsupportedFormat,
     "invalid_config": InvalidConfig,
     "no_policy": NoPolicy,
     "unauthorized": Unauthorized,

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Type, TypeVar, Union, get_type_hints
 
 Message = Dict[str, Any]
-"""An OpenAI chat message: {"role": ..., "content": ..., ...}."""
+"""An OpenAI chat message: {"role": ..., "content": ..., ...} (with
+``format="anthropic"``, an Anthropic message: role user or assistant,
+content a string or content blocks)."""
 
 
 @dataclass
@@ -63,6 +65,11 @@ class CompactResponse:
     #: the messages carrying a cache_control breakpoint (indices into
     #: ``messages``) when the request asked for them
     cache_breakpoints: Optional[List[int]] = None
+    format: str = ""
+    """The format of ``messages``, "openai" or "anthropic"; set for an
+    Anthropic-format request and for a proxied conversation's compaction."""
+    system: Optional[Union[str, List[Any]]] = None
+    """Anthropic's top-level system prompt, unchanged (format "anthropic")."""
 
 
 @dataclass
@@ -85,14 +92,28 @@ class LoadError:
 
 
 @dataclass
+class PolicyInstances:
+    """A policy's pooled instances waiting for calls, and the linear memory
+    they hold."""
+
+    idle: int
+    idle_memory_bytes: int
+
+
+@dataclass
 class Policy:
-    """One plugin file and the policy it serves."""
+    """One plugin file and the policy it serves. ``view`` is the view of the
+    conversation it reads ("full" or "headers"), ``tier`` how its code runs
+    ("lazy", "interpreted" or "compiled")."""
 
     name: str
     serving: bool
     file: str
     calls: int
     failures: int
+    #: log lines dropped over the rate limit / cut to the length limit
+    log_lines_dropped: int
+    log_lines_truncated: int
     version: str = ""
     abi: str = ""
     description: str = ""
@@ -104,6 +125,12 @@ class Policy:
     exports: List[str] = field(default_factory=list)
     limits: Optional[Limits] = None
     error: Optional[LoadError] = None
+    view: str = ""
+    tier: str = ""
+    instances: Optional[PolicyInstances] = None
+    #: the daemon died while loading these bytes; not loaded again until
+    #: the file changes (``error`` says when)
+    quarantined: bool = False
 
 
 @dataclass
@@ -153,8 +180,23 @@ class CompactionDetail:
 
 
 @dataclass
+class Usage:
+    """The provider's usage report of a proxied conversation's last response."""
+
+    input_tokens: int
+    """Prompt tokens, cached ones included."""
+    output_tokens: int
+    at: _dt.datetime
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+@dataclass
 class Conversation:
-    """One tracked conversation: its last request and counters over all."""
+    """One tracked conversation: its last request and counters over all.
+    A conversation that came through the proxy also has its ``provider``,
+    ``last_usage``, and ``needs_compaction`` (its next proxied request is
+    compacted)."""
 
     id: str
     pipeline: Optional[List[str]]
@@ -169,10 +211,13 @@ class Conversation:
     tokens_saved: int
     first_seen: _dt.datetime
     last_seen: _dt.datetime
+    needs_compaction: bool
     model: str = ""
     context_window: int = 0
     last_compacted: Optional[_dt.datetime] = None
     last_compaction: Optional[CompactionDetail] = None
+    provider: str = ""
+    last_usage: Optional[Usage] = None
 
 
 @dataclass

@@ -40,6 +40,74 @@ def test_compact_helper_returns_the_messages_to_send(tau):
     assert unchanged == chat(1)
 
 
+def anthropic_conversation(turns):
+    """An Anthropic Messages conversation with tool calls: its system
+    prompt and messages."""
+    system = "You book flights. Be terse."
+    msgs = [{"role": "user", "content": "Book a flight to Boston."}]
+    for i in range(turns):
+        msgs.append({"role": "assistant", "content": [
+            {"type": "text", "text": f"Looking that up ({i})."},
+            {"type": "tool_use", "id": f"toolu_{i}", "name": "lookup", "input": {"step": i}},
+        ]})
+        msgs.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": f"flight data {i} " * 40},
+            {"type": "text", "text": f"and then {i}?", "cache_control": {"type": "ephemeral"}},
+        ]})
+    msgs.append({"role": "assistant", "content": "Anything else?"})
+    msgs.append({"role": "user", "content": "last question"})
+    return system, msgs
+
+
+def test_compact_anthropic_format(client):
+    system, msgs = anthropic_conversation(8)
+    resp = client.compact(msgs, policy="sliding", format="anthropic", system=system, model="claude-sonnet-4-5",
+                          config={"window_size": 4, "step": 1})
+    assert resp.format == "anthropic" and resp.system == system and resp.compacted
+    assert len(resp.messages) < len(msgs) and resp.messages[-1] == msgs[-1]
+    # Still a valid Messages conversation: Anthropic roles only, and every
+    # tool_result answers a tool_use of the message before it.
+    for i, m in enumerate(resp.messages):
+        assert m["role"] in ("user", "assistant")
+        for block in m["content"] if isinstance(m["content"], list) else []:
+            if block["type"] == "tool_result":
+                before = resp.messages[i - 1]["content"]
+                assert any(b.get("id") == block["tool_use_id"] for b in before if isinstance(b, dict))
+    # Messages kept whole come back as sent, cache_control included.
+    kept = [m for m in resp.messages if m in msgs]
+    assert len(kept) >= 3 and any("cache_control" in str(m) for m in kept)
+    # The helper returns Anthropic messages too.
+    out = compactd.compact(msgs, "sliding", format="anthropic", system=system, config={"window_size": 4, "step": 1})
+    assert len(out) < len(msgs) and out[-1] == msgs[-1] and all(m["role"] in ("user", "assistant") for m in out)
+
+
+def test_compact_format_errors(client):
+    with pytest.raises(compactd.BadRequest) as info:
+        client.compact(chat(1), policy="lastn", format="gemini")
+    assert "format" in info.value.message
+    with pytest.raises(compactd.BadRequest) as info:
+        client.compact(chat(1), policy="lastn", system="You are terse.")
+    assert "anthropic" in info.value.message
+    with pytest.raises(compactd.APIError) as info:
+        client.compact([{"role": "system", "content": "x"}], policy="lastn", format="anthropic")
+    assert info.value.code in ("bad_request", "invalid_conversation")
+
+
+def test_compact_proxied(client):
+    # go test ./clients sent this conversation through the daemon's proxy.
+    cid = os.environ["COMPACTD_TEST_PROXIED"]
+    before = client.conversation(cid)
+    assert before.provider == "openai" and isinstance(before.last_usage, compactd.Usage)
+    assert before.last_usage.input_tokens > 0 and before.last_usage.at is not None
+    resp = client.compact_proxied(cid, policy="sliding", config={"window_size": 4, "step": 1})
+    assert resp.format == "openai" and resp.system is None and resp.compacted
+    assert resp.conversation_id == cid and len(resp.messages) < before.messages
+    after = client.conversation(cid)
+    assert after.needs_compaction and after.last_compaction is not None
+    with pytest.raises(compactd.NotFound):
+        client.compact_proxied("never-proxied", policy="sliding")
+
+
 def test_pipeline_and_target(client):
     resp = client.compact(chat(6), pipeline=["lastn", "sliding"], config={"lastn": {"n": 3}}, target_tokens=100000)
     assert [s.policy for s in resp.stats.stages] == ["lastn", "sliding"]
@@ -107,6 +175,7 @@ def test_policies(client):
     assert sliding.serving and sliding.path == "fast" and sliding.version and sliding.calls >= 1
     assert isinstance(sliding.limits, compactd.Limits) and sliding.limits.call_timeout
     assert isinstance(sliding.config_schema, dict) and sliding.loaded_at is not None and sliding.error is None
+    assert not sliding.quarantined and sliding.log_lines_dropped == 0 and sliding.log_lines_truncated == 0
     assert client.policy("lastn").path == "fast"  # the C kit exports the fast path
     with pytest.raises(compactd.UnknownPolicy):
         client.policy("nope")
@@ -143,6 +212,10 @@ def test_config(client):
     assert "lastn" in info.value.message
     with pytest.raises(compactd.InvalidConfig):
         client.update_config({"limits": {"max_mesages": 1}})
+    with pytest.raises(compactd.InvalidConfig) as info:
+        client.update_config({"limits": {"plugin": {"max_instances": -3}}})
+    assert "limits.plugin.max_instances: -3 is out of range (allowed: 1 to 256" in info.value.message
+    assert client.config().config["limits"].get("plugin", {}).get("max_instances") is None
     up = client.update_config({"log_level": "warn"})
     assert up.config["log_level"] == "warn"
     client.update_config({"log_level": None})
@@ -231,6 +304,7 @@ SCHEMAS = {
     "LoadError": types.LoadError,
     "Status": types.Status,
     "Conversation": types.Conversation,
+    "Usage": types.Usage,
     "CompactionDetail": types.CompactionDetail,
     "CompactionRow": types.CompactionRow,
     "MessagePreview": types.MessagePreview,
@@ -253,6 +327,8 @@ def test_status_nested_schemas_match(client):
     props = client.openapi()["components"]["schemas"]["Status"]["properties"]
     for key, cls in (("policies", types.PolicyCounts), ("totals", types.Totals), ("store", types.StoreDescriptor)):
         assert {f.name for f in dataclasses.fields(cls)} == set(props[key]["properties"])
+    props = client.openapi()["components"]["schemas"]["Policy"]["properties"]
+    assert {f.name for f in dataclasses.fields(types.PolicyInstances)} == set(props["instances"]["properties"])
 
 
 def test_parse_time():

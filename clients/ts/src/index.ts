@@ -77,8 +77,16 @@ export class APIError extends CompactdError {
   }
 }
 
-/** Options of Client.compact: the request's fields besides its messages. */
+/**
+ * Options of Client.compact: the request's fields besides its messages.
+ * With `format: "anthropic"` the messages are an Anthropic Messages
+ * conversation and `system` its top-level system prompt; the answer comes
+ * back in that form.
+ */
 export type CompactOptions = Omit<CompactRequest, "messages">;
+
+/** Options of Client.compactProxied: what runs, and its settings. */
+export type CompactProxiedOptions = Pick<CompactRequest, "policy" | "pipeline" | "config">;
 
 export interface ClientOptions {
   /** The Unix socket (default: defaultSocketPath()). */
@@ -173,6 +181,19 @@ export class Client {
     return this.request<CompactResponse>("POST", "/v1/compact", body);
   }
 
+  /**
+   * Compacts the last request the daemon's proxy forwarded for this
+   * conversation (POST /v1/compact with only `conversation_id`). The
+   * answer is in that request's format (`format` says which), and the
+   * conversation is flagged `needs_compaction`, so the agent's next
+   * request through the proxy is compacted on its way. Rejects with a
+   * `not_found` APIError when the proxy holds no request of it.
+   */
+  compactProxied(conversationId: string, options: CompactProxiedOptions = {}): Promise<CompactResponse> {
+    const body: CompactRequest = { ...options, conversation_id: conversationId };
+    return this.request<CompactResponse>("POST", "/v1/compact", body);
+  }
+
   /** Every plugin file and the policy it serves (GET /v1/policies). */
   async policies(): Promise<Policy[]> {
     return (await this.request<PolicyList>("GET", "/v1/policies")).policies;
@@ -249,9 +270,12 @@ export const ERROR_CODES = ERROR_CODE_STATUS;
  * Compacts `messages` and returns the list to send to the model: the
  * one-call helper for agent loops. It talks to the daemon on the default
  * socket unless `client` is given. A policy that fails returns the
- * messages unchanged, as the daemon does.
+ * messages unchanged, as the daemon does. An Anthropic conversation keeps
+ * its form (`format: "anthropic"`, with its `system` prompt, which stays
+ * as it is).
  *
  *     messages = await compact(messages, { policy: "sliding", model: "gpt-4o" });
+ *     messages = await compact(messages, { policy: "sliding", format: "anthropic", system });
  */
 export async function compact(messages: Message[], options: CompactOptions & { client?: Client } = {}): Promise<Message[]> {
   const { client, ...request } = options;

@@ -1,7 +1,38 @@
 // Code generated from api/openapi.yaml by `go test ./api -run TestTypeScriptTypes -update`. DO NOT EDIT.
 
+/**
+ * an error compactd itself answers on the Anthropic routes, in Anthropic's error format
+ */
+export interface AnthropicError {
+  error: {
+    /**
+     * what went wrong, starting with "compactd (CODE): ", CODE a ProxyErrorCode
+     */
+    message: string;
+    type: "invalid_request_error" | "authentication_error" | "not_found_error" | "request_too_large" | "api_error";
+  };
+  type: "error";
+}
+
+/**
+ * An Anthropic Messages request, forwarded byte for byte unless
+ * compactd compacts its `messages`. compactd reads `model`, `system`,
+ * `messages` and `stream`; every other field passes through.
+ */
+export interface AnthropicMessagesRequest {
+  max_tokens?: number;
+  messages?: Record<string, unknown>[];
+  model?: string;
+  stream?: boolean;
+  system?: string | unknown[];
+  [key: string]: unknown;
+}
+
+/**
+ * `messages` (in `format`), or `conversation_id` alone: the proxy's
+ * stored last request of that conversation is compacted.
+ */
 export interface CompactRequest {
-  messages: Message[];
   /**
    * true: the policies' prompt-cache breakpoints (up to 3 messages)
    * come back as Anthropic's `"cache_control": {"type": "ephemeral"}`,
@@ -22,11 +53,20 @@ export interface CompactRequest {
    */
   context_window?: number;
   /**
-   * default a stable hash of the leading system messages and the first user message
+   * at most 256 bytes, no NUL; default a stable hash of the whole
+   * content (role, name, every content part) of the leading system
+   * messages and the first user message
    */
   conversation_id?: string;
   /**
-   * the agent's model; picks the tokenizer and the context window
+   * the conversation's format: `openai` (the default; chat messages)
+   * or `anthropic` (Messages API messages and `system`); the answer
+   * is in the same format
+   */
+  format?: "openai" | "anthropic";
+  messages?: Message[];
+  /**
+   * the agent's model (at most 256 bytes); picks the tokenizer and the context window
    */
   model?: string;
   /**
@@ -37,6 +77,12 @@ export interface CompactRequest {
    * the policy to run (not with `pipeline`); neither means the config's default (`ledger` when it names none)
    */
   policy?: string;
+  /**
+   * Anthropic's top-level system prompt (with `"format": "anthropic"`
+   * only); policies see it as the leading system message, and it is
+   * always kept
+   */
+  system?: string | unknown[];
   /**
    * a pipeline stops once the conversation is at most this many tokens
    */
@@ -66,6 +112,14 @@ export interface CompactResponse {
    * the messages that carry a cache_control breakpoint (indices into `messages`), when the request asked for them
    */
   cache_breakpoints?: number[];
+  /**
+   * the format of `messages`; set for an Anthropic-format request and for the compaction of a proxied conversation's stored request
+   */
+  format?: "openai" | "anthropic";
+  /**
+   * Anthropic's top-level system prompt, unchanged (format `anthropic`, when the conversation has one)
+   */
+  system?: string | unknown[];
 }
 
 /**
@@ -115,27 +169,91 @@ export interface CompactionRow {
 }
 
 /**
- * the running config, defaults filled in (README, "Config file")
+ * the running config, defaults filled in (README, "Config file").
+ * Every number has a range, given here as `minimum` and `maximum`
+ * (durations: in their descriptions); in the file and in an update,
+ * 0 or an absent key means the default.
  */
 export interface Config {
   cache_dir: string;
   limits: {
+    /**
+     * 100ms to 24h
+     */
     idle_timeout: string;
     max_body_bytes: number;
     max_messages: number;
     plugin: PluginLimits;
+    /**
+     * 100ms to 1h
+     */
     read_timeout: string;
+    /**
+     * 100ms to 1h
+     */
     request_timeout: string;
+    /**
+     * 100ms to 1h
+     */
     shutdown_timeout: string;
+    /**
+     * 100ms to 1h0m30s
+     */
     write_timeout: string;
+    /**
+     * memory of recent conversations kept, so a request that repeats one plus a turn is parsed and counted only for the turn
+     */
+    conversation_cache_bytes?: number;
+    /**
+     * 1s to 8760h; a plugin unused this long gives its compiled code and instances back
+     */
+    plugin_idle_unload?: string;
     plugins?: Record<string, PluginLimits>;
   };
   log_level: "trace" | "debug" | "info" | "warn" | "error" | "off";
   plugins_dir: string;
+  /**
+   * the OpenAI- and Anthropic-compatible proxy (README, "Use it as a proxy")
+   */
+  proxy: {
+    anthropic: ProxyUpstream;
+    /**
+     * memory for the conversations' last requests, for manual compaction (default 64 MiB)
+     */
+    max_stored_bytes: number;
+    openai: ProxyUpstream;
+    /**
+     * the usage ratio that triggers a compaction (default 0.8)
+     */
+    threshold: number;
+    /**
+     * 1s to 24h; one upstream exchange, streams included (default 10m)
+     */
+    timeout: string;
+    /**
+     * overrides the model's context window for proxied requests (absent: the model's)
+     */
+    context_window?: number;
+    pipeline?: string[];
+    /**
+     * what a proxied compaction runs (else pipeline, else the config's default)
+     */
+    policy?: string;
+    /**
+     * also trigger at this many tokens, whatever the window (absent: off)
+     */
+    trigger_tokens?: number;
+  };
+  /**
+   * a Unix socket path, at most 107 bytes
+   */
   socket: string;
   state: {
     max_conversations: number;
     max_state_bytes: number;
+    /**
+     * 1m to 87600h
+     */
     ttl: string;
   };
   state_dir: string;
@@ -143,6 +261,9 @@ export interface Config {
     listen?: string;
     token_file?: string;
   };
+  /**
+   * the llm policy's settings (its schema narrows the numbers)
+   */
   compact?: {
     max_tokens?: number;
     message_threshold?: number;
@@ -158,6 +279,9 @@ export interface Config {
    */
   llm?: Record<string, unknown> | null;
   pipeline?: string[];
+  /**
+   * each policy's config, checked against its plugin's `config_schema` (integers within 64 bits)
+   */
   policies?: Record<string, unknown>;
   policy?: string;
 }
@@ -169,9 +293,12 @@ export interface ConfigDocument {
    */
   file: string;
   /**
-   * (GET) problems that would reject the running config now: it no
-   * longer passes the loaded plugins' schemas, or the config file was
-   * changed and its last reload (SIGHUP) failed
+   * (GET) problems that would reject the running config now, found
+   * by the same checks `PUT /v1/config`, SIGHUP and a start make: it
+   * no longer passes the plugins loaded now (their schemas, or the
+   * memory they declare), or the config file was changed and its
+   * last reload (SIGHUP) failed, naming the key, its range and its
+   * line
    */
   errors?: string[];
   /**
@@ -183,6 +310,13 @@ export interface ConfigDocument {
    */
   warnings?: string[];
 }
+
+/**
+ * A content part of OpenAI's chat message format (a `Message`'s
+ * `content` array in OpenAI format). Other fields (such as
+ * `cache_control`) are kept with the message.
+ */
+export type ContentPart = TextPart | ImageURLPart | InputAudioPart | FilePart | RefusalPart;
 
 /**
  * one tracked conversation's status (its last request, and counters over all of them)
@@ -207,6 +341,10 @@ export interface Conversation {
    * messages the last request returned
    */
   messages_after: number;
+  /**
+   * the provider's usage of the last proxied response reached `proxy.threshold` (or a manual compaction asked for it); the next proxied request is compacted
+   */
+  needs_compaction: boolean;
   pipeline: string[] | null;
   requests: number;
   /**
@@ -222,13 +360,18 @@ export interface Conversation {
    */
   tokens_saved: number;
   /**
-   * tokens / context_window (0 when the window is unknown)
+   * tokens / context_window (0 when the window is unknown); for a proxied conversation, from the provider's last usage: (input + output tokens) / context_window
    */
   usage_ratio: number;
   context_window?: number;
   last_compacted?: string;
   last_compaction?: CompactionDetail;
+  last_usage?: Usage;
   model?: string;
+  /**
+   * the provider of a conversation that came through the proxy
+   */
+  provider?: "openai" | "anthropic";
 }
 
 /**
@@ -251,9 +394,10 @@ export type ErrorBadRequest = ErrorBody;
  *
  * | code | status | meaning |
  * | --- | --- | --- |
- * | `invalid_json` | 400 | the body is not the JSON the endpoint takes |
+ * | `invalid_json` | 400 | the body is not the JSON the endpoint takes (or not UTF-8) |
  * | `bad_request` | 400 | the request is not what the endpoint takes |
  * | `invalid_conversation` | 400 | the messages are malformed or structurally invalid |
+ * | `unsupported_format` | 400 | the messages are in another provider's format (Anthropic Messages content blocks: `tool_use`, `tool_result`, …); compactd takes OpenAI chat messages |
  * | `invalid_config` | 400 | a policy config or config update is invalid |
  * | `no_policy` | 400 | no policy named and no default configured |
  * | `unauthorized` | 401 | the TCP listener without the bearer token |
@@ -264,13 +408,14 @@ export type ErrorBadRequest = ErrorBody;
  * | `too_many_messages` | 413 | the conversation is over `limits.max_messages` |
  * | `internal` | 500 | a bug in compactd |
  */
-export type ErrorCode = "invalid_json" | "bad_request" | "invalid_conversation" | "invalid_config" | "no_policy" | "unauthorized" | "unknown_policy" | "not_found" | "method_not_allowed" | "request_too_large" | "too_many_messages" | "internal";
+export type ErrorCode = "invalid_json" | "bad_request" | "invalid_conversation" | "unsupported_format" | "invalid_config" | "no_policy" | "unauthorized" | "unknown_policy" | "not_found" | "method_not_allowed" | "request_too_large" | "too_many_messages" | "internal";
 
 /** The HTTP status of each ErrorCode. */
 export const ERROR_CODE_STATUS: Readonly<Record<ErrorCode, number>> = {
   invalid_json: 400,
   bad_request: 400,
   invalid_conversation: 400,
+  unsupported_format: 400,
   invalid_config: 400,
   no_policy: 400,
   unauthorized: 401,
@@ -286,12 +431,58 @@ export type ErrorNotFound = ErrorBody;
 
 export type ErrorUnknownPolicy = ErrorBody;
 
+/**
+ * user messages only; `file` has `file_id` or `file_data`
+ */
+export interface FilePart {
+  file: {
+    file_data?: string;
+    file_id?: string;
+    filename?: string;
+    [key: string]: unknown;
+  };
+  type: "file";
+  [key: string]: unknown;
+}
+
 export interface Health {
   /**
    * policies serving
    */
   policies: number;
-  status: "ok";
+  /**
+   * "degraded" while no policy is loaded: the daemon is up (still 200) but every compaction fails until a plugin loads
+   */
+  status: "ok" | "degraded";
+}
+
+/**
+ * user messages only
+ */
+export interface ImageURLPart {
+  image_url: {
+    url: string;
+    detail?: string;
+    [key: string]: unknown;
+  };
+  type: "image_url";
+  [key: string]: unknown;
+}
+
+/**
+ * user messages only
+ */
+export interface InputAudioPart {
+  input_audio: {
+    /**
+     * base64-encoded audio
+     */
+    data: string;
+    format: string;
+    [key: string]: unknown;
+  };
+  type: "input_audio";
+  [key: string]: unknown;
 }
 
 /**
@@ -322,12 +513,19 @@ export interface LoadError {
 /**
  * An OpenAI chat message. compactd reads `role`, `content`, `name`,
  * `tool_calls` and `tool_call_id`; other fields are kept, and a
- * message a policy keeps comes back byte for byte.
+ * message a policy keeps comes back byte for byte. With
+ * `"format": "anthropic"`, an Anthropic message instead: `role`
+ * `user` or `assistant`, `content` a string or content blocks
+ * (`text`, `tool_use`, `tool_result`, ...).
  */
 export interface Message {
   role: "system" | "developer" | "user" | "assistant" | "tool";
   /**
-   * text, an array of content parts, or null (an assistant message with tool calls)
+   * text, an array of content parts, or null (an assistant message
+   * with tool calls). In OpenAI format the parts are `ContentPart`s:
+   * `text` (every role), `image_url`, `input_audio` and `file`
+   * (user), `refusal` (assistant); in Anthropic format, content
+   * blocks.
    */
   content?: string | unknown[] | null;
   name?: string;
@@ -372,9 +570,46 @@ export interface MessagePreview {
   tool_calls?: string[];
 }
 
+/**
+ * An OpenAI Chat Completions request, forwarded byte for byte unless
+ * compactd compacts its `messages` or adds `stream_options`. compactd
+ * reads `model` (tokenizer and context window), `messages`, `stream`
+ * and `stream_options`; every other field passes through. A request
+ * compactd cannot read is forwarded as it is, for the provider to
+ * judge.
+ */
+export interface OpenAIChatRequest {
+  messages?: Record<string, unknown>[];
+  model?: string;
+  stream?: boolean;
+  stream_options?: Record<string, unknown>;
+  [key: string]: unknown;
+}
+
+/**
+ * an error compactd itself answers on the OpenAI routes, in OpenAI's error format (SDKs raise their usual exceptions)
+ */
+export interface OpenAIError {
+  error: {
+    code: ProxyErrorCode;
+    /**
+     * what went wrong, starting with "compactd: "
+     */
+    message: string;
+    param: null;
+    type: "compactd_error";
+  };
+}
+
 export interface PluginLimits {
+  /**
+   * 10ms to 1h
+   */
   call_timeout?: string;
   max_instances?: number;
+  /**
+   * and at least the initial memory each loaded plugin declares
+   */
   max_memory_mb?: number;
   max_output_bytes?: number;
 }
@@ -386,6 +621,14 @@ export interface Policy {
   calls: number;
   failures: number;
   file: string;
+  /**
+   * the file's log lines dropped over the rate limit (100 a second, bursts of 1000), over every version of the file
+   */
+  log_lines_dropped: number;
+  /**
+   * the file's log lines cut to the line-length limit (4 KiB)
+   */
+  log_lines_truncated: number;
   /**
    * the policy name (the file name when the file never loaded)
    */
@@ -403,15 +646,79 @@ export interface Policy {
   description?: string;
   error?: LoadError;
   exports?: string[];
+  /**
+   * the pooled instances waiting for calls
+   */
+  instances?: {
+    idle: number;
+    /**
+     * the linear memory they hold
+     */
+    idle_memory_bytes: number;
+  };
   limits?: Limits;
   loaded_at?: string;
   path?: "fast" | "extism";
+  /**
+   * the daemon died while loading the file's current bytes: they
+   * are not loaded again until the file changes, or is removed and
+   * put back (`error` says when and why); absent when false
+   */
+  quarantined?: boolean;
   sha256?: string;
+  /**
+   * how its code runs: compiled on first use (a restart, or after limits.plugin_idle_unload), interpreted (a new version, until the compiler is done), compiled
+   */
+  tier?: "lazy" | "interpreted" | "compiled";
   version?: string;
+  /**
+   * the view of the conversation the plugin reads (ABI 1.1): every content, or contents on demand
+   */
+  view?: "full" | "headers";
 }
 
 export interface PolicyList {
   policies: Policy[];
+}
+
+/**
+ * The codes of the errors compactd itself answers on the proxy's
+ * routes, in the provider's error format (`OpenAIError`: `code`;
+ * `AnthropicError`: `error.message` starts with `compactd (CODE):`):
+ *
+ * | code | status | meaning |
+ * | --- | --- | --- |
+ * | `bad_request` | 400 | `X-Compactd-Conversation` is malformed, or the body could not be read |
+ * | `unauthorized` | 401 | the TCP listener without `X-Compactd-Token` |
+ * | `proxy_off` | 404 | no upstream is configured for this provider |
+ * | `not_found` | 404 | a forwarded path whose upstream was removed as the request arrived |
+ * | `upstream_unreachable` | 502 | the upstream could not be reached |
+ * | `bad_upstream` | 502 | the upstream URL is unusable |
+ * | `upstream_timeout` | 504 | the upstream did not answer within `proxy.timeout` |
+ */
+export type ProxyErrorCode = "bad_request" | "unauthorized" | "proxy_off" | "not_found" | "upstream_unreachable" | "bad_upstream" | "upstream_timeout";
+
+/**
+ * one provider's upstream (without `upstream`, that provider is not proxied)
+ */
+export interface ProxyUpstream {
+  /**
+   * (OpenAI) add stream_options.include_usage to streams that lack it (default true)
+   */
+  stream_usage?: boolean;
+  /**
+   * the base URL, as the provider's SDK takes it
+   */
+  upstream?: string;
+}
+
+/**
+ * assistant messages only
+ */
+export interface RefusalPart {
+  refusal: string;
+  type: "refusal";
+  [key: string]: unknown;
 }
 
 /**
@@ -485,4 +792,30 @@ export interface Status {
   };
   uptime_seconds: number;
   version: string;
+}
+
+export interface TextPart {
+  text: string;
+  type: "text";
+  [key: string]: unknown;
+}
+
+/**
+ * the provider's usage report of a conversation's last proxied response
+ */
+export interface Usage {
+  at: string;
+  /**
+   * prompt tokens, cached ones included
+   */
+  input_tokens: number;
+  output_tokens: number;
+  /**
+   * prompt tokens read from the provider's cache
+   */
+  cache_read_tokens?: number;
+  /**
+   * prompt tokens written to the provider's cache (Anthropic)
+   */
+  cache_write_tokens?: number;
 }

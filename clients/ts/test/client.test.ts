@@ -119,6 +119,74 @@ describe("compact", () => {
   }
 });
 
+/** An Anthropic Messages conversation with tool calls. */
+function anthropicConversation(turns: number): { system: string; messages: Message[] } {
+  const messages: Message[] = [{ role: "user", content: "Book a flight to Boston." }];
+  for (let i = 0; i < turns; i++) {
+    messages.push(
+      {
+        role: "assistant",
+        content: [
+          { type: "text", text: `Looking that up (${i}).` },
+          { type: "tool_use", id: `toolu_${i}`, name: "lookup", input: { step: i } },
+        ],
+      },
+      {
+        role: "user",
+        content: [
+          { type: "tool_result", tool_use_id: `toolu_${i}`, content: `flight data ${i} `.repeat(40) },
+          { type: "text", text: `and then ${i}?`, cache_control: { type: "ephemeral" } },
+        ],
+      },
+    );
+  }
+  messages.push({ role: "assistant", content: "Anything else?" }, { role: "user", content: "last question" });
+  return { system: "You book flights. Be terse.", messages };
+}
+
+type Block = { type?: string; id?: string; tool_use_id?: string };
+
+describe("anthropic format and the proxy", () => {
+  test("an Anthropic conversation comes back in its form", async () => {
+    const { system, messages } = anthropicConversation(8);
+    const options = { policy: "sliding", format: "anthropic", system, config: { window_size: 4, step: 1 } } as const;
+    const resp = await client.compact(messages, { ...options, model: "claude-sonnet-4-5" });
+    assert.equal(resp.format, "anthropic");
+    assert.equal(resp.system, system);
+    assert.ok(resp.compacted && resp.messages.length < messages.length);
+    assert.deepEqual(resp.messages.at(-1), messages.at(-1));
+    resp.messages.forEach((m, i) => {
+      assert.ok(m.role === "user" || m.role === "assistant", m.role);
+      for (const b of Array.isArray(m.content) ? (m.content as Block[]) : []) {
+        if (b.type !== "tool_result") continue;
+        const before = resp.messages[i - 1]?.content;
+        assert.ok(Array.isArray(before) && (before as Block[]).some((p) => p.id === b.tool_use_id), `tool_result ${b.tool_use_id} without its call`);
+      }
+    });
+    const out = await compact(messages, { ...options, client });
+    assert.ok(out.length < messages.length);
+    assert.deepEqual(out.at(-1), messages.at(-1));
+  });
+
+  test("format errors", async () => {
+    await rejectsWith(client.compact(chat(1), { policy: "lastn", format: "gemini" as "openai" }), "bad_request", 400);
+    await rejectsWith(client.compact(chat(1), { policy: "lastn", system: "terse" }), "bad_request", 400);
+  });
+
+  test("a proxied conversation's last request", async () => {
+    const id = need("COMPACTD_TEST_PROXIED");
+    const before = await client.conversation(id);
+    assert.equal(before.provider, "openai");
+    assert.ok(before.last_usage && before.last_usage.input_tokens > 0);
+    const resp = await client.compactProxied(id, { policy: "sliding", config: { window_size: 4, step: 1 } });
+    assert.equal(resp.format, "openai");
+    assert.ok(resp.compacted && resp.messages.length < before.messages && resp.system === undefined);
+    const after = await client.conversation(id);
+    assert.ok(after.needs_compaction && after.last_compaction);
+    await rejectsWith(client.compactProxied("never-proxied", { policy: "sliding" }), "not_found", 404);
+  });
+});
+
 describe("status and config", () => {
   test("policies", async () => {
     const policies = await client.policies();
@@ -127,6 +195,7 @@ describe("status and config", () => {
     const sliding = await client.policy("sliding");
     assert.equal(sliding.path, "fast");
     assert.ok(sliding.limits && sliding.limits.call_timeout && sliding.calls >= 1);
+    assert.ok(!sliding.quarantined && sliding.log_lines_dropped === 0 && sliding.log_lines_truncated === 0);
     await rejectsWith(client.policy("nope"), "unknown_policy", 404);
   });
 
@@ -151,6 +220,8 @@ describe("status and config", () => {
     const doc = await client.config();
     assert.equal(doc.config.limits.max_messages, 10000);
     await rejectsWith(client.updateConfig({ policies: { lastn: { n: 0 } } }), "invalid_config", 400);
+    const e = await rejectsWith(client.updateConfig({ limits: { plugin: { max_instances: -3 } } }), "invalid_config", 400);
+    assert.ok(e.detail.includes("limits.plugin.max_instances: -3 is out of range (allowed: 1 to 256"), e.detail);
     const up = await client.updateConfig({ log_level: "warn" });
     assert.equal(up.config.log_level, "warn");
     await client.updateConfig({ log_level: null });

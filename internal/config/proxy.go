@@ -1,0 +1,181 @@
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/compactd/compactd/abi"
+)
+
+// Proxy configures the provider-compatible proxy (README.md, "Use it as a
+// proxy"): POST /v1/chat/completions and POST /v1/messages are forwarded
+// to an upstream per provider, compacted on the way when a conversation
+// passes its trigger. A provider whose upstream is unset (here and in the
+// environment) is not proxied.
+type Proxy struct {
+	// OpenAI is the Chat Completions upstream (COMPACTD_OPENAI_UPSTREAM
+	// when unset).
+	OpenAI ProxyUpstream `yaml:"openai,omitempty" json:"openai"`
+	// Anthropic is the Messages API upstream (COMPACTD_ANTHROPIC_UPSTREAM
+	// when unset).
+	Anthropic ProxyUpstream `yaml:"anthropic,omitempty" json:"anthropic"`
+	// Policy or Pipeline is what runs when a proxied conversation is
+	// compacted; neither: the config's default (policy or pipeline).
+	Policy   string   `yaml:"policy,omitempty" json:"policy,omitempty"`
+	Pipeline []string `yaml:"pipeline,omitempty" json:"pipeline,omitempty"`
+	// Threshold is the usage ratio (tokens / context window) at which a
+	// conversation is compacted: the provider's usage of the last response
+	// (the deferred trigger) or the pre-flight count of a request
+	// (default 0.8; 0 < threshold <= 1).
+	Threshold float64 `yaml:"threshold,omitempty" json:"threshold"`
+	// TriggerTokens, if > 0, also triggers a compaction at this many
+	// tokens, whatever the window (for models whose window is unknown).
+	TriggerTokens int `yaml:"trigger_tokens,omitempty" json:"trigger_tokens,omitempty"`
+	// ContextWindow overrides the model's context window for every
+	// proxied request (0: the model's, from the model table).
+	ContextWindow int `yaml:"context_window,omitempty" json:"context_window,omitempty"`
+	// Timeout bounds one upstream exchange, from sending the request to
+	// the last byte of the response, streams included (default 10m).
+	Timeout Duration `yaml:"timeout,omitempty" json:"timeout"`
+	// MaxStoredBytes caps the memory holding each proxied conversation's
+	// last request, for manual compaction (default 64 MiB); the least
+	// recently used go first.
+	MaxStoredBytes int64 `yaml:"max_stored_bytes,omitempty" json:"max_stored_bytes"`
+}
+
+// ProxyUpstream is one provider's upstream.
+type ProxyUpstream struct {
+	// Upstream is the base URL, as the provider's SDK takes it:
+	// "https://api.openai.com/v1" (requests go to {upstream}/chat/completions),
+	// "https://api.anthropic.com" (requests go to {upstream}/v1/messages).
+	Upstream string `yaml:"upstream,omitempty" json:"upstream,omitempty"`
+	// StreamUsage (OpenAI only; default true) adds
+	// stream_options.include_usage to streamed requests that lack it, so
+	// the response's usage can be read, and removes the extra usage chunk
+	// from the stream again. Turn it off for an upstream that rejects
+	// stream_options.
+	StreamUsage *bool `yaml:"stream_usage,omitempty" json:"stream_usage,omitempty"`
+}
+
+// Environment variables that set the upstreams when the config file does
+// not.
+const (
+	EnvOpenAIUpstream    = "COMPACTD_OPENAI_UPSTREAM"
+	EnvAnthropicUpstream = "COMPACTD_ANTHROPIC_UPSTREAM"
+)
+
+// Proxy defaults and bounds (README.md documents them).
+const (
+	DefaultProxyThreshold      = 0.8
+	DefaultProxyTimeout        = 10 * time.Minute
+	DefaultProxyMaxStoredBytes = 64 << 20
+	// MaxProxyContextWindow bounds proxy.context_window.
+	MaxProxyContextWindow = 100_000_000
+)
+
+// withDefaults fills the proxy's unset fields, upstreams from getenv.
+func (p Proxy) withDefaults(getenv func(string) string) Proxy {
+	if p.OpenAI.Upstream == "" && getenv != nil {
+		p.OpenAI.Upstream = strings.TrimSpace(getenv(EnvOpenAIUpstream))
+	}
+	if p.Anthropic.Upstream == "" && getenv != nil {
+		p.Anthropic.Upstream = strings.TrimSpace(getenv(EnvAnthropicUpstream))
+	}
+	p.OpenAI.Upstream = strings.TrimRight(p.OpenAI.Upstream, "/")
+	p.Anthropic.Upstream = strings.TrimRight(p.Anthropic.Upstream, "/")
+	if p.Threshold == 0 {
+		p.Threshold = DefaultProxyThreshold
+	}
+	if p.Timeout == 0 {
+		p.Timeout = Duration(DefaultProxyTimeout)
+	}
+	if p.MaxStoredBytes == 0 {
+		p.MaxStoredBytes = DefaultProxyMaxStoredBytes
+	}
+	return p
+}
+
+// Enabled reports whether any provider is proxied.
+func (p *Proxy) Enabled() bool { return p.OpenAI.Upstream != "" || p.Anthropic.Upstream != "" }
+
+// IncludeStreamUsage reports whether OpenAI streams get
+// stream_options.include_usage added (proxy.openai.stream_usage).
+func (p *Proxy) IncludeStreamUsage() bool {
+	return p.OpenAI.StreamUsage == nil || *p.OpenAI.StreamUsage
+}
+
+// ProxyPipeline returns what a proxied compaction runs: proxy.policy or
+// proxy.pipeline, else the config's default (nil when neither names one).
+func (c *Config) ProxyPipeline() []string {
+	switch {
+	case c.Proxy.Policy != "":
+		return []string{c.Proxy.Policy}
+	case len(c.Proxy.Pipeline) > 0:
+		return c.Proxy.Pipeline
+	}
+	return c.DefaultPipeline()
+}
+
+// Validate checks the block's URLs, names and ranges.
+func (p *Proxy) Validate() error {
+	for _, u := range []struct{ key, env, value string }{
+		{"proxy.openai.upstream", EnvOpenAIUpstream, p.OpenAI.Upstream},
+		{"proxy.anthropic.upstream", EnvAnthropicUpstream, p.Anthropic.Upstream},
+	} {
+		if u.value == "" {
+			continue
+		}
+		if err := CheckUpstream(u.value); err != nil {
+			return fmt.Errorf("%s (or $%s): %v", u.key, u.env, err)
+		}
+	}
+	if p.Policy != "" && len(p.Pipeline) > 0 {
+		return fmt.Errorf("proxy.policy and proxy.pipeline are exclusive: set one")
+	}
+	names := p.Pipeline
+	if p.Policy != "" {
+		names = []string{p.Policy}
+	}
+	for _, n := range names {
+		if !abi.ValidName(n) {
+			return fmt.Errorf("proxy: policy name %q: want 1-64 characters of a-z, 0-9, _ and -, starting with a letter", n)
+		}
+	}
+	// The numbers' ranges are checked with every other setting's
+	// (checkRanges), so that their errors name the line.
+	return p.checkRanges()
+}
+
+// CheckUpstream reports whether s is a usable upstream base URL: absolute
+// http or https with a host, no query, fragment or credentials.
+func CheckUpstream(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a URL: %v", s, err)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("%q: want an http:// or https:// base URL such as https://api.openai.com/v1", s)
+	case u.Host == "":
+		return fmt.Errorf("%q has no host", s)
+	case u.User != nil:
+		return fmt.Errorf("%q carries credentials; the caller's own auth headers are passed through instead", s)
+	case u.RawQuery != "" || u.Fragment != "":
+		return fmt.Errorf("%q: a base URL has no query or fragment", s)
+	}
+	return nil
+}
+
+// LLMModel returns the llm: block's model, the daemon's summarizer model
+// ("" when the block or its model is unset).
+func (c *Config) LLMModel() string {
+	var b struct {
+		Model string `yaml:"model"`
+	}
+	if c.LLM == nil || c.LLM.Node == nil || c.LLM.Node.Decode(&b) != nil {
+		return ""
+	}
+	return strings.TrimSpace(b.Model)
+}

@@ -1,0 +1,94 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/compactd/compactd/internal/compactor"
+	"github.com/compactd/compactd/internal/models"
+	"github.com/compactd/compactd/internal/store"
+)
+
+// Stored is the result of compacting a proxied conversation's stored last
+// request (POST /v1/compact with only a conversation_id).
+type Stored struct {
+	// Provider is OpenAI or Anthropic: the format of Messages and System.
+	Provider string
+	Model    string
+	// Messages is the conversation, compacted or as it was, in the
+	// provider's format; System is Anthropic's top-level system (nil for
+	// OpenAI, or when absent).
+	Messages []json.RawMessage
+	System   json.RawMessage
+	Response *compactor.Response
+}
+
+// CompactStored compacts the last request the proxy forwarded for the
+// conversation id, with pipeline and overrides, through the same path as
+// a proxied request (the status and plugin state are updated). When it
+// compacts, the conversation is flagged needs_compaction, so the agent's
+// next request (which still carries its whole history) is compacted
+// before it goes upstream. It fails with ErrNotStored when the proxy holds
+// no request for id (never proxied, evicted by proxy.max_stored_bytes, or
+// proxied before the daemon last started).
+func (p *Proxy) CompactStored(ctx context.Context, id string, pipeline []string, overrides map[string]map[string]any) (*Stored, error) {
+	e := p.mem.snapshot(id)
+	if e == nil || e.body == nil {
+		return nil, fmt.Errorf("%w %q (the proxy keeps the last request of conversations proxied since the daemon started, within proxy.max_stored_bytes)", ErrNotStored, id)
+	}
+	var prov provider = openAI{}
+	if e.provider == Anthropic {
+		prov = anthropicAPI{}
+	}
+	req, err := parseRequest(e.body)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the stored request cannot be read: %v", ErrNotStored, err)
+	}
+	conv, back, err := prov.conversation(req)
+	if err != nil {
+		return nil, err
+	}
+	cfg := p.opts.Config.Current()
+	resp, err := p.opts.Compactor.Compact(ctx, compactor.Request{
+		Conversation: conv, Pipeline: pipeline, Overrides: overrides, Model: e.model, ConversationID: id,
+		ContextWindow: cfg.Proxy.ContextWindow, SummarizerModel: cfg.LLMModel(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := &Stored{Provider: e.provider, Model: e.model, Messages: req.messages, Response: resp}
+	if e.provider == Anthropic {
+		out.System = req.system
+	}
+	failed := false
+	for _, st := range resp.Stats.Stages {
+		failed = failed || st.Error != ""
+	}
+	obs := store.Observation{
+		ConversationID: id, Model: e.model, Pipeline: pipeline, Provider: e.provider,
+		MessagesBefore: len(req.messages), TokensBefore: resp.Stats.TokensBefore,
+		MessagesAfter: len(req.messages), TokensAfter: resp.Stats.TokensBefore, Failed: failed,
+	}
+	if obs.ContextWindow = cfg.Proxy.ContextWindow; obs.ContextWindow <= 0 {
+		obs.ContextWindow = models.ContextWindow(e.model)
+	}
+	if resp.Compacted {
+		array, err := back(resp)
+		if err == nil {
+			out.Messages, err = arrayElements(array)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("writing the compacted conversation back: %w", err)
+		}
+		obs.Compacted, obs.MessagesAfter, obs.TokensAfter = true, len(out.Messages), resp.Stats.TokensAfter
+	}
+	p.opts.Store.Observe(obs)
+	p.observe(&Compaction{Input: conv, Response: resp, Model: e.model, Pipeline: pipeline})
+	if resp.Compacted {
+		p.opts.Store.SetNeedsCompaction(id, true)
+	}
+	p.logger.Info("proxy: manual compaction", "conversation", id, "compacted", resp.Compacted,
+		"messages", fmt.Sprintf("%d→%d", obs.MessagesBefore, obs.MessagesAfter), "summary", resp.Summary)
+	return out, nil
+}

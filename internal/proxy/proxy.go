@@ -1,0 +1,613 @@
+// Package proxy is compactd as a drop-in OpenAI- and Anthropic-compatible
+// proxy: an agent changes its SDK's base URL to the daemon, and every
+// request passes two filters on its way to the provider (the llms
+// extension's request and response filters, seed 002):
+//
+//   - The request filter compacts a conversation before it is forwarded
+//     when the provider's usage of the previous response reached the
+//     threshold (the deferred trigger: needs_compaction), or when a
+//     pre-flight count of this request does — either one suffices. The
+//     conversation goes through the one compaction path
+//     (internal/compactor), so policies see the same ABI for both
+//     providers (Anthropic requests are converted at the edge,
+//     internal/anthropic). A failed compaction never fails the agent's
+//     call: the request goes on uncompacted with an X-Compactd-Warning
+//     header and a log line.
+//   - The response filter reads the provider's usage from the JSON body or
+//     the event stream, records it in the conversation's status
+//     (usage_ratio, last_usage) and sets needs_compaction. Streams pass
+//     through event by event, flushed as they arrive; nothing but the
+//     event in progress is held.
+//
+// The caller's headers, its provider key among them, are passed through
+// untouched (compactd's own X-Compactd-* headers are removed); they are
+// never stored or logged. Each conversation's last request body is kept
+// in memory, bounded, for manual compaction (CompactStored).
+//
+// A Proxy is safe for concurrent use.
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/internal/chat"
+	"github.com/compactd/compactd/internal/compactor"
+	"github.com/compactd/compactd/internal/config"
+	"github.com/compactd/compactd/internal/models"
+	"github.com/compactd/compactd/internal/store"
+	"github.com/compactd/compactd/internal/tokens"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Headers compactd reads and writes on proxied requests. The request
+// headers are removed before a request goes upstream.
+const (
+	// HeaderConversation (request) names the conversation; without it the
+	// id is derived from the leading system messages and the first user
+	// message. (response) the id used.
+	HeaderConversation = "X-Compactd-Conversation"
+	// HeaderToken authenticates a proxied request on the TCP listener,
+	// where Authorization carries the provider's key.
+	HeaderToken = "X-Compactd-Token"
+	// HeaderCompacted (response) is "true" when the request was compacted.
+	HeaderCompacted = "X-Compactd-Compacted"
+	// HeaderWarning (response) says what went wrong on compactd's side;
+	// the request was still forwarded. It may repeat.
+	HeaderWarning = "X-Compactd-Warning"
+	// HeaderUpstream (response) names the provider ("openai" or
+	// "anthropic") whose upstream gave the answer, on every answer that
+	// came from an upstream (its status, headers and body passed
+	// through). An answer without it is compactd's own: one of its errors
+	// in the provider's format (proxy off, upstream unreachable or too
+	// slow, missing token, bad conversation header).
+	HeaderUpstream = "X-Compactd-Upstream"
+)
+
+// Routes the proxy serves. Other paths under /v1/ that compactd does not
+// serve are forwarded as they are (Forwards, ServeForward).
+const (
+	RouteOpenAI    = "/v1/chat/completions"
+	RouteAnthropic = "/v1/messages"
+)
+
+// maxConversationID caps the X-Compactd-Conversation header, as
+// /v1/compact caps conversation_id.
+const maxConversationID = 256
+
+// maxUsageBody is the largest JSON response the response filter reads
+// usage from (the body itself is always passed through whole).
+const maxUsageBody = 8 << 20
+
+// ErrNotStored is returned by CompactStored for a conversation whose last
+// request the proxy does not hold.
+var ErrNotStored = errors.New("no stored request for this conversation")
+
+// Options configure a Proxy. Config, Compactor and Store are required.
+type Options struct {
+	Config    *config.Manager
+	Compactor *compactor.Compactor
+	Store     *store.Store
+	// Tokens counts the pre-flight tokens (a new Counter if nil; the
+	// daemon shares the compactor's, so counts are cached once).
+	Tokens *tokens.Counter
+	// Observe, if set, is told of every compaction the proxy runs, once
+	// the conversation's status is recorded (the daemon counts it in its
+	// metrics and keeps its record for the status page).
+	Observe func(Compaction)
+	// Transport sends upstream requests (a pooled http.Transport if nil).
+	Transport http.RoundTripper
+	// Logger receives one line per compaction and per failure; never a
+	// header. Discarded if nil.
+	Logger hclog.Logger
+}
+
+// Proxy forwards provider API requests through the request and response
+// filters.
+type Proxy struct {
+	opts      Options
+	logger    hclog.Logger
+	seed      maphash.Seed
+	mem       *memory
+	transport http.RoundTripper
+}
+
+// New returns a Proxy.
+func New(opts Options) *Proxy {
+	p := &Proxy{opts: opts, logger: opts.Logger, seed: maphash.MakeSeed(), transport: opts.Transport}
+	if p.logger == nil {
+		p.logger = hclog.NewNullLogger()
+	}
+	if p.opts.Tokens == nil {
+		p.opts.Tokens = tokens.New(tokens.Options{})
+	}
+	if p.transport == nil {
+		p.transport = &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			ForceAttemptHTTP2:     true,
+			MaxIdleConns:          256,
+			MaxIdleConnsPerHost:   64,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   10 * time.Second,
+			ExpectContinueTimeout: time.Second,
+		}
+	}
+	p.mem = newMemory(opts.Config.Current().Proxy.MaxStoredBytes)
+	return p
+}
+
+// Compaction is one compaction the proxy ran, for Options.Observe.
+type Compaction struct {
+	// Input is the conversation compacted, in chat form (an Anthropic
+	// request's converted one); Response.Origin indexes it.
+	Input    *chat.Conversation
+	Response *compactor.Response
+	Model    string
+	Pipeline []string
+}
+
+// SetObserver sets Options.Observe (the daemon's metrics exist only once
+// the server that uses the proxy does). Call it before serving.
+func (p *Proxy) SetObserver(f func(Compaction)) { p.opts.Observe = f }
+
+func (p *Proxy) observe(c *Compaction) {
+	if c != nil && p.opts.Observe != nil {
+		p.opts.Observe(*c)
+	}
+}
+
+// ConfigChanged applies a new config's bounds (the daemon calls it after
+// a reload or update).
+func (p *Proxy) ConfigChanged(c *config.Config) { p.mem.setLimit(c.Proxy.MaxStoredBytes) }
+
+// Close releases idle upstream connections.
+func (p *Proxy) Close() {
+	if t, ok := p.transport.(interface{ CloseIdleConnections() }); ok {
+		t.CloseIdleConnections()
+	}
+}
+
+// Stored reports how many conversations' last requests are held, and
+// their size in bytes.
+func (p *Proxy) Stored() (conversations int, bytes int64) { return p.mem.stats() }
+
+// ServeOpenAI serves POST /v1/chat/completions.
+func (p *Proxy) ServeOpenAI(w http.ResponseWriter, r *http.Request) { p.serve(w, r, openAI{}) }
+
+// ServeAnthropic serves POST /v1/messages.
+func (p *Proxy) ServeAnthropic(w http.ResponseWriter, r *http.Request) {
+	p.serve(w, r, anthropicAPI{})
+}
+
+// providerFor tells an OpenAI request from an Anthropic one by the
+// headers every Anthropic client sends.
+func providerFor(r *http.Request) provider {
+	if r.Header.Get("anthropic-version") != "" || r.Header.Get("x-api-key") != "" || strings.HasPrefix(r.URL.Path, RouteAnthropic) {
+		return anthropicAPI{}
+	}
+	return openAI{}
+}
+
+// Forwards reports whether r, a path under /v1/ that compactd does not
+// serve, goes upstream unchanged: it does when the provider it is for
+// (Anthropic when it carries anthropic-version or x-api-key, else OpenAI)
+// has an upstream. Models lists, embeddings, token counts and the like
+// reach the provider; nothing is compacted or recorded.
+func (p *Proxy) Forwards(r *http.Request) bool {
+	if !strings.HasPrefix(r.URL.Path, "/v1/") {
+		return false
+	}
+	cfg := p.opts.Config.Current()
+	return providerFor(r).upstream(&cfg.Proxy) != ""
+}
+
+// ServeForward forwards r unchanged (see Forwards).
+func (p *Proxy) ServeForward(w http.ResponseWriter, r *http.Request) {
+	cfg := p.opts.Config.Current()
+	prov := providerFor(r)
+	base := prov.upstream(&cfg.Proxy)
+	if base == "" {
+		p.writeError(w, prov, http.StatusNotFound, "not_found", fmt.Sprintf("no endpoint %s %s, and no %s upstream to forward it to", r.Method, r.URL.Path, prov.name()))
+		return
+	}
+	extendDeadline(w, cfg.Proxy.Timeout.D())
+	ctx, cancel := context.WithTimeout(r.Context(), cfg.Proxy.Timeout.D())
+	defer cancel()
+	var body io.Reader
+	if r.Body != nil && r.Body != http.NoBody {
+		body = r.Body
+	}
+	p.forward(w, r.WithContext(ctx), prov, prov.target(base, r.URL.Path), body, r.ContentLength, nil)
+}
+
+// Unauthorized answers 401 in the provider's format (the TCP listener's
+// check).
+func (p *Proxy) Unauthorized(w http.ResponseWriter, r *http.Request, msg string) {
+	p.writeError(w, providerFor(r), http.StatusUnauthorized, "unauthorized", msg)
+}
+
+func (p *Proxy) writeError(w http.ResponseWriter, prov provider, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(prov.errorBody(status, code, msg))
+}
+
+// extendDeadline lets a proxied exchange outlive the server's write
+// timeout, which is sized for compaction requests, not for model calls.
+func extendDeadline(w http.ResponseWriter, d time.Duration) {
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(d))
+}
+
+// exchange is one proxied request on its way through the filters.
+type exchange struct {
+	p        *Proxy
+	prov     provider
+	cfg      *config.Config
+	id       string
+	model    string
+	window   int
+	warnings []string
+	// forwarded is compactd's count of the prompt sent upstream, to
+	// calibrate the next pre-flight count against the provider's usage.
+	forwarded  int
+	compacted  bool
+	addedUsage bool
+	tracked    bool        // the conversation is in the store and gets the usage
+	compaction *Compaction // the compaction run on the request, if any
+}
+
+func (x *exchange) warn(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	x.warnings = append(x.warnings, msg)
+	x.p.logger.Warn("proxy: "+msg, "provider", x.prov.name(), "conversation", x.id)
+}
+
+func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, prov provider) {
+	cfg := p.opts.Config.Current()
+	base := prov.upstream(&cfg.Proxy)
+	if base == "" {
+		env := config.EnvOpenAIUpstream
+		if prov.name() == Anthropic {
+			env = config.EnvAnthropicUpstream
+		}
+		p.writeError(w, prov, http.StatusNotFound, "proxy_off",
+			fmt.Sprintf("the %s proxy is off: set proxy.%s.upstream in the config file, or $%s", prov.name(), prov.name(), env))
+		return
+	}
+	id := r.Header.Get(HeaderConversation)
+	if len(id) > maxConversationID || !utf8.ValidString(id) || strings.ContainsFunc(id, func(c rune) bool { return c < 0x20 || c == 0x7f }) {
+		p.writeError(w, prov, http.StatusBadRequest, "bad_request", fmt.Sprintf("%s must be at most %d bytes of printable UTF-8", HeaderConversation, maxConversationID))
+		return
+	}
+	extendDeadline(w, cfg.Limits.RequestTimeout.D()+cfg.Proxy.Timeout.D())
+	x := &exchange{p: p, prov: prov, cfg: cfg, id: id}
+
+	limit := cfg.Limits.MaxBodyBytes
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		p.writeError(w, prov, http.StatusBadRequest, "bad_request", "reading the request body: "+err.Error())
+		return
+	}
+	var out io.Reader
+	length := int64(-1)
+	if int64(len(body)) > limit {
+		// Too large to inspect: forwarded as it is, read on from the client.
+		x.warn("request body over %d bytes (limits.max_body_bytes): forwarded without compaction", limit)
+		out = io.MultiReader(bytes.NewReader(body), r.Body)
+		length = r.ContentLength
+	} else {
+		b := x.filterRequest(r.Context(), body)
+		out, length = bytes.NewReader(b), int64(len(b))
+	}
+
+	h := w.Header()
+	if x.id != "" {
+		h.Set(HeaderConversation, x.id)
+	}
+	if x.compacted {
+		h.Set(HeaderCompacted, "true")
+	}
+	for _, msg := range x.warnings {
+		h.Add(HeaderWarning, headerValue(msg))
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), cfg.Proxy.Timeout.D())
+	defer cancel()
+	p.forward(w, r.WithContext(ctx), prov, prov.target(base, r.URL.Path), out, length, x)
+}
+
+// headerValue makes a warning safe for a header: one line, at most 1 KiB.
+func headerValue(s string) string {
+	s = strings.Map(func(c rune) rune {
+		if c < 0x20 || c == 0x7f {
+			return ' '
+		}
+		return c
+	}, s)
+	if len(s) > 1024 {
+		s = strings.ToValidUTF8(s[:1024], "") + "…"
+	}
+	return s
+}
+
+// filterRequest is the request filter: it returns the body to forward.
+func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
+	p, cfg := x.p, x.cfg
+	req, err := parseRequest(body)
+	if err != nil {
+		x.warn("the request could not be read (%v): forwarded unchanged", err)
+		return body
+	}
+	x.model = req.model
+	if x.id == "" {
+		lead, err := x.prov.leading(req)
+		if err != nil {
+			x.warn("the conversation could not be read (%v): forwarded unchanged", err)
+			return body
+		}
+		x.id = compactor.ConversationID(lead)
+	}
+	x.window = cfg.Proxy.ContextWindow
+	if x.window <= 0 {
+		x.window = models.ContextWindow(req.model)
+	}
+
+	// The pre-flight count: only messages not in the previous request are
+	// tokenized.
+	tok := p.opts.Tokens.ForModel(req.model)
+	items, hasSystem := x.prov.items(req)
+	prev := p.mem.snapshot(x.id)
+	if prev != nil && (prev.model != req.model || prev.provider != x.prov.name()) {
+		prev = nil
+	}
+	hashes, counts, total, err := p.count(x.prov, tok, items, hasSystem, prev)
+	if err != nil {
+		x.warn("the conversation could not be read (%v): forwarded unchanged", err)
+		return body
+	}
+	total += tokens.ReplyPrimingTokens
+	offset := 0
+	if prev != nil {
+		offset = prev.offset
+	}
+	estimate := total + offset
+	p.mem.remember(x.id, x.prov.name(), req.model, body, hashes, counts)
+
+	status, known := p.opts.Store.Conversation(x.id)
+	pc := &cfg.Proxy
+	reason := ""
+	switch {
+	case known && status.NeedsCompaction:
+		reason = "the last response's usage reached the threshold"
+	case x.window > 0 && float64(estimate) >= pc.Threshold*float64(x.window):
+		reason = fmt.Sprintf("%d tokens are %.0f%% of the %d-token window", estimate, 100*float64(estimate)/float64(x.window), x.window)
+	case pc.TriggerTokens > 0 && estimate >= pc.TriggerTokens:
+		reason = fmt.Sprintf("%d tokens reach proxy.trigger_tokens", estimate)
+	}
+
+	pipeline := cfg.ProxyPipeline()
+	obs := store.Observation{
+		ConversationID: x.id, Model: req.model, Pipeline: pipeline, Provider: x.prov.name(),
+		MessagesBefore: len(req.messages), TokensBefore: total, MessagesAfter: len(req.messages), TokensAfter: total,
+		ContextWindow: x.window,
+	}
+	x.forwarded = total
+	out := body
+	if reason != "" {
+		out = x.compact(ctx, req, pipeline, reason, &obs)
+	}
+	p.opts.Store.Observe(obs)
+	p.observe(x.compaction)
+	x.tracked = true
+
+	if x.prov.name() == OpenAI && req.stream && !req.clientUsage && pc.IncludeStreamUsage() {
+		b, err := req.withStreamUsage(out)
+		if err != nil {
+			x.warn("stream_options could not be set (%v): the response's usage is not recorded", err)
+		} else {
+			out, x.addedUsage = b, true
+		}
+	}
+	return out
+}
+
+// compact runs the proxy's pipeline on the request and returns the body
+// to forward (the input body when anything fails). It fills obs.
+func (x *exchange) compact(ctx context.Context, req *request, pipeline []string, reason string, obs *store.Observation) []byte {
+	p, cfg := x.p, x.cfg
+	if len(pipeline) == 0 {
+		x.warn("compaction is due (%s) but no policy is configured (proxy.policy, or the config's policy): forwarded uncompacted", reason)
+		return req.body
+	}
+	conv, back, err := x.prov.conversation(req)
+	if err != nil {
+		x.warn("compaction is due but the conversation could not be read (%v): forwarded uncompacted", err)
+		obs.Failed = true
+		return req.body
+	}
+	cctx, cancel := context.WithTimeout(ctx, cfg.Limits.RequestTimeout.D())
+	defer cancel()
+	resp, err := p.opts.Compactor.Compact(cctx, compactor.Request{
+		Conversation: conv, Pipeline: pipeline, Model: req.model, ConversationID: x.id, ContextWindow: cfg.Proxy.ContextWindow,
+		SummarizerModel: cfg.LLMModel(),
+	})
+	if err != nil {
+		x.warn("compaction failed (%v): forwarded uncompacted", err)
+		obs.Failed = true
+		return req.body
+	}
+	x.compaction = &Compaction{Input: conv, Response: resp, Model: req.model, Pipeline: pipeline}
+	for _, w := range resp.Warnings {
+		x.warn("%s", w)
+	}
+	for _, st := range resp.Stats.Stages {
+		if st.Error != "" {
+			obs.Failed = true
+		}
+	}
+	if !resp.Compacted {
+		p.logger.Debug("proxy: compaction due, policy kept the conversation", "conversation", x.id, "reason", reason)
+		return req.body
+	}
+	array, err := back(resp)
+	if err != nil {
+		x.warn("the compacted conversation could not be written back (%v): forwarded uncompacted", err)
+		obs.Failed = true
+		return req.body
+	}
+	n := resp.Conversation.Len()
+	if x.prov.name() == Anthropic {
+		if elems, err := arrayElements(array); err == nil {
+			n = len(elems)
+		}
+	}
+	obs.Compacted, obs.MessagesAfter, obs.TokensAfter = true, n, resp.Stats.TokensAfter+tokens.ReplyPrimingTokens
+	x.compacted, x.forwarded = true, obs.TokensAfter
+	p.logger.Info("proxy: compacted", "provider", x.prov.name(), "conversation", x.id, "reason", reason,
+		"messages", fmt.Sprintf("%d→%d", obs.MessagesBefore, n), "tokens", fmt.Sprintf("%d→%d", obs.TokensBefore, obs.TokensAfter),
+		"summary", resp.Summary)
+	return req.withMessages(array)
+}
+
+// count returns each item's hash and token count, and their sum. Items of
+// prev (the conversation's previous request) are not counted again.
+func (p *Proxy) count(prov provider, tok *tokens.Tokenizer, items []json.RawMessage, hasSystem bool, prev *entry) ([]uint64, []int, int, error) {
+	hashes := make([]uint64, len(items))
+	counts := make([]int, len(items))
+	var seen map[uint64]int
+	var miss []int
+	for i, raw := range items {
+		h := maphash.Bytes(p.seed, raw)
+		hashes[i] = h
+		if prev != nil {
+			if i < len(prev.hashes) && prev.hashes[i] == h {
+				counts[i] = prev.counts[i]
+				continue
+			}
+			if seen == nil {
+				seen = make(map[uint64]int, len(prev.hashes))
+				for j, ph := range prev.hashes {
+					seen[ph] = j
+				}
+			}
+			if j, ok := seen[h]; ok {
+				counts[i] = prev.counts[j]
+				continue
+			}
+		}
+		miss = append(miss, i)
+	}
+	var msgs []abi.Message
+	var owner []int
+	for _, i := range miss {
+		ms, err := prov.chatItem(items[i], hasSystem && i == 0)
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("message %d: %w", i, err)
+		}
+		for range ms {
+			owner = append(owner, i)
+		}
+		msgs = append(msgs, ms...)
+	}
+	tok.CountMessages(msgs)
+	for k := range msgs {
+		counts[owner[k]] += msgs[k].Tokens
+	}
+	total := 0
+	for _, c := range counts {
+		total += c
+	}
+	return hashes, counts, total, nil
+}
+
+// responseFilter is handed the usage of a successful response.
+func (x *exchange) responseFilter(u store.Usage) {
+	if !x.tracked {
+		return
+	}
+	p := x.p
+	ratio, needs := p.opts.Store.RecordUsage(x.id, u, x.window, x.cfg.Proxy.Threshold, x.cfg.Proxy.TriggerTokens)
+	p.mem.setOffset(x.id, u.InputTokens-x.forwarded)
+	p.logger.Debug("proxy: usage", "provider", x.prov.name(), "conversation", x.id, "input_tokens", u.InputTokens,
+		"output_tokens", u.OutputTokens, "usage_ratio", ratio, "needs_compaction", needs)
+}
+
+// forward sends the request upstream through httputil.ReverseProxy and
+// the response back, through x's response filter (x nil: unfiltered).
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, prov provider, target string, body io.Reader, length int64, x *exchange) {
+	u, err := url.Parse(target)
+	if err != nil {
+		p.writeError(w, prov, http.StatusBadGateway, "bad_upstream", err.Error())
+		return
+	}
+	u.RawQuery = r.URL.RawQuery
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL, pr.Out.Host = u, ""
+			for k := range pr.Out.Header {
+				if strings.HasPrefix(k, "X-Compactd-") {
+					delete(pr.Out.Header, k)
+				}
+			}
+			// The transport asks for gzip itself and decompresses, so the
+			// response filter reads plain text.
+			pr.Out.Header.Del("Accept-Encoding")
+			if body == nil {
+				pr.Out.Body, pr.Out.ContentLength = nil, 0
+			} else {
+				pr.Out.Body, pr.Out.ContentLength = io.NopCloser(body), length
+			}
+		},
+		Transport: p.transport,
+		ModifyResponse: func(resp *http.Response) error {
+			resp.Header.Set(HeaderUpstream, prov.name())
+			if x == nil || resp.StatusCode < 200 || resp.StatusCode > 299 {
+				return nil
+			}
+			ct := resp.Header.Get("Content-Type")
+			switch {
+			case strings.HasPrefix(ct, "text/event-stream"):
+				parser := prov.newStream(x.addedUsage)
+				resp.Body = newSSEReader(resp.Body, parser, func() {
+					if u, ok := parser.usage(); ok {
+						x.responseFilter(u)
+					}
+				})
+			case strings.Contains(ct, "json"):
+				resp.Body = &jsonTee{body: resp.Body, limit: maxUsageBody, done: func(b []byte) {
+					if u, ok := prov.usage(b); ok {
+						x.responseFilter(u)
+					}
+				}}
+			}
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
+			switch {
+			case errors.Is(r.Context().Err(), context.Canceled) && !errors.Is(err, context.DeadlineExceeded):
+				return // the client went away
+			case errors.Is(err, context.DeadlineExceeded):
+				p.logger.Warn("proxy: upstream timed out", "provider", prov.name(), "upstream", u.Host, "error", err)
+				p.writeError(w, prov, http.StatusGatewayTimeout, "upstream_timeout", fmt.Sprintf("the %s upstream did not answer within proxy.timeout", prov.name()))
+			default:
+				p.logger.Warn("proxy: upstream unreachable", "provider", prov.name(), "upstream", u.Host, "error", err)
+				p.writeError(w, prov, http.StatusBadGateway, "upstream_unreachable", fmt.Sprintf("the %s upstream could not be reached: %v", prov.name(), err))
+			}
+		},
+		ErrorLog: p.logger.Named("reverseproxy").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	}
+	rp.ServeHTTP(w, r)
+}

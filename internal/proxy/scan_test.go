@@ -1,0 +1,228 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/compactd/compactd/internal/store"
+)
+
+func TestParseRequest(t *testing.T) {
+	body := []byte(` { "model" : "gpt-4o", "mod\u0065l2": 1, "messages": [ {"role":"user","content":"a \"quoted\" ] } text\\"} ,{"role":"assistant","content":[1,{"x":"]"}]}],
+	  "stream": true, "stream_options": {"foo": 1}, "n": -1.5e3, "x": null } `)
+	r, err := parseRequest(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.model != "gpt-4o" || !r.stream || r.clientUsage || r.streamOptions == nil || len(r.messages) != 2 {
+		t.Fatalf("%+v", r)
+	}
+	if string(r.messages[0]) != `{"role":"user","content":"a \"quoted\" ] } text\\"}` || string(r.messages[1]) != `{"role":"assistant","content":[1,{"x":"]"}]}` {
+		t.Fatalf("messages %q", r.messages)
+	}
+	keys := []string{}
+	for _, f := range r.fields {
+		keys = append(keys, f.key)
+	}
+	if strings.Join(keys, ",") != "model,model2,messages,stream,stream_options,n,x" {
+		t.Fatalf("keys %v", keys)
+	}
+
+	// Replacing the messages and adding include_usage keeps every other byte.
+	out := r.withMessages([]byte(`[{"role":"user","content":"b"}]`))
+	out, err = r.withStreamUsage(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(out, &m); err != nil {
+		t.Fatalf("%s: %v", out, err)
+	}
+	so := m["stream_options"].(map[string]any)
+	if so["include_usage"] != true || so["foo"] != 1.0 || len(m["messages"].([]any)) != 1 || m["n"] != -1500.0 {
+		t.Fatalf("%s", out)
+	}
+	if !bytes.HasPrefix(out, []byte(` { "model" : "gpt-4o", "mod\u0065l2": 1, "messages": [{"role":"user","content":"b"}],`)) {
+		t.Fatalf("prefix changed: %s", out)
+	}
+
+	// Without stream_options, it is added as a member.
+	r, _ = parseRequest([]byte(`{"messages":[],"stream":true}`))
+	out, _ = r.withStreamUsage(r.body)
+	if string(out) != `{"messages":[],"stream":true,"stream_options":{"include_usage":true}}` {
+		t.Fatalf("%s", out)
+	}
+
+	for _, bad := range []string{``, `[]`, `{"messages":{}}`, `{"model":"x"}`, `{"messages":[1,}`, `{"messages":[] `, `{"messages":["unterminated]}`, `{"model":1,"messages":[]}`} {
+		if _, err := parseRequest([]byte(bad)); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+// FuzzScan checks the structural scanner against encoding/json: on any
+// input encoding/json accepts as an object with a "messages" array, the
+// scanner finds the same messages.
+func FuzzScan(f *testing.F) {
+	f.Add(`{"model":"m","messages":[{"role":"user","content":"x\"]"}],"stream":true}`)
+	f.Add(`{"messages":[ {"a":[1,2,{"b":"}"}]} , "s", 1e5, null, true ]}`)
+	f.Add(`{"a\\"b":"c","messages":[]}`)
+	f.Fuzz(func(t *testing.T, s string) {
+		// Keys match exactly, as the providers' APIs match them (not
+		// case-insensitively, as encoding/json does into a struct).
+		var probe map[string]json.RawMessage
+		var want struct{ Messages []json.RawMessage }
+		r, err := parseRequest([]byte(s))
+		if json.Unmarshal([]byte(s), &probe) != nil || json.Unmarshal(probe["messages"], &want.Messages) != nil || want.Messages == nil {
+			return // the scanner may accept what encoding/json refuses: the upstream judges
+		}
+		if err != nil {
+			t.Fatalf("valid request refused: %v", err)
+		}
+		if len(r.messages) != len(want.Messages) {
+			t.Fatalf("%d messages, encoding/json found %d", len(r.messages), len(want.Messages))
+		}
+		for i := range r.messages {
+			var a, b any
+			json.Unmarshal(r.messages[i], &a)
+			json.Unmarshal(want.Messages[i], &b)
+			ja, _ := json.Marshal(a)
+			jb, _ := json.Marshal(b)
+			if !bytes.Equal(ja, jb) {
+				t.Fatalf("message %d: %s, encoding/json: %s", i, r.messages[i], want.Messages[i])
+			}
+		}
+	})
+}
+
+// chunkedReader returns its chunks one Read at a time, as a network
+// connection would.
+type chunkedReader struct{ chunks []string }
+
+func (c *chunkedReader) Read(p []byte) (int, error) {
+	if len(c.chunks) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, c.chunks[0])
+	c.chunks[0] = c.chunks[0][n:]
+	if c.chunks[0] == "" {
+		c.chunks = c.chunks[1:]
+	}
+	return n, nil
+}
+
+func (c *chunkedReader) Close() error { return nil }
+
+func TestSSEReaderOpenAI(t *testing.T) {
+	events := []string{
+		"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n",
+		": keep-alive comment\n\n",
+		"data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":null}\r\n\r\n",
+		"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":4}}}\n\n",
+		"data: [DONE]\n\n",
+	}
+	for _, added := range []bool{true, false} {
+		// Split the stream at awkward places: mid-line, mid-event.
+		all := strings.Join(events, "")
+		var chunks []string
+		for i := 0; i < len(all); i += 7 {
+			chunks = append(chunks, all[i:min(i+7, len(all))])
+		}
+		var got store.Usage
+		calls := 0
+		parser := openAI{}.newStream(added)
+		r := newSSEReader(&chunkedReader{chunks: chunks}, parser, func() {
+			calls++
+			got, _ = parser.usage()
+		})
+		var reads []string
+		buf := make([]byte, 4096)
+		for {
+			n, err := r.Read(buf)
+			if n > 0 {
+				reads = append(reads, string(buf[:n]))
+			}
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.Close()
+		want := events
+		if added {
+			want = append(append([]string{}, events[:3]...), events[4])
+		}
+		if strings.Join(reads, "|") != strings.Join(want, "|") {
+			t.Fatalf("added=%v: reads (one per event)\n%q\nwant\n%q", added, reads, want)
+		}
+		if calls != 1 || got.InputTokens != 10 || got.OutputTokens != 2 || got.CacheReadTokens != 4 {
+			t.Fatalf("usage %+v after %d calls", got, calls)
+		}
+	}
+}
+
+func TestSSEReaderAnthropic(t *testing.T) {
+	stream := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":100,\"cache_read_input_tokens\":50,\"cache_creation_input_tokens\":5,\"output_tokens\":1}}}\n\n" +
+		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}\n\n" +
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":7}}\n\n" +
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	parser := anthropicAPI{}.newStream(false)
+	var got store.Usage
+	r := newSSEReader(io.NopCloser(strings.NewReader(stream)), parser, func() { got, _ = parser.usage() })
+	out, err := io.ReadAll(r)
+	if err != nil || string(out) != stream {
+		t.Fatalf("the stream changed: %v\n%s", err, out)
+	}
+	if got.InputTokens != 155 || got.OutputTokens != 7 || got.CacheReadTokens != 50 || got.CacheWriteTokens != 5 {
+		t.Fatalf("usage %+v", got)
+	}
+}
+
+func TestJSONUsage(t *testing.T) {
+	if u, ok := (openAI{}).usage([]byte(`{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}`)); !ok || u.InputTokens != 3 || u.OutputTokens != 4 {
+		t.Fatalf("%+v %v", u, ok)
+	}
+	if u, ok := (anthropicAPI{}).usage([]byte(`{"usage":{"input_tokens":3,"cache_read_input_tokens":2,"output_tokens":4}}`)); !ok || u.InputTokens != 5 || u.OutputTokens != 4 {
+		t.Fatalf("%+v %v", u, ok)
+	}
+	if _, ok := (openAI{}).usage([]byte(`not json`)); ok {
+		t.Fatal("usage from garbage")
+	}
+}
+
+func TestMemoryBound(t *testing.T) {
+	m := newMemory(4000)
+	body := bytes.Repeat([]byte("x"), 1000)
+	for _, id := range []string{"a", "b", "c", "d"} {
+		m.remember(id, OpenAI, "gpt-4o", body, []uint64{1}, []int{1})
+	}
+	if n, size := m.stats(); n != 3 || size > 4000 {
+		t.Fatalf("%d entries, %d bytes", n, size)
+	}
+	if m.snapshot("a") != nil || m.snapshot("d") == nil {
+		t.Fatal("the least recently used was not the one dropped")
+	}
+	m.setOffset("d", -5)
+	m.remember("d", OpenAI, "gpt-4o", body, nil, nil)
+	if e := m.snapshot("d"); e.offset != 0 {
+		t.Fatalf("offset %d", e.offset)
+	}
+	m.setOffset("d", 42)
+	m.remember("d", OpenAI, "gpt-4o", body, nil, nil)
+	if e := m.snapshot("d"); e.offset != 42 {
+		t.Fatalf("offset not kept: %d", e.offset)
+	}
+	m.remember("huge", OpenAI, "gpt-4o", bytes.Repeat(body, 10), nil, nil)
+	if e := m.snapshot("huge"); e == nil || e.body != nil {
+		t.Fatal("a body over the bound is kept, or its entry lost")
+	}
+	m.setLimit(0)
+	if n, _ := m.stats(); n != 0 {
+		t.Fatalf("%d entries after the limit went to 0", n)
+	}
+}

@@ -1,0 +1,307 @@
+package wasminstr
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/compactd/compactd/internal/wasmbuild"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+)
+
+// wat compiles WebAssembly text with wabt's wat2wasm (installed by `make
+// deps`).
+func wat(t testing.TB, src string, flags ...string) []byte {
+	t.Helper()
+	dir := t.TempDir()
+	in, out := filepath.Join(dir, "m.wat"), filepath.Join(dir, "m.wasm")
+	if err := os.WriteFile(in, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("wat2wasm", append(flags, "-o", out, in)...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("wat2wasm (run `make deps` to install wabt): %v\n%s", err, b)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// run instantiates an instrumented module without wazero's checks and
+// returns it.
+func run(t *testing.T, module []byte) (api.Module, *Result) {
+	t.Helper()
+	res, err := Instrument(module)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler().WithCloseOnContextDone(false))
+	t.Cleanup(func() { rt.Close(ctx) })
+	mod, err := rt.InstantiateWithConfig(ctx, res.Module, wazero.NewModuleConfig().WithStartFunctions())
+	if err != nil {
+		t.Fatalf("instantiating the instrumented module: %v", err)
+	}
+	return mod, res
+}
+
+const loops = `(module
+  (memory 1)
+  (global $g (mut i32) (i32.const 7))
+  (func (export "sum") (param $n i32) (result i32)
+    (local $i i32) (local $s i32)
+    (block $done
+      (loop $next
+        (br_if $done (i32.ge_u (local.get $i) (local.get $n)))
+        (local.set $s (i32.add (local.get $s) (local.get $i)))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br $next)))
+    (i32.add (local.get $s) (global.get $g)))
+  (func (export "spin")
+    (loop $forever (br $forever)))
+  (func (export "nested") (result i32)
+    (local $i i32) (local $j i32) (local $s i32)
+    (loop $outer
+      (local.set $j (i32.const 0))
+      (loop $inner
+        (local.set $s (i32.add (local.get $s) (i32.const 1)))
+        (local.set $j (i32.add (local.get $j) (i32.const 1)))
+        (br_if $inner (i32.lt_u (local.get $j) (i32.const 3000))))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $outer (i32.lt_u (local.get $i) (i32.const 3000))))
+    (local.get $s)))`
+
+// TestSemantics: the instrumented module computes what the original does.
+func TestSemantics(t *testing.T) {
+	mod, res := run(t, wat(t, loops))
+	if res.Loops != 4 || res.HasStart {
+		t.Errorf("%d loops, start %v", res.Loops, res.HasStart)
+	}
+	ctx := context.Background()
+	for _, n := range []uint64{0, 1, 10, Fuel - 1, Fuel, Fuel + 1, 100000} {
+		out, err := mod.ExportedFunction("sum").Call(ctx, n)
+		if want := n*(n-1)/2 + 7; err != nil || uint32(out[0]) != uint32(want) {
+			t.Errorf("sum(%d) = %v, %v; want %d", n, out, err, uint32(want))
+		}
+	}
+	out, err := mod.ExportedFunction("nested").Call(ctx)
+	if err != nil || out[0] != 9_000_000 {
+		t.Errorf("nested = %v, %v", out, err)
+	}
+}
+
+// TestStop: setting the stop global from another goroutine ends a guest
+// that loops forever, with a trap; clearing it makes the module usable.
+func TestStop(t *testing.T) {
+	mod, _ := run(t, wat(t, loops))
+	stop := mod.ExportedGlobal(StopGlobal).(api.MutableGlobal)
+	set := make(chan struct{})
+	time.AfterFunc(50*time.Millisecond, func() { stop.Set(1); close(set) })
+	start := time.Now()
+	_, err := mod.ExportedFunction("spin").Call(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "unreachable") {
+		t.Fatalf("spin returned %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("stopped after %v", d)
+	}
+	<-set // the guest saw the stop; the race detector does not know it
+	stop.Set(0)
+	if _, err := mod.ExportedFunction("sum").Call(context.Background(), 5); err != nil {
+		t.Errorf("after a stop: %v", err)
+	}
+}
+
+// TestStartExported: a start function does not run at instantiation; it
+// is exported for the host to call under its guard.
+func TestStartExported(t *testing.T) {
+	src := `(module
+	  (memory 1)
+	  (global $ran (mut i32) (i32.const 0))
+	  (func $init (global.set $ran (i32.const 1)))
+	  (func (export "ran") (result i32) (global.get $ran))
+	  (start $init))`
+	mod, res := run(t, wat(t, src))
+	if !res.HasStart {
+		t.Fatal("start not reported")
+	}
+	ctx := context.Background()
+	if out, _ := mod.ExportedFunction("ran").Call(ctx); out[0] != 0 {
+		t.Fatal("the start function ran at instantiation")
+	}
+	if _, err := mod.ExportedFunction(StartExport).Call(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := mod.ExportedFunction("ran").Call(ctx); out[0] != 1 {
+		t.Fatal("the exported start function did not run")
+	}
+}
+
+// TestSectionsCreated: a module without globals or exports gets both.
+func TestSectionsCreated(t *testing.T) {
+	mod, _ := run(t, wat(t, `(module (memory 1) (func (loop)))`))
+	if mod.ExportedGlobal(StopGlobal) == nil {
+		t.Fatal("no stop global")
+	}
+}
+
+// TestImportedGlobalsAndMemory: index spaces count imports.
+func TestImportedGlobalsAndMemory(t *testing.T) {
+	src := `(module
+	  (import "env" "g" (global $g i32))
+	  (import "env" "mem" (memory 1))
+	  (global $h (mut i32) (i32.const 5))
+	  (func (export "f") (result i32)
+	    (local $i i32)
+	    (loop $l (local.set $i (i32.add (local.get $i) (i32.const 1))) (br_if $l (i32.lt_u (local.get $i) (i32.const 5000))))
+	    (i32.add (i32.add (global.get $g) (global.get $h)) (local.get $i))))`
+	res, err := Instrument(wat(t, src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler().WithCloseOnContextDone(false))
+	defer rt.Close(ctx)
+	env := wat(t, `(module (global (export "g") i32 (i32.const 100)) (memory (export "mem") 1))`)
+	if _, err := rt.InstantiateWithConfig(ctx, env, wazero.NewModuleConfig().WithName("env")); err != nil {
+		t.Fatal(err)
+	}
+	mod, err := rt.Instantiate(ctx, res.Module)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := mod.ExportedFunction("f").Call(ctx); err != nil || out[0] != 5105 {
+		t.Errorf("f = %v, %v", out, err)
+	}
+}
+
+// TestFeatures: instructions with every kind of immediate survive.
+func TestFeatures(t *testing.T) {
+	src := `(module
+	  (type $t (func (param i32) (result i32)))
+	  (memory 1) (table 2 funcref) (data "abcd") (elem (i32.const 0) $id)
+	  (func $id (type $t) (local.get 0))
+	  (func (export "f") (param $x i32) (result i32)
+	    (local $v v128)
+	    (local.set $v (v128.const i32x4 1 2 3 4))
+	    (memory.fill (i32.const 100) (i32.const 7) (i32.const 10))
+	    (memory.copy (i32.const 200) (i32.const 100) (i32.const 10))
+	    (block $b
+	      (loop $l
+	        (br_table $b $l (i32.const 0))))
+	    (i32.add
+	      (i32.add (call_indirect (type $t) (local.get $x) (i32.const 0)) (i32.load8_u (i32.const 205)))
+	      (i32x4.extract_lane 2 (local.get $v)))))`
+	mod, _ := run(t, wat(t, src))
+	if out, err := mod.ExportedFunction("f").Call(context.Background(), 10); err != nil || out[0] != 10+7+3 {
+		t.Errorf("f = %v, %v", out, err)
+	}
+}
+
+func TestRefuses(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		in   []byte
+	}{
+		{"not wasm", []byte("hello, world")},
+		{"truncated", wat(t, loops)[:100]},
+		{"no memory", wat(t, `(module (func (loop)))`)},
+		{"our name taken", wat(t, `(module (memory 1) (func (export "compactd:stop")))`)},
+	} {
+		if _, err := Instrument(tt.in); !errors.Is(err, ErrUnsupported) {
+			t.Errorf("%s: err = %v", tt.name, err)
+		}
+	}
+}
+
+// TestPlugins instruments real plugin modules (Go and C) and checks that
+// wazero compiles the result and that they still grow by little.
+func TestPlugins(t *testing.T) {
+	for _, rel := range []string{"plugins/sliding", "plugins/lastn/lastn.c"} {
+		wasm, err := os.ReadFile(wasmbuild.ForTest(t, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Instrument(wasm)
+		if err != nil {
+			t.Fatalf("%s: %v", rel, err)
+		}
+		fns, err := FunctionExports(res.Module)
+		if err != nil || !fns["compact"] || !fns["describe"] {
+			t.Errorf("%s: exports %v, %v", rel, fns, err)
+		}
+		ctx := context.Background()
+		rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
+		if _, err := rt.CompileModule(ctx, res.Module); err != nil {
+			t.Errorf("%s: does not compile: %v", rel, err)
+		}
+		rt.Close(ctx)
+		if growth := len(res.Module) - len(wasm); growth > len(wasm)/20 {
+			t.Errorf("%s grew by %d bytes", rel, growth)
+		}
+		t.Logf("%s: %d → %d bytes, %d loop headers", rel, len(wasm), len(res.Module), res.Loops)
+	}
+}
+
+// FuzzInstrument: any input is refused or instrumented, never a panic;
+// an instrumented valid module stays valid.
+func FuzzInstrument(f *testing.F) {
+	f.Add([]byte("\x00asm\x01\x00\x00\x00"))
+	f.Add([]byte("\x00asm\x01\x00\x00\x00\x05\x03\x01\x00\x01\x0a\x07\x01\x05\x00\x03\x40\x0b\x0b"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		res, err := Instrument(b)
+		if err != nil {
+			return
+		}
+		ctx := context.Background()
+		rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
+		defer rt.Close(ctx)
+		if _, err := rt.CompileModule(ctx, b); err != nil {
+			return // the input was not valid to begin with
+		}
+		if _, err := rt.CompileModule(ctx, res.Module); err != nil {
+			t.Fatalf("valid module %x became invalid: %v", b, err)
+		}
+		if !bytes.Equal(res.Module[:8], b[:8]) {
+			t.Fatal("header changed")
+		}
+	})
+}
+
+// TestMemoryMinPages reads the initial memory a module declares, as
+// wazero does.
+func TestMemoryMinPages(t *testing.T) {
+	tests := []struct {
+		name  string
+		wasm  []byte
+		pages uint32
+		ok    bool
+	}{
+		// (module (memory 4097)): more than 256 MiB at start.
+		{"big", []byte("\x00asm\x01\x00\x00\x00\x05\x04\x01\x00\x81\x20"), 4097, true},
+		// (module (memory 1 2)).
+		{"bounded", []byte("\x00asm\x01\x00\x00\x00\x05\x04\x01\x01\x01\x02"), 1, true},
+		// (module): no memory.
+		{"none", []byte("\x00asm\x01\x00\x00\x00"), 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pages, ok, err := MemoryMinPages(tt.wasm)
+			if err != nil || pages != tt.pages || ok != tt.ok {
+				t.Errorf("got %d, %v, %v; want %d, %v", pages, ok, err, tt.pages, tt.ok)
+			}
+		})
+	}
+	if _, _, err := MemoryMinPages([]byte("nope")); err == nil {
+		t.Error("not a module: no error")
+	}
+}
