@@ -403,17 +403,20 @@ func (e *Engine) build(ctx context.Context, wasm []byte, label string, limits Li
 	var guard *wasminstr.Result
 	if !e.cfg.DisableFastPath {
 		if fns, err := wasminstr.FunctionExports(wasm); err == nil && fns[abi.ExportFastAlloc] && fns[abi.ExportFastCall] {
-			if res, err := wasminstr.Instrument(wasm); err == nil {
+			if quick {
+				// The interpreter reads globals in Go code, where the stop
+				// flag the host sets from another goroutine would be a
+				// data race: the few seconds it serves, wazero's own
+				// checks keep the guest interruptible.
+				fastRC = wazero.NewRuntimeConfigInterpreter().
+					WithCloseOnContextDone(true).
+					WithMemoryLimitPages(MaxMemoryPages)
+				interpreted = true
+			} else if res, err := wasminstr.Instrument(wasm); err == nil {
 				guard, code = res, res.Module
 				fastRC = rc.WithCloseOnContextDone(false)
 			} else {
 				e.logger.Debug("fast path keeps wazero's termination checks", "plugin", label, "reason", err)
-			}
-			if quick {
-				fastRC = wazero.NewRuntimeConfigInterpreter().
-					WithCloseOnContextDone(guard == nil).
-					WithMemoryLimitPages(MaxMemoryPages)
-				interpreted = true
 			}
 		}
 	}

@@ -39,7 +39,7 @@ func TestParse(t *testing.T) {
 			`{"role":"assistant","content":[{"type":"text","text":"b"},{"type":"refusal","refusal":"no"}]},{"role":"tool","content":[]}]`, 3, nil, ""},
 		{"part not an object", `[{"role":"user","content":["hi"]}]`, 0, ErrMalformed, `message 0 (user): content part 0: want an object`},
 		{"part without type", `[{"role":"user","content":[{"text":"hi"}]}]`, 0, ErrMalformed, `want a "type" string (text, image_url, input_audio, file)`},
-		{"unknown part type", `[{"role":"user","content":[{"type":"image","source":{}}]}]`, 0, ErrMalformed, `type "image" is not a content part of user messages`},
+		{"unknown part type", `[{"role":"user","content":[{"type":"video","video":{}}]}]`, 0, ErrMalformed, `type "video" is not a content part of user messages`},
 		{"image in a system message", `[{"role":"system","content":[{"type":"image_url","image_url":{"url":"x"}}]}]`, 0, ErrMalformed, "system messages in OpenAI's format (they take text)"},
 		{"refusal from a user", `[{"role":"user","content":[{"type":"refusal","refusal":"no"}]}]`, 0, ErrMalformed, "refusal"},
 		{"text part without text", `[{"role":"user","content":[{"type":"text","text":7}]}]`, 0, ErrMalformed, `a text part needs a "text" string`},

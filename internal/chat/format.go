@@ -32,11 +32,8 @@ func (e *FormatError) Error() string {
 		ErrUnsupportedFormat, e.Index, e.Format, e.Feature)
 }
 
-// Is makes errors.Is(err, ErrUnsupportedFormat) true, and
-// errors.Is(err, ErrMalformed): the messages are not OpenAI chat messages.
-func (e *FormatError) Is(target error) bool {
-	return target == ErrUnsupportedFormat || target == ErrMalformed
-}
+// Is makes errors.Is(err, ErrUnsupportedFormat) true.
+func (e *FormatError) Is(target error) bool { return target == ErrUnsupportedFormat }
 
 // checkMessage checks that message i's content is in OpenAI's format
 // (CheckContent); one recognisably in Anthropic's is a *FormatError.

@@ -289,7 +289,7 @@ func decodeCompactRequest(data []byte, mem *chat.Memory) (*client.CompactRequest
 			// them Anthropic messages: then what chat could not read is
 			// kept as raw messages for the converter, and its error
 			// reported only if the format stays OpenAI's.
-			if conv, err = mem.ScanMessages(s); err != nil && errors.Is(err, chat.ErrMalformed) && !errors.As(err, new(*jsonscan.Error)) {
+			if conv, err = mem.ScanMessages(s); err != nil && (errors.Is(err, chat.ErrMalformed) || errors.Is(err, chat.ErrUnsupportedFormat)) && !errors.As(err, new(*jsonscan.Error)) {
 				convErr = err
 				s.Seek(msgStart)
 				req.Messages, err = rawElements(s)

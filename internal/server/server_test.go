@@ -162,7 +162,8 @@ func TestCompactErrors(t *testing.T) {
 		{"invalid UTF-8 in conversation id", "{\"policy\":\"lastn\",\"conversation_id\":\"\xff\",\"messages\":" + msgs + "}", 400, CodeInvalidJSON, "not UTF-8"},
 		{"invalid UTF-8 in an unknown field", "{\"policy\":\"lastn\",\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"x\":\"\xc3\"}]}", 400, CodeInvalidJSON, "not UTF-8"},
 		// F9: content parts in OpenAI's format.
-		{"unknown content part", `{"policy":"lastn","messages":[{"role":"user","content":[{"type":"tool_result","content":"x"}]}]}`, 400, CodeInvalidConversation, `type "tool_result" is not a content part of user messages`},
+		{"unknown content part", `{"policy":"lastn","messages":[{"role":"user","content":[{"type":"video","video":"x"}]}]}`, 400, CodeInvalidConversation, `type "video" is not a content part of user messages`},
+		{"anthropic content block", `{"policy":"lastn","messages":[{"role":"user","content":[{"type":"tool_result","content":"x"}]}]}`, 400, CodeUnsupportedFormat, `"format": "anthropic"`},
 		{"content part not an object", `{"policy":"lastn","messages":[{"role":"user","content":[42]}]}`, 400, CodeInvalidConversation, "content part 0: want an object"},
 		// F6: pipelines are capped.
 		{"pipeline too long", `{"pipeline":` + mustJSON(t, strings.Split(strings.Repeat("lastn ", 17), " ")[:17]) + `,"messages":` + msgs + `}`, 400, CodeBadRequest, "pipeline has 17 policies; the limit is 16"},
