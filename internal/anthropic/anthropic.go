@@ -291,6 +291,17 @@ var ErrOrigin = errors.New("anthropic: origin does not match the conversation")
 // (compactor.Response.Origin). The system prompt is not among the result:
 // it is always kept, so the request's "system" stays as it was.
 func (c *Conversation) Back(out *chat.Conversation, origin []int) ([]json.RawMessage, error) {
+	pieces, err := c.backPieces(out, origin)
+	if err != nil {
+		return nil, err
+	}
+	msgs, _, err := mergeMarked(pieces, nil)
+	return msgs, err
+}
+
+// backPieces converts a policy's result to pieces, each recording where
+// the chat messages it holds end among its content blocks.
+func (c *Conversation) backPieces(out *chat.Conversation, origin []int) ([]piece, error) {
 	if len(origin) != out.Len() {
 		return nil, fmt.Errorf("%w: %d origins for %d messages", ErrOrigin, len(origin), out.Len())
 	}
@@ -302,6 +313,7 @@ func (c *Conversation) Back(out *chat.Conversation, origin []int) ([]json.RawMes
 			if err != nil {
 				return nil, err
 			}
+			p.ends = map[int]int{i: len(p.blocks) - 1}
 			res = append(res, p)
 			i++
 			continue
@@ -316,22 +328,123 @@ func (c *Conversation) Back(out *chat.Conversation, origin []int) ([]json.RawMes
 		}
 		// The run of kept chat messages that came from one Anthropic message.
 		var kept []int
+		last := map[int]int{} // output index → its last block in the Anthropic message
 		n := 0
 		for ; i < len(origin) && origin[i] >= 0 && origin[i] < len(c.places) && c.places[origin[i]].msg == o.msg; i++ {
-			kept = append(kept, c.places[origin[i]].blocks...)
+			bl := c.places[origin[i]].blocks
+			kept = append(kept, bl...)
+			switch {
+			case len(bl) > 0:
+				last[i] = bl[0]
+				for _, b := range bl {
+					last[i] = max(last[i], b)
+				}
+			case c.blocks[o.msg] == nil: // a string content: one text block
+				last[i] = 0
+			}
 			n++
 		}
 		if n == c.parts[o.msg] {
-			res = append(res, piece{role: c.roles[o.msg], raw: c.Messages[o.msg], src: o.msg})
+			res = append(res, piece{role: c.roles[o.msg], raw: c.Messages[o.msg], src: o.msg, ends: last})
 			continue
 		}
+		sorted := sortedInts(kept)
 		blocks := make([]json.RawMessage, 0, len(kept))
-		for _, k := range sortedInts(kept) {
+		for _, k := range sorted {
 			blocks = append(blocks, c.blocks[o.msg][k])
 		}
-		res = append(res, piece{role: c.roles[o.msg], blocks: blocks, src: -1})
+		ends := make(map[int]int, len(last))
+		for idx, b := range last {
+			for pos, k := range sorted {
+				if k == b {
+					ends[idx] = pos
+				}
+			}
+		}
+		res = append(res, piece{role: c.roles[o.msg], blocks: blocks, src: -1, ends: ends})
 	}
-	return merge(res)
+	return res, nil
+}
+
+// BackMarked is Back that also marks the policy's cache breakpoints: each
+// chat message of out that marks lists (compactor.Response.CacheBreakpoints)
+// gets Anthropic's "cache_control": {"type": "ephemeral"} on the content
+// block where it ends in the Anthropic messages, so the cached prefix ends
+// where the policy said. budget is how many markers the request may still
+// carry (Anthropic allows 4 per request, tools and system included): when
+// the marks are more, the latest are kept, as a later breakpoint's prefix
+// holds the earlier ones. A block that has a cache_control already keeps
+// it. It returns the messages and the indices of the marked ones.
+func (c *Conversation) BackMarked(out *chat.Conversation, origin []int, marks []int, budget int) ([]json.RawMessage, []int, error) {
+	pieces, err := c.backPieces(out, origin)
+	if err != nil {
+		return nil, nil, err
+	}
+	if budget < len(marks) {
+		marks = marks[len(marks)-max(budget, 0):]
+	}
+	return mergeMarked(pieces, marks)
+}
+
+// BackWithBreakpoints is BackMarked with the budget worked out: Anthropic's
+// MaxCacheControls less the markers the request keeps (in the system
+// prompt, in the messages of the answer) and reserved ones (those in the
+// request's tools, which compactd does not see).
+func (c *Conversation) BackWithBreakpoints(out *chat.Conversation, origin []int, marks []int, reserved int) ([]json.RawMessage, []int, error) {
+	pieces, err := c.backPieces(out, origin)
+	if err != nil {
+		return nil, nil, err
+	}
+	plain, _, err := mergeMarked(pieces, nil)
+	if err != nil || len(marks) == 0 {
+		return plain, nil, err
+	}
+	budget := MaxCacheControls - reserved - CountCacheControls(c.System)
+	for _, m := range plain {
+		budget -= CountCacheControls(m)
+	}
+	if budget <= 0 {
+		return plain, nil, nil
+	}
+	if budget < len(marks) {
+		marks = marks[len(marks)-budget:]
+	}
+	return mergeMarked(pieces, marks)
+}
+
+// MaxCacheControls is how many cache_control markers Anthropic accepts in
+// one request (tools, system and messages together).
+const MaxCacheControls = 4
+
+// CountCacheControls counts the cache_control markers in a JSON value (a
+// request's tools, system or messages), at any depth.
+func CountCacheControls(raw json.RawMessage) int {
+	if !bytes.Contains(raw, []byte(`"cache_control"`)) {
+		return 0
+	}
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return 0
+	}
+	var count func(any) int
+	count = func(v any) int {
+		n := 0
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				if k == "cache_control" && x != nil {
+					n++
+				}
+				n += count(x)
+			}
+		case []any:
+			for _, x := range v {
+				n += count(x)
+			}
+		}
+		return n
+	}
+	return count(v)
 }
 
 // piece is one Anthropic message of a result: the caller's bytes (raw,
@@ -341,6 +454,9 @@ type piece struct {
 	raw    json.RawMessage
 	src    int
 	blocks []json.RawMessage
+	// ends maps the index of a chat message of the result the piece holds
+	// to the index of its last block among the piece's content blocks.
+	ends map[int]int
 }
 
 // newPiece converts a message a policy wrote.
@@ -399,14 +515,44 @@ func textBlock(text string) (json.RawMessage, error) {
 // merge writes the pieces as messages, merging neighbours of one role
 // unless they were neighbours in the caller's request already.
 func merge(pieces []piece) ([]json.RawMessage, error) {
+	out, _, err := mergeMarked(pieces, nil)
+	return out, err
+}
+
+// mergeMarked is merge that puts a cache_control marker on the block where
+// each chat message of marks ends. It returns the indices of the messages
+// it marked.
+func mergeMarked(pieces []piece, marks []int) ([]json.RawMessage, []int, error) {
+	want := make(map[int]bool, len(marks))
+	for _, m := range marks {
+		want[m] = true
+	}
 	out := make([]json.RawMessage, 0, len(pieces))
+	var marked []int
 	for i := 0; i < len(pieces); {
 		j := i + 1
 		for j < len(pieces) && pieces[j].role == pieces[i].role &&
 			!(pieces[j-1].src >= 0 && pieces[j].src == pieces[j-1].src+1) {
 			j++
 		}
-		if j == i+1 && pieces[i].raw != nil {
+		// The blocks of this message to mark.
+		var at []int
+		offset := 0
+		for _, p := range pieces[i:j] {
+			for idx, b := range p.ends {
+				if want[idx] {
+					at = append(at, offset+b)
+				}
+			}
+			if len(at) > 0 || j > i+1 {
+				n, err := p.blockCount()
+				if err != nil {
+					return nil, nil, err
+				}
+				offset += n
+			}
+		}
+		if j == i+1 && pieces[i].raw != nil && len(at) == 0 {
 			out = append(out, pieces[i].raw)
 			i = j
 			continue
@@ -415,18 +561,91 @@ func merge(pieces []piece) ([]json.RawMessage, error) {
 		for _, p := range pieces[i:j] {
 			b, err := p.contentBlocks()
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			blocks = append(blocks, b...)
 		}
+		if len(at) > 0 {
+			blocks = append([]json.RawMessage(nil), blocks...)
+			for _, k := range at {
+				if k >= 0 && k < len(blocks) {
+					blocks[k] = withCacheControl(blocks[k])
+				}
+			}
+			marked = append(marked, len(out))
+			if j == i+1 && pieces[i].raw != nil {
+				// The caller's message with its content marked: its
+				// other members stay.
+				m, err := replaceContent(pieces[i].raw, blocks)
+				if err != nil {
+					return nil, nil, err
+				}
+				out = append(out, m)
+				i = j
+				continue
+			}
+		}
 		m, err := wrap(pieces[i].role, blocks)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, m)
 		i = j
 	}
-	return out, nil
+	return out, marked, nil
+}
+
+// replaceContent returns the message raw with its content replaced by
+// blocks; its other members keep their bytes.
+func replaceContent(raw json.RawMessage, blocks []json.RawMessage) (json.RawMessage, error) {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &members); err != nil {
+		return nil, err
+	}
+	content, err := wrap("", blocks)
+	if err != nil {
+		return nil, err
+	}
+	var w struct {
+		Content json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(content, &w); err != nil {
+		return nil, err
+	}
+	members["content"] = w.Content
+	return json.Marshal(members)
+}
+
+// blockCount is how many content blocks the piece has.
+func (p piece) blockCount() (int, error) {
+	if p.raw == nil {
+		return len(p.blocks), nil
+	}
+	b, err := p.contentBlocks()
+	return len(b), err
+}
+
+// withCacheControl adds "cache_control": {"type": "ephemeral"} as the
+// block's last member, unless it has one (the rest of its bytes are kept).
+func withCacheControl(block json.RawMessage) json.RawMessage {
+	b := bytes.TrimSpace(block)
+	if len(b) < 2 || b[0] != '{' || b[len(b)-1] != '}' {
+		return block
+	}
+	var members map[string]json.RawMessage
+	if json.Unmarshal(b, &members) != nil {
+		return block
+	}
+	if _, ok := members["cache_control"]; ok {
+		return block
+	}
+	out := make([]byte, 0, len(b)+40)
+	out = append(out, b[:len(b)-1]...)
+	if len(members) > 0 {
+		out = append(out, ',')
+	}
+	out = append(out, `"cache_control":{"type":"ephemeral"}}`...)
+	return out
 }
 
 // contentBlocks returns a piece's content as blocks (a string content

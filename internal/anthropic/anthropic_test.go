@@ -347,3 +347,194 @@ func FuzzConvert(f *testing.F) {
 		}
 	})
 }
+
+// markedBlocks returns, for each message, the indices of its content
+// blocks that carry cache_control.
+func markedBlocks(t *testing.T, msgs []json.RawMessage) map[int][]int {
+	t.Helper()
+	out := map[int][]int{}
+	for i, m := range msgs {
+		var wm struct {
+			Content json.RawMessage `json:"content"`
+		}
+		if err := json.Unmarshal(m, &wm); err != nil {
+			t.Fatal(err)
+		}
+		var blocks []map[string]json.RawMessage
+		if json.Unmarshal(wm.Content, &blocks) != nil {
+			continue // a string content
+		}
+		for k, b := range blocks {
+			if _, ok := b["cache_control"]; ok {
+				out[i] = append(out[i], k)
+			}
+		}
+	}
+	return out
+}
+
+// TestBackMarked: a breakpoint lands on the block where its chat message
+// ends, within Anthropic's budget, and leaves everything else as it was.
+func TestBackMarked(t *testing.T) {
+	// The sample's chat form: 0 system, 1 user task, 2 assistant (t1, t2),
+	// 3 tool t1, 4 tool t2, 5 user text (marked by the caller), 6
+	// assistant t3, 7 tool t3, 8 assistant text, 9 user image+text.
+	// Anthropic messages: 0 task, 1 assistant, 2 results+text (block 2
+	// marked), 3 assistant t3, 4 result t3, 5 text, 6 image+text.
+	tests := []struct {
+		name   string
+		marks  []int
+		budget int
+		want   map[int][]int // Anthropic message → marked blocks
+		marked []int
+	}{
+		{"none", nil, 4, map[int][]int{2: {2}}, nil},
+		{"a string content becomes a marked text block", []int{1}, 4, map[int][]int{0: {0}, 2: {2}}, []int{0}},
+		{"the first tool result of a merged message", []int{3}, 4, map[int][]int{2: {0, 2}}, []int{2}},
+		{"the second tool result", []int{4}, 4, map[int][]int{2: {1, 2}}, []int{2}},
+		{"a block marked already stays as it is", []int{5}, 4, map[int][]int{2: {2}}, []int{2}},
+		{"an assistant message with other members", []int{6}, 4, map[int][]int{2: {2}, 3: {0}}, []int{3}},
+		{"the last block of a message of two", []int{9}, 4, map[int][]int{2: {2}, 6: {1}}, []int{6}},
+		{"over budget: the latest marks", []int{1, 6, 9}, 1, map[int][]int{2: {2}, 6: {1}}, []int{6}},
+		{"no budget", []int{1, 6, 9}, 0, map[int][]int{2: {2}}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := sampleConversation(t)
+			got, marked, err := c.BackMarked(c.Chat, identity(c.Chat.Len()), tt.marks, tt.budget)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m := markedBlocks(t, got); !equalMarks(m, tt.want) {
+				t.Errorf("marked blocks %v, want %v", m, tt.want)
+			}
+			if !slicesEqual(marked, tt.marked) {
+				t.Errorf("marked messages %v, want %v", marked, tt.marked)
+			}
+			for i, m := range got {
+				if !containsInt(marked, i) && !bytes.Equal(m, c.Messages[i]) {
+					t.Errorf("message %d changed: %s", i, m)
+				}
+			}
+			if containsInt(marked, 3) && !bytes.Contains(got[3], []byte(`"x_unknown":1`)) {
+				t.Errorf("a marked message lost its other members: %s", got[3])
+			}
+			// The answer converts again, to the same chat form.
+			again, err := Convert(c.System, got)
+			if err != nil || again.Chat.Len() != c.Chat.Len() {
+				t.Fatalf("the marked messages do not convert: %v", err)
+			}
+		})
+	}
+}
+
+// TestBackMarkedAfterCompaction: a mark on a message a policy wrote, and
+// on a kept message after dropped ones.
+func TestBackMarkedAfterCompaction(t *testing.T) {
+	c := sampleConversation(t)
+	// Keep system, the task, a summary, then messages 8 and 9.
+	summary := abi.Message{Role: abi.RoleAssistant, Content: abi.TextContent("Earlier: ran ls and go test; read foo.go.")}
+	msgs := []abi.Message{c.Chat.Messages[0], c.Chat.Messages[1], summary, c.Chat.Messages[8], c.Chat.Messages[9]}
+	raws := []json.RawMessage{c.Chat.Raw[0], c.Chat.Raw[1], mustMarshal(t, summary), c.Chat.Raw[8], c.Chat.Raw[9]}
+	out := &chat.Conversation{Raw: raws, Messages: msgs}
+	origin := []int{0, 1, -1, 8, 9}
+	got, marked, err := c.BackMarked(out, origin, []int{2}, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The summary and the kept assistant text merge into one assistant
+	// message (1); its first block, the summary, is marked.
+	if m := markedBlocks(t, got); !equalMarks(m, map[int][]int{1: {0}}) || !slicesEqual(marked, []int{1}) {
+		t.Errorf("marked blocks %v (messages %v): want the summary's block", m, marked)
+	}
+}
+
+func mustMarshal(t *testing.T, v any) json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func equalMarks(a, b map[int][]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if !slicesEqual(v, b[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+func slicesEqual(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func containsInt(s []int, x int) bool {
+	for _, y := range s {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// TestCountCacheControls counts markers at any depth.
+func TestCountCacheControls(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int
+	}{
+		{`"You are a coding agent."`, 0},
+		{sample.system, 1},
+		{`[` + strings.Join(sample.messages, ",") + `]`, 1},
+		{`[{"name":"bash","input_schema":{},"cache_control":{"type":"ephemeral"}},{"name":"read","cache_control":null}]`, 1},
+		{`not json "cache_control"`, 0},
+	}
+	for _, tt := range tests {
+		if got := CountCacheControls(json.RawMessage(tt.in)); got != tt.want {
+			t.Errorf("CountCacheControls(%.40s) = %d, want %d", tt.in, got, tt.want)
+		}
+	}
+}
+
+// TestBackWithBreakpointsBudget: the markers the request keeps count
+// against Anthropic's four.
+func TestBackWithBreakpointsBudget(t *testing.T) {
+	c := sampleConversation(t) // system and message 2 carry one marker each
+	for _, tt := range []struct {
+		reserved int
+		want     []int
+	}{
+		{0, []int{3, 6}}, // two left: the two latest marks
+		{1, []int{6}},
+		{2, nil},
+	} {
+		got, marked, err := c.BackWithBreakpoints(c.Chat, identity(c.Chat.Len()), []int{1, 6, 9}, tt.reserved)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slicesEqual(marked, tt.want) {
+			t.Errorf("reserved %d: marked %v, want %v", tt.reserved, marked, tt.want)
+		}
+		total := CountCacheControls(c.System)
+		for _, m := range got {
+			total += CountCacheControls(m)
+		}
+		if total+tt.reserved > MaxCacheControls {
+			t.Errorf("reserved %d: %d markers in the request", tt.reserved, total+tt.reserved)
+		}
+	}
+}

@@ -231,7 +231,17 @@ func (anthropicAPI) conversation(r *request) (*chat.Conversation, func(*compacto
 		return nil, nil, err
 	}
 	return c.Chat, func(resp *compactor.Response) ([]byte, error) {
-		msgs, err := c.Back(resp.Conversation, resp.Origin)
+		// The policies' cache breakpoints become cache_control markers
+		// (Anthropic caches only what a marker ends), within the four a
+		// request may carry: the ones the agent put on its tools, system
+		// prompt and the messages kept count first.
+		var tools json.RawMessage
+		for _, f := range r.fields {
+			if f.key == "tools" {
+				tools = r.body[f.start:f.end]
+			}
+		}
+		msgs, _, err := c.BackWithBreakpoints(resp.Conversation, resp.Origin, resp.CacheBreakpoints, anthropic.CountCacheControls(tools))
 		if err != nil {
 			return nil, err
 		}

@@ -3,12 +3,15 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/compactd/compactd/client"
+	"github.com/compactd/compactd/internal/anthropic"
 	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/dataset"
+	"github.com/compactd/compactd/internal/proxy"
 )
 
 const pluginLedger = "plugins/ledger"
@@ -97,5 +100,108 @@ func TestCacheBreakpoints(t *testing.T) {
 	status, b, _ := td.raw(t, "POST", "/v1/compact", `{"cache_breakpoints":"yes","messages":[{"role":"user","content":"hi"}]}`)
 	if code, _ := errorCode(t, b); status != 400 || code != CodeInvalidJSON {
 		t.Fatalf("status %d code %s", status, code)
+	}
+}
+
+// anthropicSWE is sweConversation in Anthropic's format: its system
+// prompt as a block the agent marked, its messages converted.
+func anthropicSWE(t *testing.T) (system json.RawMessage, msgs []json.RawMessage) {
+	t.Helper()
+	c, err := chat.FromRaw(sweConversation(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys, msgs, err := anthropic.FromChat(c.Messages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text string
+	json.Unmarshal(sys, &text)
+	system, _ = json.Marshal([]map[string]any{{"type": "text", "text": text, "cache_control": map[string]string{"type": "ephemeral"}}})
+	return system, msgs
+}
+
+// TestCacheBreakpointsAnthropic: in Anthropic's format the breakpoints
+// land on the content block where the policy's message ends, and the
+// request never carries more than Anthropic's four markers.
+func TestCacheBreakpointsAnthropic(t *testing.T) {
+	td := setup(t, "", pluginLedger).start(t)
+	system, msgs := anthropicSWE(t)
+	resp, err := td.c.Compact(bg, &client.CompactRequest{Format: FormatAnthropic, System: system, Messages: msgs, CacheBreakpoints: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.Compacted || len(resp.CacheBreakpoints) != 2 {
+		t.Fatalf("compacted %v, breakpoints %v", resp.Compacted, resp.CacheBreakpoints)
+	}
+	total := anthropic.CountCacheControls(resp.System)
+	for i, m := range resp.Messages {
+		n := anthropic.CountCacheControls(m)
+		total += n
+		marked := false
+		for _, b := range resp.CacheBreakpoints {
+			marked = marked || b == i
+		}
+		if marked != (n == 1) {
+			t.Errorf("message %d: %d markers, listed %v", i, n, marked)
+		}
+	}
+	if total != 3 {
+		t.Errorf("%d markers in the answer, want the system's and the two breakpoints", total)
+	}
+	// The answer is a valid Anthropic conversation.
+	if c, err := anthropic.Convert(resp.System, resp.Messages); err != nil || c.Chat.Validate() != nil {
+		t.Fatalf("the answer does not convert: %v", err)
+	}
+	// Without the flag: no marker added.
+	plain, err := td.c.Compact(bg, &client.CompactRequest{Format: FormatAnthropic, System: system, Messages: msgs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, m := range plain.Messages {
+		n += anthropic.CountCacheControls(m)
+	}
+	if n != 0 || plain.CacheBreakpoints != nil {
+		t.Errorf("%d markers (%v) without the flag", n, plain.CacheBreakpoints)
+	}
+}
+
+// TestProxyAnthropicCacheBreakpoints: the proxy always marks the policy's
+// breakpoints on /v1/messages, within the four markers a request may
+// carry, counting the agent's own (on its tools, system prompt and
+// messages): the upstream, which refuses a fifth as the API does, gets
+// exactly four.
+func TestProxyAnthropicCacheBreakpoints(t *testing.T) {
+	td, up := proxyDaemon(t, "  policy: ledger\n  trigger_tokens: 1\n", pluginSliding, pluginLedger)
+	system, msgs := anthropicSWE(t)
+	// The agent marks its tools and its newest message too: three of its own.
+	last := msgs[len(msgs)-1]
+	var m struct {
+		Role    string            `json:"role"`
+		Content []json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(last, &m); err != nil || len(m.Content) == 0 {
+		t.Fatalf("last message %s: %v", last, err)
+	}
+	lb := m.Content[len(m.Content)-1]
+	m.Content[len(m.Content)-1] = append(append(json.RawMessage(nil), lb[:len(lb)-1]...), []byte(`,"cache_control":{"type":"ephemeral"}}`)...)
+	msgs[len(msgs)-1], _ = json.Marshal(m)
+	body, _ := json.Marshal(map[string]any{"model": "claude-sonnet-4-5", "max_tokens": 1024, "system": system, "messages": msgs,
+		"tools": []map[string]any{{"name": "bash", "input_schema": map[string]any{"type": "object"}, "cache_control": map[string]string{"type": "ephemeral"}}}})
+	resp, got := td.post(t, proxy.RouteAnthropic, body, nil)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(proxy.HeaderCompacted) != "true" {
+		t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, got)
+	}
+	sent := up.Last().Body
+	if n := anthropic.CountCacheControls(sent); n != anthropic.MaxCacheControls {
+		t.Fatalf("the upstream got %d markers, want %d", n, anthropic.MaxCacheControls)
+	}
+	var req struct {
+		Messages []json.RawMessage `json:"messages"`
+	}
+	json.Unmarshal(sent, &req)
+	if len(req.Messages) >= len(msgs) {
+		t.Fatalf("not compacted: %d of %d messages", len(req.Messages), len(msgs))
 	}
 }

@@ -106,13 +106,10 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	var warnings []string
 	switch {
 	case back != nil:
-		if msgs, err = back(resp); err != nil {
+		if msgs, marks, err = back(resp); err != nil {
 			return err
 		}
 		format, system = FormatAnthropic, req.System
-		if req.CacheBreakpoints {
-			warnings = append(warnings, "cache breakpoints are not applied to Anthropic-format conversations on /v1/compact yet")
-		}
 	case req.CacheBreakpoints && len(resp.CacheBreakpoints) > 0:
 		if marked, err := resp.Conversation.WithCacheBreakpoints(resp.CacheBreakpoints); err != nil {
 			warnings = append(warnings, "cache breakpoints not applied: "+err.Error())

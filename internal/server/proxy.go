@@ -55,7 +55,7 @@ const (
 // read with the request (OpenAI messages), or for the Anthropic format
 // its messages converted, with the function that writes a result back as
 // an Anthropic messages array.
-func requestConversation(req *client.CompactRequest, conv *chat.Conversation) (*chat.Conversation, func(*compactor.Response) ([]json.RawMessage, error), error) {
+func requestConversation(req *client.CompactRequest, conv *chat.Conversation) (*chat.Conversation, func(*compactor.Response) ([]json.RawMessage, []int, error), error) {
 	if req.Format != FormatAnthropic {
 		return conv, nil, nil
 	}
@@ -63,8 +63,14 @@ func requestConversation(req *client.CompactRequest, conv *chat.Conversation) (*
 	if err != nil {
 		return nil, nil, err
 	}
-	return ac.Chat, func(resp *compactor.Response) ([]json.RawMessage, error) {
-		return ac.Back(resp.Conversation, resp.Origin)
+	return ac.Chat, func(resp *compactor.Response) ([]json.RawMessage, []int, error) {
+		if !req.CacheBreakpoints {
+			msgs, err := ac.Back(resp.Conversation, resp.Origin)
+			return msgs, nil, err
+		}
+		// The request's tools are not sent to /v1/compact: their markers,
+		// if any, are the caller's to count.
+		return ac.BackWithBreakpoints(resp.Conversation, resp.Origin, resp.CacheBreakpoints, 0)
 	}, nil
 }
 

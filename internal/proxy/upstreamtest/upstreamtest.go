@@ -352,6 +352,12 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request, body []byte, 
 		fail(http.StatusBadRequest, "invalid_request_error", msg)
 		return
 	}
+	// As the API does: at most four blocks with cache_control in a
+	// request (tools, system and messages together).
+	if n := anthropic.CountCacheControls(body); n > anthropic.MaxCacheControls {
+		fail(http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("A maximum of %d blocks with cache_control may be provided. Found %d.", anthropic.MaxCacheControls, n))
+		return
+	}
 	conv, err := anthropic.Convert(req.System, req.Messages)
 	if err == nil {
 		err = conv.Chat.Validate()
