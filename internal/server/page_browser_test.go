@@ -85,6 +85,11 @@ func TestStatusPageInBrowser(t *testing.T) {
 	os.WriteFile(filepath.Join(td.plugins, "half-written.wasm"), []byte("\x00asm\x01\x00"), 0o644)
 	td.opts.Version = "dev"
 	td.start(t)
+	// New plugins serve from wazero's interpreter until their compiled
+	// module is ready; toolresult's truncation of large tool results can
+	// run past the call limit there on a loaded machine, and the
+	// showcase below needs it.
+	waitCompiled(t, td)
 
 	files, err := dataset.FixtureFiles()
 	if err != nil || len(files) == 0 {
@@ -274,4 +279,29 @@ func checkScreenshot(t *testing.T, path string) {
 		t.Errorf("%s: %dx%d with %d colors: not a rendered page", path, b.Dx(), b.Dy(), len(colors))
 	}
 	t.Logf("screenshot %s: %dx%d", path, b.Dx(), b.Dy())
+}
+
+// waitCompiled waits until every serving plugin runs compiled code.
+func waitCompiled(t *testing.T, td *testDaemon) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		policies, err := td.c.Policies(bg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var waiting []string
+		for _, p := range policies {
+			if p.Serving && p.Tier == "interpreted" {
+				waiting = append(waiting, p.Name)
+			}
+		}
+		if len(waiting) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still interpreted after 3 minutes: %v", waiting)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
