@@ -38,8 +38,11 @@ export interface CompactRequest {
    * come back as Anthropic's `"cache_control": {"type": "ephemeral"}`,
    * added as the last member of the marked message's last content
    * block when its content is an array, else of the message. A
-   * marked message is the kept bytes plus that one member. Off by
-   * default (OpenAI rejects the key).
+   * marked message is the kept bytes plus that one member. With
+   * `format: anthropic` the marker goes on the content block where the
+   * policy's message ends, within Anthropic's four markers per request
+   * (those the system prompt and kept messages carry count first; the
+   * latest breakpoints win). Off by default (OpenAI rejects the key).
    */
   cache_breakpoints?: boolean;
   /**
