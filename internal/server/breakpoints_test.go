@@ -49,6 +49,9 @@ func sweConversation(t *testing.T) []json.RawMessage {
 // the policy returns without the flag, which adds no cache_control at all.
 func TestCacheBreakpoints(t *testing.T) {
 	td := setup(t, "", pluginLedger).start(t)
+	// A long conversation: on the interpreter that serves a new plugin
+	// first, ledger can run past its call limit under -race.
+	waitCompiled(t, td)
 	msgs := sweConversation(t)
 	post := func(flag bool) (*client.CompactResponse, []byte) {
 		resp, err := td.c.Compact(bg, &client.CompactRequest{Messages: msgs, CacheBreakpoints: flag})
@@ -126,6 +129,9 @@ func anthropicSWE(t *testing.T) (system json.RawMessage, msgs []json.RawMessage)
 // request never carries more than Anthropic's four markers.
 func TestCacheBreakpointsAnthropic(t *testing.T) {
 	td := setup(t, "", pluginLedger).start(t)
+	// A long conversation: on the interpreter that serves a new plugin
+	// first, ledger can run past its call limit under -race.
+	waitCompiled(t, td)
 	system, msgs := anthropicSWE(t)
 	resp, err := td.c.Compact(bg, &client.CompactRequest{Format: FormatAnthropic, System: system, Messages: msgs, CacheBreakpoints: true})
 	if err != nil {
@@ -174,6 +180,9 @@ func TestCacheBreakpointsAnthropic(t *testing.T) {
 // exactly four.
 func TestProxyAnthropicCacheBreakpoints(t *testing.T) {
 	td, up := proxyDaemon(t, "  policy: ledger\n  trigger_tokens: 1\n", pluginSliding, pluginLedger)
+	// A long conversation: on the interpreter that serves a new plugin
+	// first, ledger can run past its call limit under -race.
+	waitCompiled(t, td)
 	system, msgs := anthropicSWE(t)
 	// The agent marks its tools and its newest message too: three of its own.
 	last := msgs[len(msgs)-1]
