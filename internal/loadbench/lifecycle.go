@@ -97,7 +97,6 @@ func Lifecycle(ctx context.Context, opts LifecycleOptions) (*LifecycleResult, er
 		if err != nil {
 			return nil, 0, 0, err
 		}
-		ready := time.Since(t0)
 		c := client.New(srv.Socket)
 		defer c.Close()
 		for {
@@ -111,7 +110,7 @@ func Lifecycle(ctx context.Context, opts LifecycleOptions) (*LifecycleResult, er
 			}
 			time.Sleep(time.Millisecond)
 		}
-		ready = time.Since(t0)
+		ready := time.Since(t0)
 		if m, err := ProcMemory(srv.PID()); err == nil {
 			lastReadyRSS = m.RSS
 		}
