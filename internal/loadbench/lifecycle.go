@@ -25,6 +25,10 @@ type LifecycleOptions struct {
 	// Reloads is how many new versions of a Go plugin are written
 	// (default 20).
 	Reloads int
+	// NoIdleUnload is for a daemon that predates
+	// limits.plugin_idle_unload: its config does not set it, and the
+	// memory once unused plugins were unloaded is not measured.
+	NoIdleUnload bool
 }
 
 // LifecycleResult is the daemon's start, reload and memory figures.
@@ -90,8 +94,10 @@ func Lifecycle(ctx context.Context, opts LifecycleOptions) (*LifecycleResult, er
 	// times exec → ready (every policy listed as serving) and → every
 	// policy answered a compaction.
 	start := func(dir, cacheDir string) (*Server, time.Duration, time.Duration, error) {
-		d := Daemon{Bin: opts.Bin, Plugins: opts.Plugins, CacheDir: cacheDir, Dir: dir,
-			Config: fmt.Sprintf("limits:\n  plugin_idle_unload: %s\n", idleUnload)}
+		d := Daemon{Bin: opts.Bin, Plugins: opts.Plugins, CacheDir: cacheDir, Dir: dir}
+		if !opts.NoIdleUnload {
+			d.Config = fmt.Sprintf("limits:\n  plugin_idle_unload: %s\n", idleUnload)
+		}
 		t0 := time.Now()
 		srv, err := StartCompactd(ctx, d) // waits for /healthz
 		if err != nil {
@@ -106,7 +112,10 @@ func Lifecycle(ctx context.Context, opts LifecycleOptions) (*LifecycleResult, er
 			}
 			if time.Since(t0) > time.Minute {
 				srv.Stop()
-				return nil, 0, 0, fmt.Errorf("loadbench: %d policies serving a minute after the start", h.Policies)
+				if err != nil {
+					return nil, 0, 0, fmt.Errorf("loadbench: no health a minute after the start: %w\n%s", err, srv.Log())
+				}
+				return nil, 0, 0, fmt.Errorf("loadbench: %d of %d policies serving a minute after the start", h.Policies, len(res.Policies))
 			}
 			time.Sleep(time.Millisecond)
 		}
@@ -166,11 +175,13 @@ func Lifecycle(ctx context.Context, opts LifecycleOptions) (*LifecycleResult, er
 			return nil, err
 		}
 		// Unused plugins give their memory back.
-		time.Sleep(idleUnload + 2*time.Second)
-		if m, err := ProcMemory(srv.PID()); err == nil {
-			res.UnloadedRSS = m.RSS
+		if !opts.NoIdleUnload {
+			time.Sleep(idleUnload + 2*time.Second)
+			if m, err := ProcMemory(srv.PID()); err == nil {
+				res.UnloadedRSS = m.RSS
+			}
+			res.IdleUnload = idleUnload
 		}
-		res.IdleUnload = idleUnload
 		if res.Reload, err = reloads(ctx, srv, opts); err != nil {
 			return nil, err
 		}
@@ -316,7 +327,11 @@ func WriteLifecycle(w io.Writer, r *LifecycleResult) {
 		ms(p(r.Reload, 0.5)), ms(p(r.Reload, 0.95)), ms(p(r.Reload, 1)))
 	fmt.Fprintf(w, "| resident memory right after a restart (serving, nothing compiled yet) | %s |\n", mb(r.ReadyRSS))
 	fmt.Fprintf(w, "| resident memory, idle, after every policy answered once | %s |\n", mb(r.IdleRSS))
-	fmt.Fprintf(w, "| resident memory once unused plugins were unloaded (limits.plugin_idle_unload %v here) | %s |\n", r.IdleUnload, mb(r.UnloadedRSS))
+	if r.IdleUnload > 0 {
+		fmt.Fprintf(w, "| resident memory once unused plugins were unloaded (limits.plugin_idle_unload %v here) | %s |\n", r.IdleUnload, mb(r.UnloadedRSS))
+	} else {
+		fmt.Fprintf(w, "| resident memory once unused plugins were unloaded | - (the daemon has no limits.plugin_idle_unload) |\n")
+	}
 	fmt.Fprintf(w, "| resident memory, peak of a cold start | %s |\n", mb(r.ColdPeak))
 	fmt.Fprintf(w, "| linear memory of an idle Go plugin instance (mean over %d plugins' pools, after a compaction) | %s |\n", r.GoPlugins, mb(r.InstanceBytes))
 }

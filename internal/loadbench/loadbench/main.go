@@ -160,7 +160,8 @@ func run(ctx context.Context) error {
 		for i, b := range builds {
 			fmt.Fprintf(os.Stderr, "lifecycle%s: starts, reloads, memory\n", b.label)
 			loadStart := loadbench.LoadAverage()
-			r, err := loadbench.Lifecycle(ctx, loadbench.LifecycleOptions{Bin: b.bin, Plugins: b.plugins, Dir: filepath.Join(work, fmt.Sprintf("lifecycle-%d", i)), Reloads: *reloadCount})
+			// The earlier build may predate limits.plugin_idle_unload.
+			r, err := loadbench.Lifecycle(ctx, loadbench.LifecycleOptions{Bin: b.bin, Plugins: b.plugins, Dir: filepath.Join(work, fmt.Sprintf("lifecycle-%d", i)), Reloads: *reloadCount, NoIdleUnload: i > 0})
 			if err != nil {
 				return err
 			}
