@@ -248,3 +248,42 @@ func TestKernelStaysWithinItsLimit(t *testing.T) {
 		t.Errorf("the arena grew to %d bytes, past its limit", len(k.mem))
 	}
 }
+
+// TestInterpretedTierInterruptible: a quick load serves from wazero's
+// interpreter, which the instrumentation does not cover (its stop global
+// would be read in Go, racing with the watchdog); wazero's own checks must
+// stop a looping fast-path guest there, in a call and in a start section.
+func TestInterpretedTierInterruptible(t *testing.T) {
+	e := newTestEngine(t, false, Limits{CallTimeout: 2 * time.Second})
+	release := e.HoldCompiles() // stay interpreted for the whole test
+	defer release()
+	ctx := context.Background()
+
+	_, err := e.Load(ctx, hostileWat(t, "fast_start_loop"), LoadOptions{Source: "/plugins/fast_start_loop.wasm", Quick: true})
+	if pe, ok := IsPluginError(err); !ok || !errors.Is(err, ErrTimeout) || pe.Export != "instantiate" {
+		t.Fatalf("start loop, interpreted: err = %v, want a timeout in instantiate", err)
+	}
+
+	path := wasmbuild.ForTest(t, "host/testdata/gohostile")
+	wasm, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := e.Load(ctx, wasm, LoadOptions{Source: path, Quick: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(ctx)
+	if p.Tier() != TierInterpreted || p.Path() != "fast" {
+		t.Fatalf("tier %q on the %s path, want interpreted on the fast path", p.Tier(), p.Path())
+	}
+	c := testConversation(t)
+	_, err = p.Compact(ctx, modeRequest(c, "loop"))
+	checkPluginError(t, err, "gohostile", ErrTimeout, "", "time limit of 2s")
+	if _, err := p.Compact(ctx, modeRequest(c, "ok")); err != nil {
+		t.Fatalf("next call after the loop: %v", err)
+	}
+	if p.Tier() != TierInterpreted {
+		t.Fatalf("tier %q: the held compile ran", p.Tier())
+	}
+}

@@ -30,6 +30,7 @@ type zooEntry struct {
 var zoo = []zooEntry{
 	{"memory_over_cap.wasm", "host/testdata/hostile/memory_over_cap.wat", "declares 4097 pages (256.1 MiB) of initial memory; the limit is 4096 pages"},
 	{"start_loop.wasm", "host/testdata/hostile/start_loop.wat", "instantiate: plugin call timed out: the start section or _initialize ran past the time limit"},
+	{"fast_start_loop.wasm", "host/testdata/hostile/fast_start_loop.wat", "instantiate: plugin call timed out: the start section or _initialize ran past the time limit"},
 	{"describe_loop.wasm", "host/testdata/hostile/describe_loop.wat", "describe: plugin call timed out"},
 	{"describe_huge.wasm", "host/testdata/hostile/describe_huge.wat", "a description is 8388608 bytes; the limit is 1048576"},
 	{"grow_1gib.wasm", "host/testdata/hostile/grow_1gib.wat", "compact: plugin exceeded its memory limit"},
