@@ -399,7 +399,16 @@ func (e *Engine) build(ctx context.Context, wasm []byte, label string, limits Li
 	// A module for the fast path is made interruptible by our own
 	// instrumentation (package wasminstr), much cheaper than wazero's
 	// checks; one the instrumenter refuses keeps wazero's checks.
-	code, fastRC, interpreted := wasm, rc, false
+	// wazero's checks sit on loop headers only: a module that keeps them
+	// gets an empty loop at each function's entry, so that recursion
+	// which loops nowhere is interrupted as well (wasminstr.EntryLoops).
+	checked := wasm
+	if w, err := wasminstr.EntryLoops(wasm); err == nil {
+		checked = w
+	} else {
+		e.logger.Debug("no termination checks at function entries", "plugin", label, "reason", err)
+	}
+	code, fastRC, interpreted := checked, rc, false
 	var guard *wasminstr.Result
 	if !e.cfg.DisableFastPath {
 		if fns, err := wasminstr.FunctionExports(wasm); err == nil && fns[abi.ExportFastAlloc] && fns[abi.ExportFastCall] {
@@ -466,7 +475,7 @@ func (e *Engine) build(ctx context.Context, wasm []byte, label string, limits Li
 		return &built{mod: &fastModule{rt: rt, compiled: compiled, limits: limits, guard: guard, interp: interpreted},
 			exports: exports, interpreted: interpreted, initialPages: initialPages}, nil
 	}
-	em, err := newExtismModule(ctx, wasm, rc, e.cfg.CacheDir, limits, logger, logs)
+	em, err := newExtismModule(ctx, checked, rc, e.cfg.CacheDir, limits, logger, logs)
 	if err != nil {
 		return nil, loadErr(ErrInvalidModule, "%v", err)
 	}

@@ -39,6 +39,8 @@ func TestHostileLoads(t *testing.T) {
 		{"start_loop", "extism", ErrTimeout, "instantiate", "start section"},
 		{"fast_start_loop", "fast", ErrTimeout, "instantiate", "start section"},
 		{"describe_loop", "extism", ErrTimeout, "describe", "time limit of 500ms"},
+		{"describe_recurse", "extism", ErrTimeout, "describe", "time limit of 500ms"},
+		{"fast_start_recurse", "fast", ErrTimeout, "instantiate", "start section"},
 		{"describe_huge", "extism", ErrOutputTooLarge, "describe", "8388608 bytes; the limit is 1048576"},
 		{"bad_utf8", "extism", ErrInvalidOutput, "describe", "not UTF-8 (byte"},
 		{"fast_alloc_trap", "fast", ErrTrap, "describe", "unreachable"},
@@ -259,9 +261,11 @@ func TestInterpretedTierInterruptible(t *testing.T) {
 	defer release()
 	ctx := context.Background()
 
-	_, err := e.Load(ctx, hostileWat(t, "fast_start_loop"), LoadOptions{Source: "/plugins/fast_start_loop.wasm", Quick: true})
-	if pe, ok := IsPluginError(err); !ok || !errors.Is(err, ErrTimeout) || pe.Export != "instantiate" {
-		t.Fatalf("start loop, interpreted: err = %v, want a timeout in instantiate", err)
+	for _, name := range []string{"fast_start_loop", "fast_start_recurse"} {
+		_, err := e.Load(ctx, hostileWat(t, name), LoadOptions{Source: "/plugins/" + name + ".wasm", Quick: true})
+		if pe, ok := IsPluginError(err); !ok || !errors.Is(err, ErrTimeout) || pe.Export != "instantiate" {
+			t.Fatalf("%s, interpreted: err = %v, want a timeout in instantiate", name, err)
+		}
 	}
 
 	path := wasmbuild.ForTest(t, "host/testdata/gohostile")

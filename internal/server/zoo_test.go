@@ -32,6 +32,8 @@ var zoo = []zooEntry{
 	{"start_loop.wasm", "host/testdata/hostile/start_loop.wat", "instantiate: plugin call timed out: the start section or _initialize ran past the time limit"},
 	{"fast_start_loop.wasm", "host/testdata/hostile/fast_start_loop.wat", "instantiate: plugin call timed out: the start section or _initialize ran past the time limit"},
 	{"describe_loop.wasm", "host/testdata/hostile/describe_loop.wat", "describe: plugin call timed out"},
+	{"describe_recurse.wasm", "host/testdata/hostile/describe_recurse.wat", "describe: plugin call timed out"},
+	{"fast_start_recurse.wasm", "host/testdata/hostile/fast_start_recurse.wat", "instantiate: plugin call timed out: the start section or _initialize ran past the time limit"},
 	{"describe_huge.wasm", "host/testdata/hostile/describe_huge.wat", "a description is 8388608 bytes; the limit is 1048576"},
 	{"grow_1gib.wasm", "host/testdata/hostile/grow_1gib.wat", "compact: plugin exceeded its memory limit"},
 	{"bad_utf8.wasm", "host/testdata/hostile/bad_utf8.wat", "the description is not UTF-8 (byte"},

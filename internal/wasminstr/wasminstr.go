@@ -8,8 +8,9 @@
 // and pays for a call out to Go at each: guests ran 4-7 times slower with
 // the checks on (RATIONALE.md, "Interruptible guests").
 //
-// Instrument rewrites the module instead: at every loop header it
-// decrements a fuel counter (a global of its own), and only when the
+// Instrument rewrites the module instead: at every loop header (and at
+// the entry of every function that calls and does not open with a loop,
+// for recursion that loops nowhere) it decrements a fuel counter (a global of its own), and only when the
 // counter reaches zero (every Fuel loop iterations) it leaves the guest
 // (a memory.grow of zero pages, which wazero serves in Go, so the Go
 // runtime can preempt the goroutine there, e.g. for a garbage collection)
@@ -23,7 +24,8 @@
 // table or memory moves, so the rest of the module is copied as it is.
 // A module the instrumenter does not fully understand (an opcode it does
 // not know, no memory to grow) is refused with an error, and the host
-// keeps wazero's checks for it.
+// keeps wazero's checks for it, with EntryLoops' empty loops at function
+// entries so that those checks cover recursion too.
 package wasminstr
 
 import (
@@ -31,6 +33,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Names the instrumented module exports.
@@ -380,6 +383,12 @@ func instrumentFunc(dst, code, check []byte) ([]byte, int, error) {
 		return nil, 0, r.err
 	}
 	dst = append(dst, code[:r.off]...)
+	// A call is a way back as much as a loop is: a function that calls
+	// itself twice (no loop anywhere) runs for 2^n calls. A function that
+	// calls checks on entry too (every cycle of calls goes through such
+	// functions only), unless its body opens with a loop, whose check
+	// comes at once (Go's compiler starts most functions with one).
+	entry, opensWithLoop, calls := len(dst), r.off < len(code) && code[r.off] == 0x03, false
 	loops := 0
 	start := r.off
 	for r.off < len(code) {
@@ -390,6 +399,9 @@ func instrumentFunc(dst, code, check []byte) ([]byte, int, error) {
 		if r.err != nil {
 			return nil, 0, r.err
 		}
+		if op >= 0x10 && op <= 0x15 { // call, call_indirect, return_call(_indirect), call_ref, return_call_ref
+			calls = true
+		}
 		if op == 0x03 { // loop blocktype
 			dst = append(dst, code[start:r.off]...)
 			dst = append(dst, check...)
@@ -398,7 +410,88 @@ func instrumentFunc(dst, code, check []byte) ([]byte, int, error) {
 		}
 	}
 	dst = append(dst, code[start:]...)
+	if calls && !opensWithLoop {
+		dst = slices.Insert(dst, entry, check...)
+	}
 	return dst, loops, nil
+}
+
+// entryLoop is an empty loop, `loop end`: wazero puts its termination
+// check at every loop header, so one at a function's entry makes wazero
+// check there too.
+var entryLoop = []byte{0x03, 0x40, 0x0b}
+
+// EntryLoops returns the module with an empty loop at the entry of every
+// function whose body does not open with a loop, for a module that keeps
+// wazero's termination checks (WithCloseOnContextDone), which sit on loop
+// headers only: without them, a function that calls itself twice and
+// loops nowhere runs for 2^n calls where nothing can stop it. Only the
+// code section changes (and DWARF sections, whose offsets would lie, are
+// dropped); the instructions are not decoded, so any valid module is
+// accepted.
+func EntryLoops(module []byte) ([]byte, error) {
+	if len(module) < 8 || !bytes.Equal(module[:4], []byte("\x00asm")) || binary.LittleEndian.Uint32(module[4:8]) != 1 {
+		return nil, fmt.Errorf("%w: not a WebAssembly 1.0 binary", ErrUnsupported)
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(module) + len(module)/64)
+	buf.Write(module[:8])
+	r := reader{b: module, off: 8}
+	for r.off < len(r.b) {
+		id := r.byte()
+		size := r.u32()
+		body := r.bytes(int(size))
+		if r.err != nil {
+			return nil, fmt.Errorf("%w: section %d: %v", ErrUnsupported, id, r.err)
+		}
+		switch {
+		case id == secCode:
+			var err error
+			if body, err = entryLoopsCode(body); err != nil {
+				return nil, err
+			}
+		case id == secCustom && isDebugSection(body):
+			continue
+		}
+		buf.WriteByte(id)
+		buf.Write(appendU32(nil, uint32(len(body))))
+		buf.Write(body)
+	}
+	return buf.Bytes(), nil
+}
+
+// entryLoopsCode rewrites a code section for EntryLoops.
+func entryLoopsCode(body []byte) ([]byte, error) {
+	r := reader{b: body}
+	n := r.u32()
+	out := appendU32(make([]byte, 0, len(body)+3*int(min(n, 1<<20))), n)
+	var fn []byte
+	for i := uint32(0); i < n; i++ {
+		code := r.bytes(int(r.u32()))
+		if r.err != nil {
+			return nil, fmt.Errorf("%w: code section: %v", ErrUnsupported, r.err)
+		}
+		cr := reader{b: code}
+		groups := cr.u32()
+		for g := uint32(0); g < groups && cr.err == nil; g++ {
+			cr.u32()
+			cr.valtype()
+		}
+		if cr.err != nil {
+			return nil, fmt.Errorf("%w: function %d: %v", ErrUnsupported, i, cr.err)
+		}
+		fn = append(fn[:0], code[:cr.off]...)
+		if cr.off >= len(code) || code[cr.off] != 0x03 {
+			fn = append(fn, entryLoop...)
+		}
+		fn = append(fn, code[cr.off:]...)
+		out = appendU32(out, uint32(len(fn)))
+		out = append(out, fn...)
+	}
+	if r.off != len(body) {
+		return nil, fmt.Errorf("%w: %d bytes after the code section's functions", ErrUnsupported, len(body)-r.off)
+	}
+	return out, nil
 }
 
 // FunctionExports returns the names of the functions a module exports,

@@ -253,20 +253,28 @@ func TestPlugins(t *testing.T) {
 }
 
 // FuzzInstrument: any input is refused or instrumented, never a panic;
-// an instrumented valid module stays valid.
+// an instrumented valid module stays valid, and so does one with
+// EntryLoops' loops.
 func FuzzInstrument(f *testing.F) {
 	f.Add([]byte("\x00asm\x01\x00\x00\x00"))
 	f.Add([]byte("\x00asm\x01\x00\x00\x00\x05\x03\x01\x00\x01\x0a\x07\x01\x05\x00\x03\x40\x0b\x0b"))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		looped, lerr := EntryLoops(b)
 		res, err := Instrument(b)
-		if err != nil {
-			return
-		}
 		ctx := context.Background()
 		rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
 		defer rt.Close(ctx)
 		if _, err := rt.CompileModule(ctx, b); err != nil {
 			return // the input was not valid to begin with
+		}
+		if lerr != nil {
+			t.Fatalf("EntryLoops refused a valid module %x: %v", b, lerr)
+		}
+		if _, err := rt.CompileModule(ctx, looped); err != nil {
+			t.Fatalf("valid module %x became invalid with entry loops: %v", b, err)
+		}
+		if err != nil {
+			return
 		}
 		if _, err := rt.CompileModule(ctx, res.Module); err != nil {
 			t.Fatalf("valid module %x became invalid: %v", b, err)
@@ -303,5 +311,71 @@ func TestMemoryMinPages(t *testing.T) {
 	}
 	if _, _, err := MemoryMinPages([]byte("nope")); err == nil {
 		t.Error("not a module: no error")
+	}
+}
+
+// recursion calls itself twice per level and loops nowhere: 2^n calls
+// with no loop header for a check to sit on.
+const recursion = `(module
+  (memory 1)
+  (func $f (export "f") (param $n i64) (result i64)
+    (if (result i64) (i64.eqz (local.get $n))
+      (then (i64.const 1))
+      (else (i64.add
+        (call $f (i64.sub (local.get $n) (i64.const 1)))
+        (call $f (i64.sub (local.get $n) (i64.const 1))))))))`
+
+// TestStopRecursion: a function checks the stop flag on entry too.
+func TestStopRecursion(t *testing.T) {
+	mod, _ := run(t, wat(t, recursion))
+	f := mod.ExportedFunction("f")
+	if out, err := f.Call(context.Background(), 10); err != nil || out[0] != 1024 {
+		t.Fatalf("f(10) = %v, %v", out, err)
+	}
+	stop := mod.ExportedGlobal(StopGlobal).(api.MutableGlobal)
+	set := make(chan struct{})
+	time.AfterFunc(50*time.Millisecond, func() { stop.Set(1); close(set) })
+	if _, err := f.Call(context.Background(), 64); err == nil || !strings.Contains(err.Error(), "unreachable") {
+		t.Fatalf("f(64) returned %v", err)
+	}
+	<-set
+}
+
+// TestEntryLoops: with an empty loop at every function's entry, wazero's
+// own checks (WithCloseOnContextDone) stop recursion that loops nowhere,
+// compiled and interpreted, and the module still computes what it did.
+func TestEntryLoops(t *testing.T) {
+	module, err := EntryLoops(wat(t, recursion))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cfg := range []struct {
+		name string
+		rc   wazero.RuntimeConfig
+	}{{"compiler", wazero.NewRuntimeConfigCompiler()}, {"interpreter", wazero.NewRuntimeConfigInterpreter()}} {
+		t.Run(cfg.name, func(t *testing.T) {
+			ctx := context.Background()
+			rt := wazero.NewRuntimeWithConfig(ctx, cfg.rc.WithCloseOnContextDone(true))
+			defer rt.Close(ctx)
+			mod, err := rt.Instantiate(ctx, module)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out, err := mod.ExportedFunction("f").Call(ctx, 10); err != nil || out[0] != 1024 {
+				t.Fatalf("f(10) = %v, %v", out, err)
+			}
+			tctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			defer cancel()
+			if _, err := mod.ExportedFunction("f").Call(tctx, 64); err == nil {
+				t.Fatal("f(64) returned")
+			}
+		})
+	}
+	for _, src := range []string{loops, recursion} {
+		m := wat(t, src)
+		out, err := EntryLoops(m)
+		if err != nil || len(out) <= len(m) {
+			t.Errorf("EntryLoops: %d → %d bytes, %v", len(m), len(out), err)
+		}
 	}
 }
