@@ -618,7 +618,20 @@ func (r *Registry) load(ctx context.Context, path string, wasm []byte, hash stri
 			return nil, limits, err
 		}
 	}
-	if err := conform.Smoke(ctx, p, r.tok); err != nil {
+	err = conform.Smoke(ctx, p, r.tok)
+	if errors.Is(err, host.ErrTimeout) && ctx.Err() == nil {
+		// A smoke test that failed on the wall clock alone (a busy
+		// machine, or the interpreter's slowness) is tried once more,
+		// compiled, before it is reported, as the host does with
+		// describe; one that used up its work budget is not.
+		r.logger.Warn("the smoke test ran past a wall-clock limit; trying once more, compiled", "file", path, "tier", p.Tier(), "error", err)
+		p.Close(ctx)
+		if p, err = r.opts.Engine.Load(ctx, wasm, host.LoadOptions{Source: path, Limits: limits, Compiling: compiling}); err != nil {
+			return nil, limits, err
+		}
+		err = conform.Smoke(ctx, p, r.tok)
+	}
+	if err != nil {
 		p.Close(ctx)
 		return nil, limits, fmt.Errorf("%w: %s@%s: %w", ErrSmoke, p.Name(), p.Version(), err)
 	}
