@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -170,11 +171,12 @@ func TestLoadRetriedCompiled(t *testing.T) {
 }
 
 // busyLoops starts n processes that spin on a core each until the test
-// ends.
+// ends, or the test process does (a test killed by its timeout runs no
+// cleanup: each loop checks that its parent is alive).
 func busyLoops(t testing.TB, n int) {
 	t.Helper()
 	for i := 0; i < n; i++ {
-		cmd := exec.Command("sh", "-c", "while :; do :; done")
+		cmd := exec.Command("sh", "-c", "while kill -0 "+strconv.Itoa(os.Getpid())+" 2>/dev/null; do :; done")
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
