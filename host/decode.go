@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/compactd/compactd/abi"
-	"github.com/compactd/compactd/internal/chat"
-	"github.com/compactd/compactd/internal/jsonscan"
+	"github.com/compactd/compactd/chat"
+	"github.com/compactd/compactd/jsonscan"
 )
 
 // parseResult reads a plugin's CompactResult JSON in one pass

@@ -21,11 +21,11 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/host"
-	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/paths"
-	"github.com/compactd/compactd/internal/policyconfig"
+	"github.com/compactd/compactd/policyconfig"
 	"github.com/compactd/compactd/registry"
 	"github.com/hashicorp/go-hclog"
 )

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/convo"
-	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/eval"
 	"github.com/compactd/compactd/plugins/internal/plugtest"
 )

@@ -15,7 +15,7 @@ import (
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
-	"github.com/compactd/compactd/internal/jsonscan"
+	"github.com/compactd/compactd/jsonscan"
 )
 
 // Errors Parse returns, wrapped with detail. Test with errors.Is.
