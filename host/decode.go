@@ -10,7 +10,7 @@ import (
 )
 
 // parseResult reads a plugin's CompactResult JSON in one pass
-// (internal/jsonscan): a result that keeps most of a long conversation is
+// (package jsonscan): a result that keeps most of a long conversation is
 // mostly {"ref":i} items, which encoding/json decoded one reflective
 // Unmarshal at a time. It accepts what the ABI describes (abi/README.md,
 // "Results and refs"): unknown fields are ignored, null reads as absent,
