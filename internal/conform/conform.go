@@ -88,6 +88,11 @@ func Smoke(ctx context.Context, p *host.Plugin, tok *tokens.Tokenizer) error {
 	return err
 }
 
+// SmokeTest is Smoke with tok, in the form registry.Options.Smoke takes.
+func SmokeTest(tok *tokens.Tokenizer) func(context.Context, *host.Plugin) error {
+	return func(ctx context.Context, p *host.Plugin) error { return Smoke(ctx, p, tok) }
+}
+
 // Run checks p on the samples and on extra conversations (e.g. real data
 // prefixes): every call succeeds with the default config, its result
 // passes the host's checks (which Compact enforces), the input is left
