@@ -88,9 +88,6 @@ func (k *kernel) view(off uint64) []byte {
 	return k.mem[off : off+n : off+n]
 }
 
-// read returns a copy of the block at off.
-func (k *kernel) read(off uint64) []byte { return append([]byte(nil), k.view(off)...) }
-
 // write copies b into a new block and returns its offset.
 func (k *kernel) write(b []byte) uint64 {
 	off := k.alloc(uint64(len(b)))
