@@ -2,7 +2,6 @@ package compactd_test
 
 import (
 	"fmt"
-	"io/fs"
 	"net/url"
 	"os"
 	"path"
@@ -22,31 +21,17 @@ func TestDocLinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	docs := map[string]string{} // slash path -> text
-	err = filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if e.IsDir() {
-			switch e.Name() {
-			case ".git", "node_modules", "bin", "eval-out", "dist", "target":
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".md") {
-			return nil
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		docs[filepath.ToSlash(rel)] = string(b)
-		return nil
-	})
+	files, err := markdownFiles(root)
 	if err != nil {
 		t.Fatal(err)
+	}
+	docs := map[string]string{} // slash path -> text
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(f)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs[f] = string(b)
 	}
 	anchors := map[string]map[string]bool{}
 	anchorsOf := func(doc string) map[string]bool {
@@ -114,6 +99,26 @@ var (
 // outside fenced code blocks and code spans.
 func markdownLinks(text string) []mdLink {
 	var out []mdLink
+	for _, l := range proseLines(text) {
+		// A code span inside a link's text ([`x`](y)) keeps the link.
+		line := codeSpan.ReplaceAllStringFunc(l.text, func(s string) string { return strings.Repeat("x", len(s)) })
+		for _, m := range inlineLink.FindAllStringSubmatch(line, -1) {
+			out = append(out, mdLink{target: m[1], line: l.n})
+		}
+	}
+	return out
+}
+
+// textLine is a line of a document and its 1-based number.
+type textLine struct {
+	n    int
+	text string
+}
+
+// proseLines returns the lines of a Markdown text that are outside fenced
+// code blocks (and are not fences).
+func proseLines(text string) []textLine {
+	var out []textLine
 	inFence := ""
 	for i, line := range strings.Split(text, "\n") {
 		if m := fence.FindStringSubmatch(line); m != nil {
@@ -125,13 +130,8 @@ func markdownLinks(text string) []mdLink {
 			}
 			continue
 		}
-		if inFence != "" {
-			continue
-		}
-		// A code span inside a link's text ([`x`](y)) keeps the link.
-		line = codeSpan.ReplaceAllStringFunc(line, func(s string) string { return strings.Repeat("x", len(s)) })
-		for _, m := range inlineLink.FindAllStringSubmatch(line, -1) {
-			out = append(out, mdLink{target: m[1], line: i + 1})
+		if inFence == "" {
+			out = append(out, textLine{i + 1, line})
 		}
 	}
 	return out
@@ -143,22 +143,14 @@ func markdownLinks(text string) []mdLink {
 func headingAnchors(text string) map[string]bool {
 	anchors := map[string]bool{}
 	count := map[string]int{}
-	inFence := ""
-	for _, line := range strings.Split(text, "\n") {
-		if m := fence.FindStringSubmatch(line); m != nil {
-			switch {
-			case inFence == "":
-				inFence = m[1]
-			case strings.HasPrefix(line, inFence) && strings.TrimSpace(m[2]) == "":
-				inFence = ""
-			}
+	for _, l := range proseLines(text) {
+		line := l.text
+		if !strings.HasPrefix(line, "#") {
 			continue
 		}
-		if inFence != "" || !strings.HasPrefix(line, "#") {
-			continue
-		}
-		title := strings.TrimSpace(strings.TrimLeft(line, "#"))
-		if title == "" || len(line)-len(strings.TrimLeft(line, "#")) > 6 {
+		rest := strings.TrimLeft(line, "#")
+		title := strings.TrimSpace(rest)
+		if title == "" || len(line)-len(rest) > 6 || !strings.HasPrefix(rest, " ") {
 			continue
 		}
 		a := slug(title)

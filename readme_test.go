@@ -251,8 +251,32 @@ func docFiles(root string) ([]string, error) {
 	for _, d := range docs {
 		seen[d] = true
 	}
+	all, err := markdownFiles(root)
+	if err != nil {
+		return nil, err
+	}
 	marker := regexp.MustCompile(`(?m)^\s*<!--\s*(example|output)\b`)
-	err = filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
+	for _, rel := range all {
+		if seen[rel] {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(rel)))
+		if err != nil {
+			return nil, err
+		}
+		if marker.Match(b) {
+			docs = append(docs, rel)
+		}
+	}
+	return docs, nil
+}
+
+// markdownFiles returns the Markdown files under root as sorted
+// slash-separated relative paths, leaving out .git, node_modules and what
+// builds write.
+func markdownFiles(root string) ([]string, error) {
+	var out []string
+	err := filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -263,21 +287,14 @@ func docFiles(root string) ([]string, error) {
 			}
 			return nil
 		}
-		rel, _ := filepath.Rel(root, path)
-		rel = filepath.ToSlash(rel)
-		if !strings.HasSuffix(rel, ".md") || seen[rel] {
-			return nil
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		if marker.Match(b) {
-			docs = append(docs, rel)
+		if strings.HasSuffix(path, ".md") {
+			rel, _ := filepath.Rel(root, path)
+			out = append(out, filepath.ToSlash(rel))
 		}
 		return nil
 	})
-	return docs, err
+	sort.Strings(out)
+	return out, err
 }
 
 // parseExamples returns a doc's examples in order, checking the markers;

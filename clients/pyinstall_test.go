@@ -52,9 +52,9 @@ func TestPythonInstall(t *testing.T) {
 			tmp := t.TempDir()
 			env := offlineEnv(tmp)
 			venv := filepath.Join(tmp, "venv")
-			runIn(t, env, tmp, py.path, "-m", "venv", venv)
+			run(t, env, tmp, py.path, "-m", "venv", venv)
 			vpy := filepath.Join(venv, "bin", "python")
-			out := runIn(t, env, tmp, vpy, "-m", "pip", "install", "--no-index", src)
+			out := run(t, env, tmp, vpy, "-m", "pip", "install", "--no-index", src)
 			if !strings.Contains(out, "Successfully installed compactd-") {
 				t.Errorf("pip did not say it installed compactd:\n%s", out)
 			}
@@ -63,9 +63,9 @@ func TestPythonInstall(t *testing.T) {
 			// package is then the source itself.
 			if i == 0 {
 				venv := filepath.Join(tmp, "venv-editable")
-				runIn(t, env, tmp, py.path, "-m", "venv", venv)
+				run(t, env, tmp, py.path, "-m", "venv", venv)
 				vpy := filepath.Join(venv, "bin", "python")
-				runIn(t, env, tmp, vpy, "-m", "pip", "install", "--no-index", "--editable", src)
+				run(t, env, tmp, vpy, "-m", "pip", "install", "--no-index", "--editable", src)
 				checkInstalled(t, env, tmp, vpy, d.socket, src)
 			}
 		})
@@ -106,7 +106,7 @@ except compactd.UnknownPolicy as e:
     assert (e.code, e.status) == ("unknown_policy", 404), (e.code, e.status)
 print("compactd", compactd.__version__, "from", compactd.__file__, "on Python", sys.version.split()[0])
 `
-	out := runIn(t, append(env, "COMPACTD_SOCKET="+socket), dir, python, "-I", "-c", script)
+	out := run(t, append(env, "COMPACTD_SOCKET="+socket), dir, python, "-I", "-c", script)
 	if !strings.Contains(out, " from "+where+string(filepath.Separator)) {
 		t.Errorf("compactd was not imported from %s:\n%s", where, out)
 	}
@@ -133,26 +133,6 @@ func offlineEnv(home string) []string {
 	return append(env, "HOME="+home, "PIP_CONFIG_FILE="+os.DevNull, "PIP_NO_INDEX=1",
 		"PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_NO_INPUT=1", "PYTHONDONTWRITEBYTECODE=1",
 		"http_proxy="+nowhere, "https_proxy="+nowhere, "HTTP_PROXY="+nowhere, "HTTPS_PROXY="+nowhere, "NO_PROXY=", "no_proxy=")
-}
-
-// runIn runs a command in dir with env, logs its output and fails the test
-// if it fails; it returns the output.
-func runIn(t *testing.T, env []string, dir, name string, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env, cmd.Dir = env, dir
-	out, err := cmd.CombinedOutput()
-	shown := strings.Join(args, " ")
-	if len(shown) > 120 {
-		shown = shown[:120] + "…"
-	}
-	t.Logf("%s %s:\n%s", name, shown, out)
-	if err != nil {
-		t.Fatalf("%s %s: %v", name, shown, err)
-	}
-	return string(out)
 }
 
 // findPythons returns the Pythons ≥ 3.9 on the machine, one per
