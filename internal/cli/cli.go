@@ -2,7 +2,7 @@
 // packages together and maps failures to exit codes. cmd/compactd only
 // calls Main.
 //
-// Conventions every command keeps (README.md, "Command line"): flags go
+// Conventions every command keeps (docs/cli.md): flags go
 // before or after positional arguments (`--` ends the flags); -h and
 // --help print the command's usage on stdout and exit 0; an error is
 // printed once, on stderr, as one line starting with "compactd: "; an
@@ -32,7 +32,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// Exit codes. They are part of the CLI's contract (README.md).
+// Exit codes. They are part of the CLI's contract (docs/cli.md, "Exit codes").
 const (
 	ExitOK           = 0
 	ExitFailure      = 1 // anything not listed below (e.g. no daemon answering)

@@ -24,7 +24,7 @@ import (
 	"github.com/compactd/compactd/jsonscan"
 )
 
-// Limits of a compaction request (README.md, "POST /v1/compact").
+// Limits of a compaction request (docs/api.md, "POST /v1/compact").
 const (
 	// maxConversationID caps a caller's conversation_id, in bytes.
 	maxConversationID = 256

@@ -14,7 +14,7 @@ import (
 	"github.com/compactd/compactd/registry"
 )
 
-// Error codes: the stable "code" of an error answer. README.md lists them.
+// Error codes: the stable "code" of an error answer. docs/api.md, "Errors", lists them.
 const (
 	CodeBadRequest          = "bad_request"          // 400: the request is not what the endpoint takes
 	CodeInvalidJSON         = "invalid_json"         // 400: the body is not the JSON the endpoint takes
