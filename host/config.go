@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/compactd/compactd/internal/wasminstr"
+	"github.com/compactd/compactd/host/internal/wasminstr"
 )
 
 // Limits bound what one plugin may use. A zero field takes its default;

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/compactd/compactd/internal/wasminstr"
+	"github.com/compactd/compactd/host/internal/wasminstr"
 	"github.com/tetratelabs/wazero/sys"
 )
 
