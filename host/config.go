@@ -146,9 +146,6 @@ func (l Limits) Over(o Limits) Limits {
 	return l
 }
 
-// startTimeout is the wall-clock limit of an instantiation.
-func (l Limits) startTimeout() time.Duration { return max(l.CallTimeout, MinStartTimeout) }
-
 // instrumentOptions are the wasminstr options that enforce the work
 // budget (keepStart: the start section stays where the Extism SDK runs
 // it, inside instantiation).

@@ -24,6 +24,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/host/internal/wasminstr"
@@ -68,6 +69,9 @@ type Engine struct {
 	pending     atomic.Int64  // background compiles not done
 	logsMu      sync.Mutex
 	logs        map[string]*logLimiter // per plugin file name
+	// minStartTimeout is MinStartTimeout (tests shorten it to see the
+	// wall-clock backstop at work).
+	minStartTimeout time.Duration
 
 	closeOnce sync.Once
 }
@@ -78,7 +82,8 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if err := cfg.Limits.Validate(); err != nil {
 		return nil, fmt.Errorf("host limits: %w", err)
 	}
-	e := &Engine{cfg: cfg, logger: cfg.Logger, logs: map[string]*logLimiter{}, compileSlot: make(chan struct{}, 1), done: make(chan struct{})}
+	e := &Engine{cfg: cfg, logger: cfg.Logger, logs: map[string]*logLimiter{}, compileSlot: make(chan struct{}, 1), done: make(chan struct{}),
+		minStartTimeout: MinStartTimeout}
 	if e.logger == nil {
 		e.logger = hclog.NewNullLogger()
 	}
@@ -497,7 +502,7 @@ func (e *Engine) build(ctx context.Context, wasm []byte, label string, limits Li
 			return nil, loadErr(ErrInvalidModule, "%v", err)
 		}
 		kept = true
-		return &built{mod: &fastModule{rt: rt, compiled: compiled, limits: limits, guard: guard, work: newWorkBudget(guard, limits), interp: interpreted},
+		return &built{mod: &fastModule{rt: rt, compiled: compiled, limits: limits, startLimit: e.startLimit(limits), guard: guard, work: newWorkBudget(guard, limits), interp: interpreted},
 			exports: exports, interpreted: interpreted, initialPages: initialPages}, nil
 	}
 	if fast {
@@ -505,11 +510,17 @@ func (e *Engine) build(ctx context.Context, wasm []byte, label string, limits Li
 		// the Extism path runs it, with the start section in place.
 		guard, code = e.instrument(wasm, label, limits.instrumentOptions(true), true)
 	}
-	em, err := newExtismModule(ctx, code, rc, e.cfg.CacheDir, limits, logger, logs, newWorkBudget(guard, limits))
+	em, err := newExtismModule(ctx, code, rc, e.cfg.CacheDir, limits, e.startLimit(limits), logger, logs, newWorkBudget(guard, limits))
 	if err != nil {
 		return nil, loadErr(ErrInvalidModule, "%v", err)
 	}
 	return &built{mod: em, exports: exports, initialPages: initialPages}, nil
+}
+
+// startLimit is the wall-clock limit of an instantiation with limits: a
+// backstop behind the start work budget, never shorter than a minute.
+func (e *Engine) startLimit(limits Limits) time.Duration {
+	return max(limits.CallTimeout, e.minStartTimeout)
 }
 
 // instrument returns the module instrumented with opts and, if

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/host/internal/wasminstr"
@@ -23,8 +24,10 @@ type extismModule struct {
 	// closing this cache releases them.
 	cache  wazero.CompilationCache
 	limits Limits
-	logger hclog.Logger
-	logs   *logLimiter
+	// startLimit is the wall-clock limit of an instantiation.
+	startLimit time.Duration
+	logger     hclog.Logger
+	logs       *logLimiter
 	// work is the module's work budget (nil if the instrumenter refused
 	// it: wazero's checks and the wall clock bound it then).
 	work   *workBudget
@@ -46,7 +49,7 @@ func (m *extismModule) close(ctx context.Context) error {
 	return err
 }
 
-func newExtismModule(ctx context.Context, wasm []byte, rc wazero.RuntimeConfig, cacheDir string, limits Limits, logger hclog.Logger, logs *logLimiter, work *workBudget) (*extismModule, error) {
+func newExtismModule(ctx context.Context, wasm []byte, rc wazero.RuntimeConfig, cacheDir string, limits Limits, startLimit time.Duration, logger hclog.Logger, logs *logLimiter, work *workBudget) (*extismModule, error) {
 	cache := wazero.NewCompilationCache()
 	if cacheDir != "" {
 		var err error
@@ -68,7 +71,7 @@ func newExtismModule(ctx context.Context, wasm []byte, rc wazero.RuntimeConfig, 
 		_ = cache.Close(ctx)
 		return nil, err
 	}
-	return &extismModule{compiled: compiled, cache: cache, limits: limits, logger: logger, logs: logs, work: work}, nil
+	return &extismModule{compiled: compiled, cache: cache, limits: limits, startLimit: startLimit, logger: logger, logs: logs, work: work}, nil
 }
 
 // extismHostFunctions are compactd's host functions (hostFuncs) for the
@@ -95,7 +98,7 @@ func extismHostFunctions() []extism.HostFunction {
 func (m *extismModule) newInstance(ctx context.Context) (instance, error) {
 	tracker := newMemoryTracker(m.limits.MaxMemoryPages)
 	stderr := newStderrBuffer(stderrTail)
-	limit := m.limits.startTimeout()
+	limit := m.startLimit
 	ictx, cancel := context.WithTimeout(withCallState(ctx, &callState{}), limit)
 	defer cancel()
 	p, err := m.compiled.Instance(experimental.WithMemoryAllocator(ictx, tracker), extism.PluginInstanceConfig{

@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/host/internal/wasminstr"
@@ -26,7 +27,9 @@ type fastModule struct {
 	rt       wazero.Runtime
 	compiled wazero.CompiledModule
 	limits   Limits
-	seq      atomic.Uint64
+	// startLimit is the wall-clock limit of an instantiation.
+	startLimit time.Duration
+	seq        atomic.Uint64
 	// guard is set when the module was instrumented (package wasminstr):
 	// it counts its work against its budget, and, compiled without
 	// wazero's termination checks, it is stopped through its stop global
@@ -69,7 +72,7 @@ func (m *fastModule) newInstance(ctx context.Context) (instance, error) {
 	// _initialize runs Go package initializers, which may call host
 	// functions: give them a kernel.
 	st := &callState{kernel: newKernel(uint64(m.limits.MaxMemoryPages) << 16)}
-	limit := m.limits.startTimeout()
+	limit := m.startLimit
 	initCtx, cancel := context.WithTimeout(withCallState(experimental.WithMemoryAllocator(ctx, tracker), st), limit)
 	defer cancel()
 	mod, err := m.rt.InstantiateModule(initCtx, m.compiled, cfg)

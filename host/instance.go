@@ -113,7 +113,7 @@ func instantiateError(ctx context.Context, err error, mem *memoryTracker, stderr
 	pe.Export = "instantiate"
 	switch pe.Kind {
 	case ErrTimeout:
-		pe.Detail = "the start section or _initialize ran past its wall-clock time limit of " + limit.String() + " (call_timeout, at least " + MinStartTimeout.String() + ")"
+		pe.Detail = "the start section or _initialize ran past its wall-clock time limit of " + limit.String() + " (call_timeout, or a minute if that is longer)"
 	case ErrWorkLimit:
 		pe.Detail = "the start section or _initialize used up its " + work.detail(true)
 	}

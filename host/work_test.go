@@ -31,10 +31,12 @@ var tiers = []struct {
 
 // TestWorkBudgetStopsLoops: a start section, an _initialize or a compact
 // that never ends is stopped by the work budget, on every tier and path,
-// in C and in Go, with a wall-clock limit too far away to be what stops
-// it: the failure is ErrWorkLimit and says which budget. The call timeout
-// is the shortest allowed, so an instantiation bounded by it (as it was)
-// would fail on the wall clock instead.
+// with a wall-clock limit too far away to be what stops it: the failure
+// is ErrWorkLimit and says which budget. The call timeout of
+// instantiation is the shortest allowed, so an instantiation bounded by
+// it (as it was) would fail on the wall clock instead. The loops are in
+// text modules, in C and, interpreted (a Go plugin takes seconds to
+// compile), in Go.
 func TestWorkBudgetStopsLoops(t *testing.T) {
 	ctx := context.Background()
 	tests := []struct {
@@ -42,13 +44,15 @@ func TestWorkBudgetStopsLoops(t *testing.T) {
 		module string // for wasmbuild.ForTest
 		export string // where it loops: "instantiate" or "compact"
 		extism bool   // runs on the Extism path only
+		interp bool   // runs on the interpreted tier only
 		want   string
 	}{
-		{"start section", "host/testdata/hostile/fast_start_loop.wat", "instantiate", false, "the start section or _initialize used up its work budget of 1000000 steps (start_work_budget)"},
-		{"recursing start section", "host/testdata/hostile/fast_start_recurse.wat", "instantiate", false, "the start section or _initialize used up its work budget of 1000000 steps"},
-		{"_initialize", "host/testdata/hostile/fast_init_loop.wat", "instantiate", false, "the start section or _initialize used up its work budget of 1000000 steps"},
-		{"compact in Go", "host/testdata/gohostile", "compact", false, "used up its work budget of 2000000 steps (work_budget)"},
-		{"compact in C", "host/testdata/hostile/hostile.c#HOSTILE_LOOP", "compact", true, "used up its work budget of 2000000 steps (work_budget)"},
+		{"start section", "host/testdata/hostile/fast_start_loop.wat", "instantiate", false, false, "the start section or _initialize used up its work budget of 1000000 steps (start_work_budget)"},
+		{"recursing start section", "host/testdata/hostile/fast_start_recurse.wat", "instantiate", false, false, "the start section or _initialize used up its work budget of 1000000 steps"},
+		{"_initialize", "host/testdata/hostile/fast_init_loop.wat", "instantiate", false, false, "the start section or _initialize used up its work budget of 1000000 steps"},
+		{"compact", "host/testdata/hostile/compact_loop.wat", "compact", false, false, "used up its work budget of 1000000 steps (work_budget)"},
+		{"compact in C", "host/testdata/hostile/hostile.c#HOSTILE_LOOP", "compact", true, false, "used up its work budget of 1000000 steps (work_budget)"},
+		{"compact in Go", "host/testdata/gohostile", "compact", false, true, "used up its work budget of 1000000 steps (work_budget)"},
 	}
 	for _, tier := range tiers {
 		t.Run(tier.name, func(t *testing.T) {
@@ -56,14 +60,14 @@ func TestWorkBudgetStopsLoops(t *testing.T) {
 			var logMu sync.Mutex
 			e, err := NewEngine(Config{DisableFastPath: tier.disable, CacheDir: wasmbuild.TestCacheDir(t),
 				Logger: hclog.New(&hclog.LoggerOptions{Output: lockedWriter{&logMu, &log}, Level: hclog.Warn}),
-				Limits: Limits{WorkBudget: 2 * MinWorkBudget, StartWorkBudget: MinWorkBudget}})
+				Limits: Limits{WorkBudget: MinWorkBudget, StartWorkBudget: MinWorkBudget}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer e.Close(ctx)
 			defer e.HoldCompiles()() // the interpreted tier stays interpreted
 			for _, tt := range tests {
-				if tt.extism && !tier.disable {
+				if tt.extism && !tier.disable || tt.interp && !tier.quick {
 					continue
 				}
 				t.Run(tt.what, func(t *testing.T) {
@@ -188,12 +192,12 @@ func busyLoops(t testing.TB, n int) {
 }
 
 // TestHealthyUnderContention: with twice as many busy processes as cores
-// beside the test, healthy plugins in Go and C load and serve on every
-// tier and path with a short call timeout (500ms, as the server's
-// shutdown tests use): instantiation (a Go plugin's _initialize takes
-// some 40,000 steps) is bounded by its work budget and a wall-clock
-// backstop of a minute, not by the call timeout. It asserts no time:
-// the loads, a second instantiation and a call must succeed.
+// beside the test, healthy plugins in Go (gohostile, on every tier and
+// path) and C (lastn) instantiate with the shortest call timeout there is
+// (10ms; a Go plugin's _initialize alone takes longer on the interpreter,
+// quiet): instantiation is bounded by its work budget, with a wall-clock
+// backstop of a minute, not by the call timeout. Then they serve, with a
+// call timeout no busy machine reaches. It asserts no duration.
 func TestHealthyUnderContention(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts busy processes")
@@ -202,32 +206,44 @@ func TestHealthyUnderContention(t *testing.T) {
 	ctx := context.Background()
 	for _, tier := range tiers {
 		t.Run(tier.name, func(t *testing.T) {
-			e := newTestEngine(t, tier.disable, Limits{CallTimeout: 500 * time.Millisecond})
+			e := newTestEngine(t, tier.disable, Limits{})
 			defer e.HoldCompiles()()
-			for _, rel := range []string{"host/testdata/gohostile", "plugins/sliding", "plugins/lastn/lastn.c"} {
+			plugins := []string{"host/testdata/gohostile"}
+			if tier.disable {
+				plugins = append(plugins, "plugins/lastn/lastn.c") // on the Extism path on every tier
+			}
+			for _, rel := range plugins {
 				wasm, err := os.ReadFile(wasmbuild.ForTest(t, rel))
 				if err != nil {
 					t.Fatal(err)
 				}
-				p, err := e.Load(ctx, wasm, LoadOptions{Source: rel, Quick: tier.quick})
+				tight := e.Limits().Over(Limits{CallTimeout: MinCallTimeout})
+				b, err := e.build(ctx, wasm, rel, tight, hclog.NewNullLogger(), newLogLimiter(), tier.quick)
 				if err != nil {
-					t.Fatalf("%s: %v", rel, err)
+					t.Fatal(err)
 				}
-				// A second instance, for its instantiation alone.
-				pi, perr := p.acquire(ctx)
-				if perr != nil {
-					t.Fatalf("%s: %v", rel, perr)
+				for i := 0; i < 2; i++ {
+					inst, err := b.mod.newInstance(ctx)
+					if err != nil {
+						b.mod.close(ctx)
+						t.Fatalf("%s: instantiating under contention with a call timeout of %v: %v", rel, MinCallTimeout, err)
+					}
+					inst.close(ctx)
 				}
-				inst, err := p.cur.mod.newInstance(ctx)
-				if err != nil {
-					t.Fatalf("%s: instantiating under contention: %v", rel, err)
+				p := newPlugin(b.mod, e.Limits().Over(Limits{CallTimeout: time.Hour}), hclog.NewNullLogger())
+				p.desc.Name = rel
+				if err := p.describe(ctx); err != nil {
+					p.Close(ctx)
+					t.Fatalf("%s: describe: %v", rel, err)
 				}
-				inst.close(ctx)
-				p.release(ctx, pi, nil)
-				if _, err := p.Compact(ctx, &Request{Conversation: testConversation(t)}); err != nil && !errors.Is(err, ErrReported) {
-					t.Fatalf("%s: compact: %v", rel, err)
+				cfg, err := p.Schema().Resolve()
+				if err == nil {
+					_, err = p.Compact(ctx, &Request{Conversation: testConversation(t), Config: cfg})
 				}
 				p.Close(ctx)
+				if err != nil {
+					t.Fatalf("%s: compact: %v", rel, err)
+				}
 			}
 		})
 	}
