@@ -1,11 +1,11 @@
 // Package host runs compaction policy plugins: WebAssembly modules that
 // follow compactd's ABI (see package abi). It compiles each module once,
 // serves calls from a pool of instances (one call per instance at a time),
-// enforces per-plugin limits (memory, time, output size), provides the host
-// functions (count_tokens, llm_complete), and checks every result before it
-// reaches a caller: a plugin that traps, loops, allocates without bound or
-// returns garbage yields a *PluginError naming it, never a crash and never
-// a lost message.
+// enforces per-plugin limits (memory, work, time, output size), provides
+// the host functions (count_tokens, llm_complete), and checks every result
+// before it reaches a caller: a plugin that traps, loops, allocates without
+// bound or returns garbage yields a *PluginError naming it, never a crash
+// and never a lost message.
 //
 // Plugins built with compactd's Go PDK take a fast path on wazero directly
 // (cached function handles, requests written straight into the plugin's
@@ -158,10 +158,12 @@ const (
 // Load compiles wasm, instantiates it once and asks it to describe itself.
 // It fails with a *PluginError of kind ErrInvalidModule, ErrMemoryLimit,
 // ErrABIMismatch or ErrInvalidDescription (or whatever describe did wrong,
-// ErrTimeout included) for a module that cannot serve. Everything it runs
-// in the module runs under the plugin's call timeout and memory limit, and
-// a panic anywhere in loading (in compactd or a library) is recovered,
-// logged with its stack, and returned as ErrPanic: no module can take the
+// ErrTimeout and ErrWorkLimit included) for a module that cannot serve.
+// Everything it runs in the module runs under the plugin's work budgets,
+// wall-clock limits and memory limit; a load that fails on the wall clock
+// alone is tried once more, compiled, before it is reported. A panic
+// anywhere in loading (in compactd or a library) is recovered, logged
+// with its stack, and returned as ErrPanic: no module can take the
 // process down.
 func (e *Engine) Load(ctx context.Context, wasm []byte, opts LoadOptions) (p *Plugin, err error) {
 	label := opts.Source

@@ -25,13 +25,14 @@
 // stops at the same step on any machine, however busy, compiled or
 // interpreted. Every exported function is reached through an added
 // wrapper that sets the budget (Options.CallBudget, or
-// Options.StartBudget for _initialize) when the host calls in, and only
-// then: a call from inside the guest does not reset it. The module's
-// start function runs under the budget's initial value, StartBudget. The start function,
-// which would run inside instantiation where nothing but the budget can
-// stop it, is exported as StartExport instead, for the host to call under
-// the same guard, unless Options.KeepStart asks otherwise (the Extism
-// SDK owns instantiation, and wazero's own checks guard it there).
+// Options.StartBudget for _initialize and the like) when the host calls
+// in, and only then: a call from inside the guest does not reset it. The
+// module's start function runs under the budget's initial value,
+// StartBudget. The start function, which would run inside instantiation
+// where nothing but the budget can stop it, is exported as StartExport
+// instead, for the host to call under the same guard, unless
+// Options.KeepStart asks otherwise (the Extism SDK owns instantiation,
+// and wazero's own checks guard it there).
 //
 // Nothing else changes: no index of any existing function, global,
 // table, memory or type moves (what is added comes after), so the rest
@@ -74,9 +75,10 @@ const (
 const Fuel = 1024
 
 // initExports are the exports a runtime calls to initialize the guest
-// (WASI reactors' _initialize; __wasm_call_ctors, which the Extism SDK
-// calls for WASI commands): they run under Options.StartBudget.
-var initExports = map[string]bool{"_initialize": true, "__wasm_call_ctors": true}
+// (WASI reactors' _initialize; __wasm_call_ctors and hs_init, which the
+// Extism SDK calls for WASI commands and Haskell): they run under
+// Options.StartBudget.
+var initExports = map[string]bool{"_initialize": true, "__wasm_call_ctors": true, "hs_init": true}
 
 // ErrUnsupported wraps the reasons a module cannot be instrumented.
 var ErrUnsupported = errors.New("wasminstr: module not supported")
