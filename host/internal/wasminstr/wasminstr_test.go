@@ -501,11 +501,11 @@ func TestStartBudget(t *testing.T) {
 	ctx := context.Background()
 	// The start function takes 6001 steps (its entry, which calls, and
 	// 6000 iterations): more than 5 refills, fewer than 6.
-	mod, res, err := instrumented(t, wat(t, counted), Options{StartBudget: 5, KeepStart: true}, false)
+	_, res, err := instrumented(t, wat(t, counted), Options{StartBudget: 5, KeepStart: true}, false)
 	if !outOfWork(err, res) {
 		t.Fatalf("a start function over its budget, kept: instantiation = %v", err)
 	}
-	mod, _, err = instrumented(t, wat(t, counted), Options{StartBudget: 6, KeepStart: true}, false)
+	mod, _, err := instrumented(t, wat(t, counted), Options{StartBudget: 6, KeepStart: true}, false)
 	if err != nil || mod.ExportedGlobal("started").Get() != 1 || mod.ExportedFunction(StartExport) != nil {
 		t.Fatalf("a start function within its budget, kept: %v", err)
 	}
