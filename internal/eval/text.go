@@ -137,7 +137,7 @@ func nothingEvaluated(f *FileReport) string {
 }
 
 // retentionNote explains the retention table in one line.
-const retentionNote = "retention: share of each request's probes (facts of its history before its last turn, not in the system prompt or the task) the request as sent still holds; by the third of the history they were last seen in, and by kind:"
+const retentionNote = "retention: probes kept, by the third of each request's history they were last seen in, and by kind:"
 
 // WriteText writes the report as tables for a terminal.
 func (rep *Report) WriteText(w io.Writer) {
