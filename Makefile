@@ -52,7 +52,8 @@ check:
 	GOOS=wasip1 GOARCH=wasm $(GO) vet ./abi ./convo ./pdk
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) mod tidy
-	git diff --exit-code -- go.mod go.sum
+	cd examples/embed && $(GO) vet . && $(GO) run $(STATICCHECK) . && $(GO) mod tidy
+	git diff --exit-code -- go.mod go.sum examples/embed/go.mod examples/embed/go.sum
 
 # deps installs the Debian packages the plugins and tests need when one is
 # missing; FORCE=1 runs the install even when all are present (.ci/run does,

@@ -21,11 +21,13 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/host"
-	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/compactor"
+	"github.com/compactd/compactd/internal/conform"
 	"github.com/compactd/compactd/internal/paths"
-	"github.com/compactd/compactd/internal/policyconfig"
+	"github.com/compactd/compactd/internal/tokens"
+	"github.com/compactd/compactd/policyconfig"
 	"github.com/compactd/compactd/registry"
 	"github.com/hashicorp/go-hclog"
 )
@@ -259,7 +261,8 @@ func (c *commonFlags) openRegistry(logger hclog.Logger) (*host.Engine, *registry
 	if err != nil {
 		return nil, nil, err
 	}
-	reg := registry.New(registry.Options{Dir: c.plugins, Engine: engine, Logger: logger})
+	smoke := conform.SmokeTest(tokens.New(tokens.Options{}).ForModel(""))
+	reg := registry.New(registry.Options{Dir: c.plugins, Engine: engine, Logger: logger, Smoke: smoke})
 	return engine, reg, nil
 }
 
@@ -300,7 +303,7 @@ func exitFor(err error) int {
 	case errors.Is(err, chat.ErrMalformed), errors.Is(err, chat.ErrInvalid), errors.Is(err, chat.ErrUnsupportedFormat),
 		errors.Is(err, os.ErrNotExist):
 		return ExitInput
-	case errors.Is(err, compactor.ErrUnknownPolicy), errors.Is(err, registry.ErrNoDir),
+	case errors.Is(err, registry.ErrUnknownPolicy), errors.Is(err, registry.ErrNoDir),
 		errors.Is(err, policyconfig.ErrInvalid), errors.Is(err, compactor.ErrBadRequest):
 		return ExitPolicy
 	case errors.As(err, &pe):

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/compactd/compactd/internal/policyconfig"
+	"github.com/compactd/compactd/policyconfig"
 )
 
 // ErrInvalidEnv is wrapped by CheckEnv's errors.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/compactd/compactd/host"
 	"github.com/compactd/compactd/internal/compactor"
-	"github.com/compactd/compactd/internal/policyconfig"
+	"github.com/compactd/compactd/policyconfig"
 )
 
 var _ compactor.ConfigSource = (*Manager)(nil)
