@@ -9,7 +9,7 @@ import (
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
-	"github.com/compactd/compactd/internal/chat"
+	"github.com/compactd/compactd/chat"
 )
 
 // Probe kinds, in report order. A fact found as several kinds counts as
