@@ -8,8 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/compactd/compactd/abi"
-	"github.com/compactd/compactd/convo"
 	"github.com/compactd/compactd/chat"
+	"github.com/compactd/compactd/convo"
 )
 
 // Probe kinds, in report order. A fact found as several kinds counts as
