@@ -343,6 +343,9 @@ func TestQuantile(t *testing.T) {
 	if thousands(1234567) != "1,234,567" || thousands(-1000) != "-1,000" || thousands(12) != "12" {
 		t.Error("thousands")
 	}
+	if pct(0.99996) != "99.9%" || pct(1) != "100.0%" || pct(0.00001) != "0.1%" || pct(0) != "0.0%" || pct(0.5) != "50.0%" {
+		t.Errorf("pct: %s %s %s %s", pct(0.99996), pct(1), pct(0.00001), pct(0))
+	}
 	if money(1234.5) != "$1,234.50" || money(0.01234) != "$0.0123" {
 		t.Errorf("money: %s %s", money(1234.5), money(0.01234))
 	}

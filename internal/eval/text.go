@@ -43,7 +43,7 @@ func (t *table) markdown(w io.Writer) {
 
 // mainTable is tokens, validity, cache reuse, retention and latency.
 func mainTable(f *FileReport) *table {
-	t := &table{head: []string{"policy", "tokens sent", "ratio", "median", "peak", "valid", "task kept", "compacted", "prefix reuse", "prev kept", "retention", "p50", "p99", "llm calls"}}
+	t := &table{head: []string{"policy", "tokens sent", "ratio", "median", "peak", "invalid", "task kept", "compacted", "prefix reuse", "prev kept", "retention", "p50", "p99", "llm calls"}}
 	for _, p := range f.Policies {
 		p50, p99, calls := "-", "-", "-"
 		if p.Policy != Baseline {
@@ -54,7 +54,7 @@ func mainTable(f *FileReport) *table {
 			}
 		}
 		t.add(p.Policy, thousands(p.Tokens.Sent), fmt.Sprintf("%.3f", p.Tokens.Ratio), fmt.Sprintf("%.3f", p.Tokens.MedianTurnRatio),
-			thousands(p.Tokens.Peak), pct(p.Validity.Share), share(p.Task.Kept, p.Task.Turns), share(p.CompactedTurns, p.Tokens.Turns),
+			thousands(p.Tokens.Peak), thousands(p.Validity.Turns-p.Validity.Valid), share(p.Task.Kept, p.Task.Turns), share(p.CompactedTurns, p.Tokens.Turns),
 			pct(p.Prefix.Share), pct(p.Prefix.KeptShare), share(p.Retention.Retained, p.Retention.Probes), p50, p99, calls)
 	}
 	return t
@@ -250,7 +250,19 @@ func share(kept, total int) string {
 	return pct(float64(kept) / float64(total))
 }
 
-func pct(f float64) string { return fmt.Sprintf("%.1f%%", f*100) }
+// pct formats a share with one decimal, never rounding an incomplete share
+// up to 100.0% or a non-zero one down to 0.0% (4,999 of 5,000 requests
+// that kept the task are not all of them).
+func pct(f float64) string {
+	s := fmt.Sprintf("%.1f%%", f*100)
+	switch {
+	case f < 1 && s == "100.0%":
+		return "99.9%"
+	case f > 0 && s == "0.0%":
+		return "0.1%"
+	}
+	return s
+}
 
 func ms(d time.Duration) string {
 	return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
