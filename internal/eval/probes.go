@@ -117,6 +117,9 @@ type ProbeSet struct {
 	// compacted request refers to the messages it kept (host.Result's
 	// refs), so their text need not be decoded again.
 	byRaw map[*byte]int
+	// words are the messages' word sets (wordSet), built when a probe is
+	// first looked for in the message.
+	words []map[string]bool
 	opts  ProbeOptions
 	id    uint64
 }
@@ -407,25 +410,31 @@ func (s *ProbeSet) retain(probes []Probe, raw []json.RawMessage, msgs []abi.Mess
 		return r
 	}
 	// The original messages the request kept (known by their raw bytes'
-	// address), and the texts of its messages, decoded once when a probe
-	// needs them.
+	// address: orig[i] is message i's index in the conversation, or -1),
+	// and the texts of its new messages, decoded once when a probe needs
+	// them.
 	kept := map[int]bool{}
+	orig := make([]int, len(msgs))
 	texts := make([]string, len(msgs))
 	decoded := make([]bool, len(msgs))
-	for i, b := range raw {
-		if len(b) == 0 || s.byRaw == nil {
+	for i := range orig {
+		orig[i] = -1
+		if i >= len(raw) || len(raw[i]) == 0 || s.byRaw == nil {
 			continue
 		}
-		if j, ok := s.byRaw[&b[0]]; ok && len(b) == len(s.raw[j]) {
+		if j, ok := s.byRaw[&raw[i][0]]; ok && len(raw[i]) == len(s.raw[j]) {
 			kept[j] = true
-			texts[i], decoded[i] = s.texts[j], true
+			orig[i] = j
 		}
 	}
-	text := func(i int) string {
+	in := func(i int, p Probe) bool {
+		if j := orig[i]; j >= 0 {
+			return s.inMessage(j, p)
+		}
 		if !decoded[i] {
 			texts[i], decoded[i] = messageText(&msgs[i]), true
 		}
-		return texts[i]
+		return p.In(texts[i])
 	}
 	r.ByKind = map[string][2]int{}
 	r.ByPosition = map[string][2]int{}
@@ -439,12 +448,34 @@ func (s *ProbeSet) retain(probes []Probe, raw []json.RawMessage, msgs []abi.Mess
 				}
 			}
 		}
-		for i := len(texts) - 1; i >= 0 && !found; i-- {
-			found = p.In(text(i))
+		for i := len(msgs) - 1; i >= 0 && !found; i-- {
+			found = in(i, p)
 		}
 		r.count(p, found)
 	}
 	return r
+}
+
+// inMessage reports whether the probe appears in the conversation's
+// message j. A word probe needs each of its word runs among the message's
+// words (a set built once per message), which rules most messages out
+// without searching their text.
+func (s *ProbeSet) inMessage(j int, p Probe) bool {
+	if p.Word {
+		if s.words == nil {
+			s.words = make([]map[string]bool, len(s.msgs))
+		}
+		if s.words[j] == nil {
+			s.words[j] = wordSet(s.texts[j])
+		}
+		if !allWords(p.Text, s.words[j]) {
+			return false
+		}
+		if isWordRun(p.Text) {
+			return true
+		}
+	}
+	return p.In(s.texts[j])
 }
 
 // In reports whether the probe appears in text.

@@ -363,9 +363,10 @@ func TestIsID(t *testing.T) {
 }
 
 // BenchmarkProbes is eval's own cost of retention on the mini-swe-agent
-// fixture, per conversation: finding its facts once, drawing every
-// request's probes, and checking them against every uncompressed request
-// (the baseline's check; a compacted request is smaller).
+// fixture, per request, cumulative: finding the facts (once per
+// conversation), drawing every request's probes, and checking them
+// against the uncompressed request (all kept) or a window of its last 8
+// messages (most lost: the slow path).
 func BenchmarkProbes(b *testing.B) {
 	path, err := dataset.Fixture("mini_swe_agent_deepseek_swebench.jsonl")
 	if err != nil {
@@ -379,7 +380,17 @@ func BenchmarkProbes(b *testing.B) {
 	for _, c := range convs {
 		requests += len(Turns(c.Chat))
 	}
-	for _, stage := range []string{"extract", "draw", "retain"} {
+	// A window: the pinned prefix and the last 8 messages, as a compacted
+	// request that lost most of its history.
+	window := func(c *chat.Conversation, at int) *chat.Conversation {
+		keep := min(8, at-2)
+		w, err := chat.FromRaw(append(append([]json.RawMessage{}, c.Raw[:2]...), c.Raw[at-keep:at]...))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return w
+	}
+	for _, stage := range []string{"extract", "draw", "retain-all", "retain-window"} {
 		b.Run(stage, func(b *testing.B) {
 			for b.Loop() {
 				for _, c := range convs {
@@ -389,8 +400,11 @@ func BenchmarkProbes(b *testing.B) {
 					}
 					for _, at := range Turns(c.Chat) {
 						probes := ps.Draw(at)
-						if stage == "retain" {
+						switch stage {
+						case "retain-all":
 							ps.retainSent(probes, dataset.Prefix(c.Chat, at))
+						case "retain-window":
+							ps.retainSent(probes, window(c.Chat, at))
 						}
 					}
 				}
