@@ -246,20 +246,28 @@ func runEval(ctx context.Context, env *Env, args []string) int {
 		}
 		fmt.Fprintf(env.Stderr, "wrote %s\n", strings.Join(written, ", "))
 	}
-	code = ExitOK
+	return evalVerdict(env, rep, *check, minRetention)
+}
+
+// evalVerdict prints what fails in a report and returns the exit code
+// (the last failure's): invalid requests; with check, a dropped task or a
+// baseline that lost a probe (eval's own bug); a policy under its
+// --min-retention floor; a data file with no conversation evaluated.
+func evalVerdict(env *Env, rep *eval.Report, check bool, floors retentionFlag) int {
+	code := ExitOK
 	for _, f := range rep.Files {
 		for _, p := range f.Policies {
 			if p.Validity.Valid < p.Validity.Turns {
 				code = env.errorf(ExitPluginFailed, "%s sent %d invalid requests on %s", p.Policy, p.Validity.Turns-p.Validity.Valid, f.File)
 			}
-			if *check && p.Task.Kept < p.Task.Turns {
+			if check && p.Task.Kept < p.Task.Turns {
 				code = env.errorf(ExitPluginFailed, "%s dropped the task from %d of %d requests on %s", p.Policy, p.Task.Turns-p.Task.Kept, p.Task.Turns, f.File)
 			}
 			r := p.Retention
-			if floor, ok := minRetention.of(p.Policy); ok && p.Policy != eval.Baseline && r.Probes > 0 && r.Share < floor {
+			if floor, ok := floors.of(p.Policy); ok && p.Policy != eval.Baseline && r.Probes > 0 && r.Share < floor {
 				code = env.errorf(ExitPluginFailed, "%s kept %.1f%% of its probes on %s (%d of %d), under the %.1f%% required", p.Policy, r.Share*100, f.File, r.Retained, r.Probes, floor*100)
 			}
-			if *check && p.Policy == eval.Baseline && r.Retained < r.Probes {
+			if check && p.Policy == eval.Baseline && r.Retained < r.Probes {
 				code = env.errorf(ExitFailure, "the uncompressed baseline lost %d of %d probes on %s: eval's probes are wrong", r.Probes-r.Retained, r.Probes, f.File)
 			}
 		}
