@@ -154,6 +154,10 @@ type Limits struct {
 	CallTimeout    string `json:"call_timeout"`
 	MaxOutputBytes int    `json:"max_output_bytes"`
 	MaxInstances   int    `json:"max_instances"`
+	// WorkBudget and StartWorkBudget are the steps (loop iterations and
+	// calls) one call and one instantiation may take.
+	WorkBudget      uint64 `json:"work_budget"`
+	StartWorkBudget uint64 `json:"start_work_budget"`
 }
 
 // LoadError is a failed load of a plugin file.

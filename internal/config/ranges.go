@@ -162,6 +162,8 @@ func (l PluginLimits) checkRanges(prefix string) error {
 		durationRange(prefix+".call_timeout", l.CallTimeout, host.MinCallTimeout, host.MaxCallTimeout),
 		intRange(prefix+".max_output_bytes", l.MaxOutputBytes, host.MinOutputBytes, host.MaxOutputBytes),
 		intRange(prefix+".max_instances", l.MaxInstances, 1, host.MaxInstances),
+		intRange(prefix+".work_budget", l.WorkBudget, host.MinWorkBudget, host.MaxWorkBudget),
+		intRange(prefix+".start_work_budget", l.StartWorkBudget, host.MinWorkBudget, host.MaxWorkBudget),
 	} {
 		if err != nil {
 			return err

@@ -50,7 +50,7 @@ func policyOf(in registry.Info) client.Policy {
 		p.ConfigSchema, p.Defaults, p.Exports, p.Path, p.View = d.ConfigSchema, d.Defaults, d.Exports, pl.Path(), pl.View()
 		l := pl.Limits()
 		p.Limits = &client.Limits{MaxMemoryBytes: int64(l.MaxMemoryPages) << 16, CallTimeout: l.CallTimeout.String(),
-			MaxOutputBytes: l.MaxOutputBytes, MaxInstances: l.MaxInstances}
+			MaxOutputBytes: l.MaxOutputBytes, MaxInstances: l.MaxInstances, WorkBudget: l.WorkBudget, StartWorkBudget: l.StartWorkBudget}
 		st := pl.Stats()
 		p.Calls, p.Failures = st.Calls, st.Failures
 		p.Tier = pl.Tier()

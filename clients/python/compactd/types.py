@@ -80,6 +80,10 @@ class Limits:
     call_timeout: str
     max_output_bytes: int
     max_instances: int
+    work_budget: int
+    """The steps (loop iterations and calls) one call may take."""
+    start_work_budget: int
+    """The steps the start section, and then _initialize, may each take."""
 
 
 @dataclass

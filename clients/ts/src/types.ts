@@ -493,12 +493,20 @@ export interface InputAudioPart {
  */
 export interface Limits {
   /**
-   * a Go duration, e.g. 10s
+   * a Go duration, e.g. 10s: the wall-clock limit of a call
    */
   call_timeout: string;
   max_instances: number;
   max_memory_bytes: number;
   max_output_bytes: number;
+  /**
+   * the steps the start section, and then _initialize, may each take
+   */
+  start_work_budget: number;
+  /**
+   * the steps (loop iterations and calls) one call may take
+   */
+  work_budget: number;
 }
 
 /**
@@ -615,6 +623,8 @@ export interface PluginLimits {
    */
   max_memory_mb?: number;
   max_output_bytes?: number;
+  start_work_budget?: number;
+  work_budget?: number;
 }
 
 /**
