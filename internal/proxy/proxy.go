@@ -17,7 +17,15 @@
 //     the event stream, records it in the conversation's status
 //     (usage_ratio, last_usage) and sets needs_compaction. Streams pass
 //     through event by event, flushed as they arrive; nothing but the
-//     event in progress is held.
+//     event in progress is held, and that within proxy.max_event_bytes.
+//     Usage counts are believed only within 0 to 2^53 (internal/usage).
+//
+// An upstream that misbehaves costs a bounded amount and ends cleanly
+// for the caller, in the provider's format: no headers within
+// proxy.timeout or silence after them past proxy.read_timeout is a 504
+// (a stream ends with an error event instead); a stream line or event
+// past proxy.max_event_bytes ends the stream with an error event. Each
+// fault is counted (Faults).
 //
 // The caller's headers, its provider key among them, are passed through
 // untouched (compactd's own X-Compactd-* headers are removed); they are
@@ -557,6 +565,8 @@ func (x *exchange) responseFilter(u store.Usage) {
 var (
 	errHeaderTimeout = errors.New("no answer within proxy.timeout")
 	errStalled       = errors.New("the upstream went silent for proxy.read_timeout")
+	// errBrokenAnswer wraps a failure reading an answer the proxy holds.
+	errBrokenAnswer = errors.New("reading the answer")
 )
 
 // writeGrace is how long past proxy.read_timeout a write to the client
@@ -630,7 +640,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, cfg *config.Conf
 					done = func() { x.usage(parser.usage()) }
 				}
 				resp.Body = newSSEReader(resp.Body, limit, parser, func(err error) []byte {
-					return p.streamFailed(ctx, prov, u.Host, err)
+					return p.streamFailed(ctx, prov, u.Host, pc.ReadTimeout.D(), err)
 				}, done)
 			case holdable(r, resp, limit):
 				held, err := hold(resp, limit)
@@ -659,6 +669,10 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, cfg *config.Conf
 				p.writeError(w, prov, http.StatusGatewayTimeout, "upstream_timeout", fmt.Sprintf("the %s upstream sent its headers, then nothing for proxy.read_timeout (%v)", prov.name(), pc.ReadTimeout.D()))
 			case r.Context().Err() != nil:
 				return // the client went away
+			case errors.Is(err, errBrokenAnswer):
+				p.fault(prov, FaultUnreachable)
+				p.logger.Warn("proxy: upstream broke off its answer", "provider", prov.name(), "upstream", u.Host, "error", err)
+				p.writeError(w, prov, http.StatusBadGateway, "upstream_unreachable", fmt.Sprintf("the %s upstream broke off its answer: %v", prov.name(), err))
 			default:
 				p.fault(prov, FaultUnreachable)
 				p.logger.Warn("proxy: upstream unreachable", "provider", prov.name(), "upstream", u.Host, "error", err)
@@ -674,7 +688,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, cfg *config.Conf
 // failed with err, or nil when the failure is not compactd's to report
 // (the client went away, the upstream broke the connection: the client's
 // connection is then aborted too).
-func (p *Proxy) streamFailed(ctx context.Context, prov provider, host string, err error) []byte {
+func (p *Proxy) streamFailed(ctx context.Context, prov provider, host string, read time.Duration, err error) []byte {
 	var le *EventLimitError
 	switch {
 	case errors.As(err, &le):
@@ -683,7 +697,6 @@ func (p *Proxy) streamFailed(ctx context.Context, prov provider, host string, er
 		return prov.streamError(http.StatusBadGateway, "upstream_event_too_large", err.Error())
 	case errors.Is(context.Cause(ctx), errStalled):
 		p.fault(prov, FaultStalled)
-		read := p.opts.Config.Current().Proxy.ReadTimeout.D()
 		p.logger.Warn("proxy: upstream stream stalled; it ends with an error event", "provider", prov.name(), "upstream", host, "read_timeout", read)
 		return prov.streamError(http.StatusGatewayTimeout, "upstream_timeout", fmt.Sprintf("the %s upstream's stream went silent for proxy.read_timeout (%v)", prov.name(), read))
 	}
@@ -718,7 +731,7 @@ func hold(resp *http.Response, limit int) ([]byte, error) {
 	buf := bytes.NewBuffer(make([]byte, 0, min(max(resp.ContentLength, 512), int64(limit))+1))
 	_, err := buf.ReadFrom(io.LimitReader(resp.Body, int64(limit)+1))
 	if err != nil {
-		return nil, fmt.Errorf("reading the upstream's answer: %w", err)
+		return nil, fmt.Errorf("%w: %w", errBrokenAnswer, err)
 	}
 	if buf.Len() > limit {
 		resp.Body = readCloser{io.MultiReader(bytes.NewReader(buf.Bytes()), resp.Body), resp.Body}

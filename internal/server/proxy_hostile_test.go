@@ -28,6 +28,7 @@ import (
 //	endless-event  a stream of short lines and never the blank line that ends an event
 //	stall-stream   a stream's first event, then silence
 //	stall-json     a JSON answer's headers and first bytes, then silence
+//	broken-json    a JSON answer's headers and first bytes, then a cut connection
 //	usage          a JSON answer whose usage counts are X-Hostile-Prompt and X-Hostile-Completion
 //	long-stream    a healthy stream of X-Hostile-Events events, 50ms apart
 //
@@ -108,6 +109,12 @@ func (h *hostileUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		write(`{"id":"x",`)
 		flush()
 		<-r.Context().Done()
+	case "broken-json":
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", "1000")
+		write(`{"id":"x",`)
+		flush()
+		panic(http.ErrAbortHandler) // the connection is cut mid-answer
 	case "usage":
 		w.Header().Set("Content-Type", "application/json")
 		prompt, completion := r.Header.Get("X-Hostile-Prompt"), r.Header.Get("X-Hostile-Completion")
@@ -285,6 +292,13 @@ proxy:
 		}
 	})
 
+	t.Run("answer breaks off", func(t *testing.T) {
+		resp, got, _, _ := send(t, proxy.RouteOpenAI, "broken-json", nil, `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`)
+		if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(got), `"code":"upstream_unreachable"`) || !strings.Contains(string(got), "broke off its answer") {
+			t.Fatalf("%d %s", resp.StatusCode, got)
+		}
+	})
+
 	t.Run("usage lies", func(t *testing.T) {
 		msgs := `[{"role":"system","content":"be brief"},{"role":"user","content":"one"},{"role":"assistant","content":"a"},{"role":"user","content":"two"},{"role":"assistant","content":"b"},{"role":"user","content":"three"}]`
 		body := `{"model":"gpt-4o","messages":` + msgs + `}`
@@ -339,6 +353,7 @@ proxy:
 		`compactd_proxy_upstream_faults_total{provider="openai",fault="event_too_large"} 4`,
 		`compactd_proxy_upstream_faults_total{provider="anthropic",fault="event_too_large"} 4`,
 		`compactd_proxy_upstream_faults_total{provider="openai",fault="stalled"} 3`,
+		`compactd_proxy_upstream_faults_total{provider="openai",fault="unreachable"} 1`,
 		`compactd_proxy_upstream_faults_total{provider="openai",fault="usage_refused"} 5`,
 		`compactd_proxy_upstream_faults_total{provider="anthropic",fault="usage_refused"} 1`,
 	} {
