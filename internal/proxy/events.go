@@ -17,17 +17,17 @@ import (
 type EventLimitError struct {
 	// Limit is the bound, in bytes.
 	Limit int
-	// Line is true when a single line ran past it without its newline;
-	// false when the event's lines did without the blank line that ends
-	// an event.
+	// Line is true when most of it was one line, without its newline;
+	// false when it was many lines, without the blank line that ends an
+	// event.
 	Line bool
 }
 
 func (e *EventLimitError) Error() string {
 	if e.Line {
-		return fmt.Sprintf("the upstream sent a stream line of more than %d bytes without ending it (proxy.max_event_bytes)", e.Limit)
+		return fmt.Sprintf("the upstream's stream ran past %d bytes (proxy.max_event_bytes) in one event, most of it a line without its newline", e.Limit)
 	}
-	return fmt.Sprintf("the upstream sent a stream event of more than %d bytes without ending it (proxy.max_event_bytes)", e.Limit)
+	return fmt.Sprintf("the upstream's stream ran past %d bytes (proxy.max_event_bytes) in one event, without the blank line that ends an event", e.Limit)
 }
 
 // eventScanner splits a text/event-stream body into events: each is its
@@ -67,7 +67,7 @@ func (s *eventScanner) Next() ([]byte, error) {
 	for {
 		chunk, err := s.src.ReadSlice('\n')
 		if len(s.event)+len(chunk) > s.limit {
-			s.err = &EventLimitError{Limit: s.limit, Line: len(s.event)-line+len(chunk) > s.limit}
+			s.err = &EventLimitError{Limit: s.limit, Line: len(s.event)-line+len(chunk) > s.limit/2}
 			s.event = nil
 			return nil, s.err
 		}

@@ -86,17 +86,18 @@ func TestEventScannerBlankLineAtBufferEdge(t *testing.T) {
 func TestEventScannerBound(t *testing.T) {
 	const limit = 256 << 10
 	for _, tc := range []struct {
-		name    string
-		pattern string
-		line    bool
+		name            string
+		prefix, pattern string
+		line            bool
 	}{
-		{"line without a newline", "a", true},
-		{"event without a blank line", "data: x\n", false},
-		{"event of CRLF lines", "data: 1\r\ndata: 2\r\n", false},
+		{"line without a newline", "", "a", true},
+		{"typed event, its data line without a newline", "event: content_block_delta\ndata: {\"x\":\"", "a", true},
+		{"event without a blank line", "", "data: x\n", false},
+		{"event of CRLF lines", "", "data: 1\r\ndata: 2\r\n", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := &endless{pattern: []byte(tc.pattern)}
-			s := newEventScanner(io.MultiReader(strings.NewReader("data: ok\n\n"), src), limit)
+			s := newEventScanner(io.MultiReader(strings.NewReader("data: ok\n\n"+tc.prefix), src), limit)
 			if ev, err := s.Next(); err != nil || string(ev) != "data: ok\n\n" {
 				t.Fatalf("first event: %q %v", ev, err)
 			}
