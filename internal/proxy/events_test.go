@@ -170,7 +170,7 @@ func TestStallWatch(t *testing.T) {
 	t.Run("sending", func(t *testing.T) {
 		t.Parallel()
 		var stalled atomic.Bool
-		const limit = time.Second
+		const limit = 2 * time.Second
 		w := newStallWatch(limit, func() { stalled.Store(true) }, nil)
 		w.start()
 		defer w.stop()

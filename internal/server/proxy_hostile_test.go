@@ -31,7 +31,7 @@ import (
 //	stall-json     a JSON answer's headers and first bytes, then silence
 //	broken-json    a JSON answer's headers and first bytes, then a cut connection
 //	usage          a JSON answer whose usage counts are X-Hostile-Prompt and X-Hostile-Completion
-//	long-stream    a healthy stream of X-Hostile-Events events, 50ms apart
+//	long-stream    a healthy stream of X-Hostile-Events events, 150ms apart
 //
 // It sends at most hostileCap bytes, and records, by X-Hostile-Id, how
 // much it sent and when its handler ended (compactd closed the
@@ -132,7 +132,7 @@ func (h *hostileUpstream) serve(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			flush()
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(150 * time.Millisecond)
 		}
 		write("data: [DONE]\n\n")
 	default:
@@ -153,12 +153,12 @@ func TestProxyHostileUpstream(t *testing.T) {
 	up := newHostileUpstream(t)
 	td := setup(t, fmt.Sprintf(`policy: sliding
 policies: {sliding: {window_size: 2, step: 1}}
-limits: {request_timeout: 1s, write_timeout: 1s}
+limits: {request_timeout: 3s, write_timeout: 3s}
 proxy:
   openai: {upstream: '%s/v1', stream_usage: false}
   anthropic: {upstream: '%s'}
-  timeout: 1s
-  read_timeout: 2s
+  timeout: 30s
+  read_timeout: 30s
   context_window: 1000
 `, up.URL, up.URL), pluginSliding)
 	d := startChild(t, td)
@@ -176,7 +176,7 @@ proxy:
 	var seq atomic.Int64
 	// send posts a proxied request and reads the whole answer; readErr is
 	// the error reading its body (nil when it ended cleanly).
-	send := func(t *testing.T, route, mode string, h map[string]string, body string) (resp *http.Response, got []byte, readErr error, run *hostileRun) {
+	send := func(t *testing.T, route, mode string, h map[string]string, body string) (resp *http.Response, got []byte, run *hostileRun, readErr error) {
 		t.Helper()
 		id := strconv.FormatInt(seq.Add(1), 10)
 		if body == "" {
@@ -211,7 +211,7 @@ proxy:
 			t.Fatalf("%s: the daemon died (OOM kills: %d, peak RSS %d MiB); log:\n%s", mode, lim.oomKills(), d.peakRSS()>>20, d.Log())
 		}
 		t.Logf("%s %s: %d, %d bytes in %v, read error %v", route, mode, resp.StatusCode, len(got), time.Since(start).Round(time.Millisecond), readErr)
-		return resp, got, readErr, up.run(id)
+		return resp, got, up.run(id), readErr
 	}
 	// closed waits for the upstream's handler to end: compactd closed
 	// the connection (the test's timeout catches one it left open).
@@ -247,7 +247,7 @@ proxy:
 			{proxy.RouteAnthropic, "endless-line", "upstream_event_too_large"},
 			{proxy.RouteAnthropic, "endless-event", "upstream_event_too_large"},
 		} {
-			resp, got, readErr, run := send(t, tc.route, tc.mode, nil, "")
+			resp, got, run, readErr := send(t, tc.route, tc.mode, nil, "")
 			if resp.StatusCode != 200 || resp.Header.Get(proxy.HeaderUpstream) == "" || readErr != nil {
 				t.Fatalf("%s %s: %d %v, read error %v", tc.route, tc.mode, resp.StatusCode, resp.Header, readErr)
 			}
@@ -264,7 +264,7 @@ proxy:
 			go func() {
 				defer wg.Done()
 				route := []string{proxy.RouteOpenAI, proxy.RouteAnthropic}[i%2]
-				_, got, readErr, run := send(t, route, "endless-event", nil, "")
+				_, got, run, readErr := send(t, route, "endless-event", nil, "")
 				if readErr != nil {
 					t.Errorf("read error %v", readErr)
 					return
@@ -276,8 +276,18 @@ proxy:
 		wg.Wait()
 	})
 
+	// The timeouts are generous above, so that a busy machine's slowness
+	// is not taken for a stall; the stalls get a short one.
+	setProxy := func(t *testing.T, settings map[string]any) {
+		t.Helper()
+		if _, err := d.c.UpdateConfig(bg, map[string]any{"proxy": settings}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setProxy(t, map[string]any{"read_timeout": "1s"})
+
 	t.Run("stream stalls", func(t *testing.T) {
-		resp, got, readErr, run := send(t, proxy.RouteOpenAI, "stall-stream", nil, "")
+		resp, got, run, readErr := send(t, proxy.RouteOpenAI, "stall-stream", nil, "")
 		if resp.StatusCode != 200 || readErr != nil || !bytes.HasPrefix(got, []byte(`data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}`+"\n\n")) {
 			t.Fatalf("%d, read error %v: %q", resp.StatusCode, readErr, got)
 		}
@@ -289,7 +299,7 @@ proxy:
 	t.Run("answer stalls", func(t *testing.T) {
 		for _, route := range []string{proxy.RouteOpenAI, proxy.RouteAnthropic, "/v1/models"} {
 			body := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`
-			resp, got, _, run := send(t, route, "stall-json", nil, body)
+			resp, got, run, _ := send(t, route, "stall-json", nil, body)
 			if resp.StatusCode != http.StatusGatewayTimeout || resp.Header.Get(proxy.HeaderUpstream) != "" ||
 				!strings.Contains(string(got), "upstream_timeout") || !strings.Contains(string(got), "proxy.read_timeout") {
 				t.Fatalf("%s: %d %v %s", route, resp.StatusCode, resp.Header, got)
@@ -300,6 +310,8 @@ proxy:
 			closed(t, run, 1<<20)
 		}
 	})
+
+	setProxy(t, map[string]any{"read_timeout": "30s"})
 
 	t.Run("answer breaks off", func(t *testing.T) {
 		resp, got, _, _ := send(t, proxy.RouteOpenAI, "broken-json", nil, `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`)
@@ -344,12 +356,13 @@ proxy:
 	})
 
 	t.Run("long healthy stream", func(t *testing.T) {
-		// 60 events 50ms apart: three times proxy.timeout,
-		// limits.request_timeout and limits.write_timeout, each gap far
-		// below proxy.read_timeout.
-		resp, got, readErr, _ := send(t, proxy.RouteOpenAI, "long-stream", map[string]string{"X-Hostile-Events": "60"}, "")
+		// 40 events 150ms apart: twice proxy.timeout,
+		// limits.request_timeout and limits.write_timeout (3s each), each
+		// gap far below proxy.read_timeout.
+		setProxy(t, map[string]any{"timeout": "3s"})
+		resp, got, _, readErr := send(t, proxy.RouteOpenAI, "long-stream", map[string]string{"X-Hostile-Events": "40"}, "")
 		events := sseEvents(t, got)
-		if resp.StatusCode != 200 || readErr != nil || len(events) != 61 || events[60] != "[DONE]" {
+		if resp.StatusCode != 200 || readErr != nil || len(events) != 41 || events[40] != "[DONE]" {
 			t.Fatalf("%d, read error %v, %d events: %q", resp.StatusCode, readErr, len(events), got)
 		}
 	})

@@ -72,7 +72,7 @@ tcp: {listen: '127.0.0.1:0', token_file: %s}
 proxy:
   openai: {upstream: '%s/v1'}
   anthropic: {upstream: '%s'}
-  read_timeout: 1s
+  read_timeout: 5s
   max_event_bytes: 1048576
 `, writeFile(t, "token", token), up.URL, up.URL))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
