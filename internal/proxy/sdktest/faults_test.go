@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -51,20 +50,7 @@ func hostile(w http.ResponseWriter, r *http.Request) {
 // message, after the text they had read, rather than a broken
 // connection or a hang.
 func TestSDKsSeeStreamErrors(t *testing.T) {
-	dir, err := filepath.Abs("testdata")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai")); err != nil {
-		if testing.Short() {
-			t.Skip("the SDKs are not installed (make deps)")
-		}
-		t.Fatalf("the SDKs are not installed: run `make deps` (npm ci in %s): %v", dir, err)
-	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatalf("node is not installed: run `make deps`: %v", err)
-	}
+	dir, node := sdks(t)
 	up := httptest.NewServer(http.HandlerFunc(hostile))
 	t.Cleanup(up.Close)
 	d := startDaemon(t, fmt.Sprintf(`policy: sliding
