@@ -104,18 +104,15 @@ func (h *hostileUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		write("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n")
 		flush()
 		<-r.Context().Done()
-	case "stall-json":
+	case "stall-json", "broken-json":
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Content-Length", "1000")
 		write(`{"id":"x",`)
 		flush()
+		if mode == "broken-json" {
+			panic(http.ErrAbortHandler) // the connection is cut mid-answer
+		}
 		<-r.Context().Done()
-	case "broken-json":
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Content-Length", "1000")
-		write(`{"id":"x",`)
-		flush()
-		panic(http.ErrAbortHandler) // the connection is cut mid-answer
 	case "usage":
 		w.Header().Set("Content-Type", "application/json")
 		prompt, completion := r.Header.Get("X-Hostile-Prompt"), r.Header.Get("X-Hostile-Completion")
