@@ -265,6 +265,9 @@ type Conversation struct {
 	NeedsCompaction bool `json:"needs_compaction"`
 	// LastUsage is the provider's usage of the last proxied response.
 	LastUsage *Usage `json:"last_usage,omitempty"`
+	// Replica names the daemon that served the last request, when the
+	// daemons of a fleet share a store (state.url).
+	Replica string `json:"replica,omitempty"`
 }
 
 // CompactionDetail is what one compaction did, message by message, for

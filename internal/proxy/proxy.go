@@ -106,7 +106,7 @@ var ErrNotStored = errors.New("no stored request for this conversation")
 type Options struct {
 	Config    *config.Manager
 	Compactor *compactor.Compactor
-	Store     *store.Store
+	Store     store.Backend
 	// Tokens counts the pre-flight tokens (a new Counter if nil; the
 	// daemon shares the compactor's, so counts are cached once).
 	Tokens *tokens.Counter

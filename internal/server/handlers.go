@@ -118,7 +118,7 @@ func (s *Server) status(limit int) client.Status {
 	st := client.Status{
 		Version: s.opts.Version, ABI: abi.Version.String(), StartedAt: s.started.UTC(),
 		UptimeSeconds: time.Since(s.started).Seconds(),
-		Store:         client.StoreDescriptor{Path: s.opts.Store.Path(), TTL: cfg.State.TTL.String(), MaxConversations: cfg.State.MaxConversations},
+		Store:         client.StoreDescriptor{Path: s.opts.Store.Describe(), TTL: cfg.State.TTL.String(), MaxConversations: cfg.State.MaxConversations},
 	}
 	for _, in := range s.opts.Registry.Policies() {
 		if in.Plugin != nil {
@@ -145,7 +145,7 @@ func conversationOf(c store.Conversation) client.Conversation {
 		MessagesAfter: c.MessagesAfter, TokensAfter: c.TokensAfter, ContextWindow: c.ContextWindow, UsageRatio: c.UsageRatio,
 		Requests: c.Requests, Compactions: c.Compactions, Failures: c.Failures, TokensSaved: c.TokensSaved,
 		FirstSeen: c.FirstSeen, LastSeen: c.LastSeen, LastCompacted: c.LastCompacted,
-		Provider: c.Provider, NeedsCompaction: c.NeedsCompaction,
+		Provider: c.Provider, NeedsCompaction: c.NeedsCompaction, Replica: c.Replica,
 	}
 	if u := c.LastUsage; u != nil {
 		out.LastUsage = &client.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
