@@ -361,6 +361,23 @@ type ConfigDocument struct {
 type Health struct {
 	Status   string `json:"status"`
 	Policies int    `json:"policies"`
+	// Store is the state store's reachability; "degraded" while a shared
+	// store cannot be reached (requests are still served).
+	Store *StoreHealth `json:"store,omitempty"`
+}
+
+// StoreHealth is the state store's part of Health.
+type StoreHealth struct {
+	// Backend is "bbolt" (the embedded state.db) or "redis" (state.url).
+	Backend  string `json:"backend"`
+	Degraded bool   `json:"degraded"`
+	// Error is the last failure while degraded; Since when it began.
+	Error string    `json:"error,omitempty"`
+	Since time.Time `json:"since,omitzero"`
+	// DroppedWrites and FailedReads count what was given up because the
+	// store was unreachable, since the daemon started.
+	DroppedWrites uint64 `json:"dropped_writes"`
+	FailedReads   uint64 `json:"failed_reads"`
 }
 
 // ErrorBody is the shape of every error response.

@@ -282,6 +282,10 @@ func (x *exchange) warn(format string, args ...any) {
 }
 
 func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, prov provider) {
+	if p.opts.Store.Health().Degraded {
+		// The request is still served (compacted from itself alone).
+		w.Header().Add(HeaderWarning, "state store unavailable: compacted from the request alone; the deferred trigger and status are not saved")
+	}
 	cfg := p.opts.Config.Current()
 	base := prov.upstream(&cfg.Proxy)
 	if base == "" {

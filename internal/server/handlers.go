@@ -17,6 +17,7 @@ import (
 	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/store"
+	"github.com/compactd/compactd/internal/store/redisstore"
 	"github.com/compactd/compactd/registry"
 )
 
@@ -170,7 +171,9 @@ func (s *Server) handleGetConfig(w http.ResponseWriter, r *http.Request) error {
 // runningConfig is GET /v1/config's answer: the running config, with the
 // problems it has now (see configProblems).
 func (s *Server) runningConfig() (client.ConfigDocument, error) {
-	b, err := json.Marshal(s.opts.Config.Current())
+	cfg := *s.opts.Config.Current()
+	cfg.State.URL = redisstore.Redact(cfg.State.URL) // no password in the answer
+	b, err := json.Marshal(&cfg)
 	if err != nil {
 		return client.ConfigDocument{}, err
 	}
@@ -241,7 +244,9 @@ func (s *Server) handlePutConfig(w http.ResponseWriter, r *http.Request) error {
 // itself is alive.
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
 	h := client.Health{Status: "ok", Policies: s.opts.Registry.Counters().Serving}
-	if h.Policies == 0 {
+	sh := s.opts.Store.Health()
+	h.Store = &client.StoreHealth{Backend: sh.Backend, Degraded: sh.Degraded, Error: sh.Error, DroppedWrites: sh.DroppedWrites, FailedReads: sh.FailedReads, Since: sh.Since}
+	if h.Policies == 0 || sh.Degraded {
 		h.Status = "degraded"
 	}
 	writeJSON(w, http.StatusOK, h)
@@ -303,6 +308,10 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) error {
 	writeGauge(&b, "compactd_plugins_draining", "Replaced plugin versions still finishing calls.", float64(rc.Draining))
 	writePluginFileMetrics(&b, s.opts.Registry.Policies())
 	m.configReloads.write(&b)
+	sh := s.opts.Store.Health()
+	writeGauge(&b, "compactd_store_degraded", "1 while the state store cannot be reached (requests are served from themselves alone).", boolGauge(sh.Degraded))
+	writeCounter(&b, "compactd_store_writes_dropped_total", "State store writes given up because the store was unreachable.", sh.DroppedWrites)
+	writeCounter(&b, "compactd_store_reads_failed_total", "State store reads given up because the store was unreachable.", sh.FailedReads)
 	writeGauge(&b, "compactd_conversations_tracked", "Conversations in the store.", float64(s.opts.Store.Totals().Conversations))
 	ms := s.memory.Stats()
 	writeCounter(&b, "compactd_conversation_cache_hits_total", "Compaction requests that repeated a remembered request of their conversation.", ms.Hits)
@@ -326,4 +335,23 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) error {
 	w.WriteHeader(http.StatusOK)
 	w.Write(b.Bytes())
 	return nil
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// StoreWarning is the X-Compactd-Warning a response carries while the
+// state store is unreachable.
+const StoreWarning = "state store unavailable: compacted from the request alone; plugin state and status not saved"
+
+// warnIfStoreDown adds StoreWarning to the response while the store is
+// degraded.
+func (s *Server) warnIfStoreDown(w http.ResponseWriter) {
+	if s.opts.Store.Health().Degraded {
+		w.Header().Add("X-Compactd-Warning", StoreWarning)
+	}
 }

@@ -250,3 +250,25 @@ func (b *Bucket) Stats(ctx context.Context) (store.BucketStats, error) {
 	})
 	return st, err
 }
+
+// Lease takes key's lease for ttl (SET NX PX) unless another holder has
+// it: the daemon that wins computes the value, the others wait for it in
+// the bucket (llm.Leaser). release deletes the lease if it is still ours.
+// A store that is down answers an error (the caller then goes on alone).
+func (b *Bucket) Lease(ctx context.Context, key []byte, ttl time.Duration) (release func(), won bool, err error) {
+	token := randomToken()
+	lk := b.leaseKey(key)
+	err = b.s.call(ctx, func(ctx context.Context) error {
+		var err error
+		won, err = b.s.rdb.SetNX(ctx, lk, token, ttl).Result()
+		return err
+	})
+	if err != nil || !won {
+		return func() {}, false, err
+	}
+	return func() {
+		_ = b.s.call(context.Background(), func(ctx context.Context) error {
+			return releaseLock.Run(ctx, b.s.rdb, []string{lk}, token).Err()
+		})
+	}, true, nil
+}

@@ -18,8 +18,12 @@ import (
 // clock is a test clock the stores share.
 type clock struct{ ns atomic.Int64 }
 
-func newClock() *clock         { c := &clock{}; c.ns.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()); return c }
-func (c *clock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
+func newClock() *clock {
+	c := &clock{}
+	c.ns.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	return c
+}
+func (c *clock) Now() time.Time      { return time.Unix(0, c.ns.Load()) }
 func (c *clock) Add(d time.Duration) { c.ns.Add(int64(d)) }
 
 func open(t *testing.T, url string, o redisstore.Options) *redisstore.Store {

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -73,6 +74,9 @@ func (s *Server) start() {
 	s.t.Helper()
 	cmd := exec.Command(s.bin, s.args...)
 	cmd.Dir = s.Dir
+	// The server dies with the test binary, even one killed by its
+	// -timeout before cleanups run.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := os.Create(filepath.Join(s.Dir, fmt.Sprintf("log-%d", time.Now().UnixNano())))
 	if err != nil {
 		s.t.Fatal(err)
