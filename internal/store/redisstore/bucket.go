@@ -53,12 +53,11 @@ func (b *Bucket) options() store.BucketOptions {
 	return b.opts
 }
 
-func (b *Bucket) base() string                  { return b.s.prefix + ":b:" + b.name + ":" }
-func (b *Bucket) entryKey(key []byte) string    { return b.base() + "k:" + string(key) }
-func (b *Bucket) leaseKey(key []byte) string    { return b.base() + "lease:" + string(key) }
-func (b *Bucket) orderKey() string              { return b.base() + "order" }
-func (b *Bucket) bytesKey() string              { return b.base() + "bytes" }
-func (b *Bucket) member(entryKey string) []byte { return []byte(entryKey[len(b.base())+2:]) }
+func (b *Bucket) base() string               { return b.s.prefix + ":b:" + b.name + ":" }
+func (b *Bucket) entryKey(key []byte) string { return b.base() + "k:" + string(key) }
+func (b *Bucket) leaseKey(key []byte) string { return b.base() + "lease:" + string(key) }
+func (b *Bucket) orderKey() string           { return b.base() + "order" }
+func (b *Bucket) bytesKey() string           { return b.base() + "bytes" }
 
 // Get returns key's value, or nil when it is absent or expired. A store
 // that is down answers an error (the summary cache then calls the
