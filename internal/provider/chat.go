@@ -331,7 +331,17 @@ func (p *Provider) chatCompletions(w http.ResponseWriter, r *http.Request, body 
 	if !chunk(map[string]any{"role": "assistant", "content": "", "refusal": nil}, nil) {
 		return nil
 	}
+	// Mistral's API (OpenAI's format, but its own SDK's schema wants a
+	// name in every tool-call delta) sends each call whole in one delta;
+	// OpenAI sends the id and name, then the arguments in pieces.
+	whole := strings.HasPrefix(v.model, "mistral") || strings.HasPrefix(v.model, "codestral") || strings.HasPrefix(v.model, "devstral")
 	for i, c := range rep.calls {
+		if whole {
+			if !chunk(map[string]any{"tool_calls": []any{map[string]any{"index": i, "id": c.id, "type": "function", "function": map[string]string{"name": c.name, "arguments": c.args}}}}, nil) {
+				return nil
+			}
+			continue
+		}
 		if !chunk(map[string]any{"tool_calls": []any{map[string]any{"index": i, "id": c.id, "type": "function", "function": map[string]string{"name": c.name, "arguments": ""}}}}, nil) {
 			return nil
 		}

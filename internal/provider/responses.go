@@ -216,6 +216,10 @@ func (p *Provider) checkInput(items []inputItem, req *responsesRequest) *apiErro
 		}
 		switch typ {
 		case "message":
+			if it.Type == "item_reference" {
+				results = nil // the stored message, checked when it was made
+				break
+			}
 			text, e := responsesText(it, i)
 			if e != nil {
 				return e
