@@ -293,3 +293,41 @@ func startDaemon(t *testing.T, cfg string) *daemon {
 	})
 	return &daemon{Daemon: d, c: c}
 }
+
+// TestClientsOverUnixSocket runs the Unix-socket setup docs/quickstarts.md
+// shows for Node (undici's Agent with socketPath, as each client's fetch):
+// each client's request reaches the provider and is recorded under its
+// conversation.
+func TestClientsOverUnixSocket(t *testing.T) {
+	dir, node := scripts(t)
+	up := upstreamtest.New()
+	t.Cleanup(up.Close)
+	d := startDaemon(t, fmt.Sprintf("policy: sliding\nproxy: {openai: {upstream: %s}, anthropic: {upstream: %s}}\n", up.OpenAIBase(), up.AnthropicBase()))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "socket.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "COMPACTD_SOCKET="+d.Socket(), "CONVERSATION=sock",
+		"OPENAI_KEY="+upstreamtest.OpenAIKey, "ANTHROPIC_KEY="+upstreamtest.AnthropicKey)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("socket.mjs: %v\n%s%s", err, out, stderr.Bytes())
+	}
+	var got map[string]string
+	if err := json.Unmarshal(bytes.TrimSpace(out), &got); err != nil {
+		t.Fatalf("output %q: %v", out, err)
+	}
+	for _, name := range []string{"openai", "anthropic", "ai-sdk"} {
+		if got[name] != "echo: hello over the socket" {
+			t.Errorf("%s answered %q", name, got[name])
+		}
+		if c := conversation(t, d, "sock-"+name); c.Requests != 1 {
+			t.Errorf("%s: compactd recorded %+v", name, c)
+		}
+	}
+	if st := up.Stats(); len(st.Rejections) > 0 {
+		t.Errorf("the provider refused %q", st.Rejections)
+	}
+}
