@@ -16,7 +16,7 @@
 // shape, and is counted (Stats) and logged.
 //
 // The model is a script (see script.go): a user turn with tools gets a
-// tool call (two in parallel every ParallelEvery-th turn) whose arguments
+// tool call (two in parallel for one question in ParallelEvery) whose arguments
 // follow the tool's JSON schema and name files and record ids; the tool
 // results get a short answer quoting them; without tools it echoes the
 // user. Ids are unique per provider. Usage counts the prompt with
@@ -63,9 +63,10 @@ type Options struct {
 	// (Authorization: Bearer for OpenAI; x-api-key or a bearer token for
 	// Anthropic). Empty accepts any non-empty key.
 	OpenAIKey, AnthropicKey string
-	// ParallelEvery makes every n-th user turn (counted from the first)
-	// answer with two tool calls in parallel, where the request allows
-	// parallel calls; 0 never does.
+	// ParallelEvery makes one user question in n (picked by its text, so
+	// a compacted conversation gets them as often) answer with two tool
+	// calls in parallel, where the request allows parallel calls; 0 never
+	// does.
 	ParallelEvery int
 	// Record keeps every request received (Received); for tests.
 	Record bool

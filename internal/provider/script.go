@@ -3,6 +3,7 @@ package provider
 import (
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -45,9 +46,10 @@ type reply struct {
 const resultQuote = 160
 
 // decide plays the script: tool results get an answer quoting them; a
-// user turn with tools gets a call (two on every ParallelEvery-th turn)
-// whose arguments follow the tool's schema, naming a file and a record id
-// that change from turn to turn; anything else is echoed.
+// user turn with tools gets a call (two for one question in
+// ParallelEvery, where parallel calls are allowed) whose arguments follow
+// the tool's schema, naming a file and a record id that change with the
+// question; anything else is echoed.
 func (p *Provider) decide(v *view, newID func() string) reply {
 	if len(v.results) > 0 {
 		quotes := make([]string, len(v.results))
@@ -57,7 +59,12 @@ func (p *Provider) decide(v *view, newID func() string) reply {
 		return reply{text: "result: " + strings.Join(quotes, "; ")}
 	}
 	if len(v.tools) > 0 && v.userTurns > 0 && v.lastUser != "" {
-		turn := v.userTurns
+		// The question picks the call: a conversation compacted by the
+		// proxy shows the provider fewer turns than the client made, so
+		// their count would repeat itself.
+		h := fnv.New32a()
+		h.Write([]byte(v.lastUser))
+		turn := int(h.Sum32() % 10000)
 		n := 1
 		if p.opts.ParallelEvery > 0 && v.parallel && turn%p.opts.ParallelEvery == 0 {
 			n = 2
@@ -78,7 +85,7 @@ func (p *Provider) decide(v *view, newID func() string) reply {
 // arguments fills a tool's parameters from its JSON schema: a string
 // property named like a path or file gets a file path, one named like an
 // id a record id, any other string the user's text; numbers get the
-// turn, booleans true, enums their first value. Without properties in the
+// question's number, booleans true, enums their first value. Without properties in the
 // schema the call is {"query": text}.
 func arguments(schema json.RawMessage, turn, call int, text string) string {
 	var s struct {
