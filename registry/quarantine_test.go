@@ -33,9 +33,7 @@ func startRegistry(t testing.TB, dir, stateDir string) *Registry {
 	t.Helper()
 	r := New(Options{Dir: dir, Engine: newEngine(t), Debounce: 20 * time.Millisecond, StateDir: stateDir})
 	t.Cleanup(func() { r.Close(bg) })
-	if err := r.Start(bg); err != nil {
-		t.Fatal(err)
-	}
+	startReady(t, r)
 	return r
 }
 
