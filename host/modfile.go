@@ -29,7 +29,6 @@ var (
 // checked on the opened descriptor, so a file swapped for a FIFO between
 // a look and the open is refused too.
 func ReadModuleFile(path string, maxBytes int64) ([]byte, error) {
-	base := filepath.Base(path)
 	// Look before opening, so that no device is opened (opening some has
 	// effects); the check that counts is the one on the descriptor.
 	st, err := os.Stat(path)
@@ -39,17 +38,12 @@ func ReadModuleFile(path string, maxBytes int64) ([]byte, error) {
 	if err := regular(path, st.Mode()); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	f, st, err := openRegular(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if st, err = f.Stat(); err != nil {
-		return nil, err
-	}
-	if err := regular(path, st.Mode()); err != nil {
-		return nil, err
-	}
+	base := filepath.Base(path)
 	if st.Size() > maxBytes {
 		return nil, fmt.Errorf("%w: %s is %d bytes; the limit is %d", ErrFileTooLarge, base, st.Size(), maxBytes)
 	}
@@ -63,6 +57,26 @@ func ReadModuleFile(path string, maxBytes int64) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %s is over %d bytes", ErrFileTooLarge, base, maxBytes)
 	}
 	return b, nil
+}
+
+// openRegular opens path for reading without waiting on what it is
+// (O_NONBLOCK: opening a FIFO with no writer returns at once) and checks,
+// on the opened descriptor, that it is a regular file: whatever the path
+// named when it was looked at, what was opened is what counts.
+func openRegular(path string) (*os.File, fs.FileInfo, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := f.Stat()
+	if err == nil {
+		err = regular(path, st.Mode())
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, st, nil
 }
 
 // regular returns nil for a regular file's mode (that of path, after its

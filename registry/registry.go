@@ -583,7 +583,8 @@ type Info struct {
 	LogDropped, LogTruncated uint64
 }
 
-// Policies lists the files the registry knows, sorted by file.
+// Policies lists the files the registry knows, and those it is loading
+// for the first time, sorted by file.
 func (r *Registry) Policies() []Info {
 	loading := r.loading()
 	r.mu.RLock()
@@ -601,6 +602,11 @@ func (r *Registry) Policies() []Info {
 			info.Plugin = v.plugin
 		}
 		out = append(out, info)
+	}
+	for path := range loading {
+		if r.byFile[path] == nil {
+			out = append(out, Info{File: path, Loading: true}) // its first load
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].File < out[j].File })
 	return out

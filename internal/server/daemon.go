@@ -82,7 +82,8 @@ type Daemon struct {
 // loading the plugins and serves the API at once (each policy serves as
 // soon as its plugin is loaded and smoke-tested; /healthz says "starting"
 // until every plugin file has been tried). It returns once every file has
-// been tried and the config checked against the plugins. Shutdown stops
+// been tried and the config checked against the plugins, or once ctx ends
+// (then with the daemon serving: the caller shuts it down). Shutdown stops
 // it.
 func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 	if opts.Getenv == nil {
@@ -191,7 +192,10 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 	select {
 	case <-d.reg.Ready():
 	case <-ctx.Done():
-		return nil, fmt.Errorf("loading the plugins: %w", ctx.Err())
+		// Stopped during the start (SIGTERM): the daemon serves until
+		// the caller's Shutdown drains it, as it would have later.
+		d.logger.Info("stopping before every plugin file was tried", "loading", d.reg.Counters().Loading)
+		return d, nil
 	}
 	warnings, err := d.cfg.Check()
 	if err != nil {
