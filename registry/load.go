@@ -110,8 +110,10 @@ func (q *loads) close(ctx context.Context) error {
 
 // admit waits for a load's turn: a slot, given back after loadHandoff if
 // the load is still running, and size's share of the bytes budget, held
-// to the end. It returns the function that ends the turn.
-func (q *loads) admit(ctx context.Context, size int64) (end func(), err error) {
+// to the end. While it holds its slot, background compiles wait (hold:
+// the engine's HoldCompiles): the compiler takes a core once the quick
+// loads are done, or slow. It returns the function that ends the turn.
+func (q *loads) admit(ctx context.Context, size int64, hold func() (release func())) (end func(), err error) {
 	w := min(max(size, 1), loadBytesBudget)
 	if err := q.bytes.Acquire(ctx, w); err != nil {
 		return nil, err
@@ -120,8 +122,14 @@ func (q *loads) admit(ctx context.Context, size int64) (end func(), err error) {
 		q.bytes.Release(w)
 		return nil, err
 	}
+	unhold := hold()
 	var once sync.Once
-	handOff := func() { once.Do(func() { q.cpu.Release(1) }) }
+	handOff := func() {
+		once.Do(func() {
+			unhold()
+			q.cpu.Release(1)
+		})
+	}
 	timer := time.AfterFunc(loadHandoff, handOff)
 	return func() {
 		timer.Stop()
@@ -158,17 +166,13 @@ func (r *Registry) schedule(path string, force bool) <-chan struct{} {
 	return done
 }
 
-// run loads path until no more loads of it are asked for.
+// run loads path until no more loads of it are asked for. The task
+// leaves the map before the last load's waiters hear it is over, so they
+// see the file loaded, not loading.
 func (r *Registry) run(path string, t *task) {
 	q := &r.loads
 	for {
 		q.mu.Lock()
-		if !t.pending {
-			delete(q.tasks, path)
-			q.mu.Unlock()
-			r.notify()
-			return
-		}
 		force, waiters := t.force, t.waiters
 		t.pending, t.force, t.waiters = false, false, nil
 		q.mu.Unlock()
@@ -177,10 +181,19 @@ func (r *Registry) run(path string, t *task) {
 			r.commit(r.ctx, pr)
 			r.commitMu.Unlock()
 		}
+		q.mu.Lock()
+		last := !t.pending
+		if last {
+			delete(q.tasks, path)
+		}
+		q.mu.Unlock()
 		for _, w := range waiters {
 			close(w)
 		}
 		r.notify()
+		if last {
+			return
+		}
 	}
 }
 
@@ -465,14 +478,16 @@ func (r *Registry) prepare(ctx context.Context, path string, force bool) *prepar
 	var end func()
 	switch {
 	case suspect:
-		r.loads.alone.Lock()
+		if err := r.aloneLock(ctx); err != nil {
+			return nil // closing
+		}
 		end = r.loads.alone.Unlock
 	case desc != nil:
 		r.loads.alone.RLock()
 		end = r.loads.alone.RUnlock
 	default:
 		r.loads.alone.RLock()
-		turn, err := r.loads.admit(ctx, int64(len(wasm)))
+		turn, err := r.loads.admit(ctx, int64(len(wasm)), r.opts.Engine.HoldCompiles)
 		if err != nil {
 			r.loads.alone.RUnlock()
 			return nil // closing
@@ -517,6 +532,25 @@ func (r *Registry) prepare(ctx context.Context, path string, force bool) *prepar
 	r.hint(path, p.Name())
 	r.logger.Debug("plugin file loaded and checked", "file", path, "sha256", short(hash), "took", time.Since(start).Round(time.Millisecond))
 	return &prepared{path: path, hash: hash, plugin: p, limits: limits, took: time.Since(start)}
+}
+
+// aloneLock takes the loads' lock whole, once no other load holds it,
+// without keeping other loads from starting meanwhile (a suspect that
+// waits must not hold up the others: sync.RWMutex's Lock would).
+func (r *Registry) aloneLock(ctx context.Context) error {
+	for {
+		r.mu.RLock()
+		changed := r.changed
+		r.mu.RUnlock()
+		if r.loads.alone.TryLock() {
+			return nil
+		}
+		select {
+		case <-changed: // a load ended
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // refuse records that path cannot be loaded at all (it is not a regular

@@ -171,8 +171,12 @@ func TestFailuresRemembered(t *testing.T) {
 	}
 	// New limits are a new try (for lastn too: its limits changed).
 	r.SetLimits(bg, host.Limits{CallTimeout: 9 * time.Second}, nil)
-	if in := fileInfo(r, trap); r.Counters().Loads != 3 || !errors.Is(in.Error, ErrSmoke) || errors.Is(in.Error, ErrFailedBefore) {
-		t.Errorf("after new limits: %d loads, %+v", r.Counters().Loads, in)
+	waitFor(t, "trap.wasm tried again", func() bool {
+		in := fileInfo(r, trap)
+		return !in.Loading && errors.Is(in.Error, ErrSmoke) && !errors.Is(in.Error, ErrFailedBefore)
+	})
+	if n := r.Counters().Loads; n != 3 {
+		t.Errorf("after new limits: %d loads, want 3", n)
 	}
 	// So is a retry by hand.
 	in, err := r.Retry(bg, "trap")

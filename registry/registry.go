@@ -529,26 +529,29 @@ func (r *Registry) ReleaseIdle(ctx context.Context) int {
 }
 
 // SetLimits changes the plugins' limits (a config reload) and reloads the
-// plugins whose limits changed, and the files that failed to load under
-// other limits than they would get now; it returns once those loads are
-// over (or ctx ends). Calls in flight finish under the old limits.
+// plugins whose limits changed, returning once those loads are over (or
+// ctx ends); calls in flight finish under the old limits. The files that
+// failed to load under other limits than they would get now are tried
+// again too (it may have been the limits' doing), without waiting.
 func (r *Registry) SetLimits(ctx context.Context, def host.Limits, per map[string]host.Limits) {
 	r.mu.Lock()
 	r.opts.DefaultLimits, r.opts.Limits = def, per
-	var stale []string
+	var stale, failed []string
 	for path, fs := range r.byFile {
 		switch {
 		case fs.name != "" && fs.limits != r.limitsFor(fs.name):
 			stale = append(stale, path)
 		case fs.name == "" && fs.err != nil && fs.errHash != "" && fs.conflict == "" && !errors.Is(fs.err, ErrQuarantined) &&
 			fs.errLimits != r.limitsFor(strings.TrimSuffix(filepath.Base(path), ".wasm")):
-			// The bytes failed under other limits: it may have been the
-			// limits' doing.
-			stale = append(stale, path)
+			failed = append(failed, path)
 		}
 	}
 	r.mu.Unlock()
 	sort.Strings(stale)
+	sort.Strings(failed)
+	for _, path := range failed {
+		r.schedule(path, true)
+	}
 	var waits []<-chan struct{}
 	for _, path := range stale {
 		waits = append(waits, r.schedule(path, true))

@@ -38,17 +38,14 @@ func (r *Registry) Start(ctx context.Context) error {
 		return fmt.Errorf("watching %s: %w", r.opts.Dir, err)
 	}
 	r.recoverMarkers()
-	// The compiler waits for the first loads (quick, interpreted).
-	hold := r.opts.Engine.HoldCompiles()
 	r.scanning.Store(true)
 	waits, err := r.scan(true)
 	if err != nil {
-		hold()
 		r.scanning.Store(false)
 		w.Close()
 		return err
 	}
-	r.loads.spawn(func() { r.finishScan(hold, waits) })
+	r.loads.spawn(func() { r.finishScan(waits) })
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r.watcher, r.watchCancel, r.watchDone = w, cancel, make(chan struct{})
 	go r.watch(wctx)
@@ -57,15 +54,13 @@ func (r *Registry) Start(ctx context.Context) error {
 
 // finishScan waits for the first scan's loads, then loads the suspects
 // one at a time (quarantine.go), and closes Ready.
-func (r *Registry) finishScan(hold func(), waits []<-chan struct{}) {
+func (r *Registry) finishScan(waits []<-chan struct{}) {
 	defer func() {
 		r.scanning.Store(false)
 		close(r.ready)
 		r.notify()
 	}()
-	err := wait(r.ctx, waits)
-	hold()
-	if err != nil {
+	if wait(r.ctx, waits) != nil {
 		return
 	}
 	r.mu.RLock()
