@@ -18,6 +18,9 @@
 #               data sets (default tau-bench,mini-swe) and measured time
 #               per target (default 3s)
 #   SKIP_BENCH=1 / SKIP_EVAL=1 / SKIP_LOAD=1  leave a part out (its section says so)
+#   ONLY_EVAL=1  rerun only the eval part and replace its section in the
+#               existing OUT, keeping the other sections (after a policy or
+#               eval change; the section says when and at which commit)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -33,6 +36,14 @@ if [ -z "${SKIP_EVAL:-}" ] && ! ls "$DATA"/*.jsonl >/dev/null 2>&1; then
 	printf 'Set COMPACTD_DATA to the directory holding them, or SKIP_EVAL=1 to run only the Go benchmarks\n' >&2
 	printf '(which skip, saying so, the ones that need the full data).\n' >&2
 	exit 1
+fi
+if [ -n "${ONLY_EVAL:-}" ]; then
+	if [ -n "${SKIP_EVAL:-}" ] || ! grep -q '^## compactd eval$' "$OUT" 2>/dev/null; then
+		printf 'benchmarks: ONLY_EVAL=1 replaces the eval section of an existing %s (and needs the eval part)\n' "$OUT" >&2
+		exit 1
+	fi
+	SKIP_BENCH=1
+	SKIP_LOAD=1
 fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/compactd-bench.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
@@ -255,7 +266,77 @@ coverage_row() {
 	fi
 }
 
+# eval_section prints the "compactd eval" section, up to the next one.
+eval_section() {
+	cat <<EOF
+## compactd eval
+
+EOF
+	if [ -n "${ONLY_EVAL:-}" ]; then
+		cat <<EOF
+_This section was regenerated alone (\`ONLY_EVAL=1 scripts/benchmarks.sh\`)
+on $started at commit $commit, load average $load_start / $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?');
+the rest of the page is from the run its header describes._
+
+EOF
+	fi
+	cat <<EOF
+Every conversation of every file of \`../shared/data\` replayed turn by turn
+through each policy (\`docs/eval.md\` explains the replay and every figure).
+\`retention\` is what each request still holds of the files, symbols, ids,
+numbers, errors and constraints of its own history — early, middle and
+late, not the task, which every policy keeps — and the retention table
+splits it by the third of the history a fact was last seen in and by kind
+([Retention probes](eval.md#retention-probes)).
+Run time of one \`compactd eval --policy P\` over every file, on
+\`--jobs\` = GOMAXPROCS = $cores workers, including reading the data, counting
+every message's tokens once, and writing the report:
+
+<!-- example skip: reads the full data set (../shared/data, not in the checkout); make bench runs it -->
+\`\`\`sh
+go build -o compactd ./cmd/compactd
+go run ./internal/wasmbuild/buildplugins -out plugins
+compactd eval --plugins plugins --data ../shared/data --policy P --out eval-P
+\`\`\`
+
+EOF
+	cat "$eval_md"
+	if [ -z "${SKIP_EVAL:-}" ]; then
+		cat <<EOF
+
+All policies in one run (the tables of \`summary.md\`):
+
+EOF
+		# The command eval recorded, without this run's temporary directory,
+		# marked for readme_test.go as an example it cannot run.
+		sed -e 's/^#### /### /' -e "s#$WORK/##g" \
+			-e '/^```sh$/i <!-- example skip: reads the full data set (../shared/data, not in the checkout); make bench runs it -->' \
+			"$WORK/eval-all/summary.md"
+		printf '\nCharts (tokens sent per request of the longest conversation of each file, and cost per policy):\n\n'
+		for f in "$CHARTS"/tokens-*.svg; do
+			name=$(basename "$f" .svg)
+			name=${name#tokens-}
+			printf -- '- %s: [tokens](benchmarks/tokens-%s.svg) · [cost](benchmarks/cost-%s.svg)\n' "$name" "$name" "$name"
+		done
+		printf '\n![tokens per request, mini-swe-agent](benchmarks/tokens-mini_swe_agent_deepseek_swebench.svg)\n\n'
+		printf '![cost per policy, mini-swe-agent](benchmarks/cost-mini_swe_agent_deepseek_swebench.svg)\n'
+	fi
+}
+
 # --- the document ------------------------------------------------------------
+if [ -n "${ONLY_EVAL:-}" ]; then
+	# Replace the eval section (its heading up to the next "## ") and keep
+	# everything else.
+	{ eval_section; echo; } >"$WORK/eval-section.md"
+	awk -v section="$WORK/eval-section.md" '
+		/^## compactd eval$/ { while ((getline line < section) > 0) print line; skip = 1; next }
+		skip && /^## / { skip = 0 }
+		!skip { print }
+	' "$OUT" >"$WORK/out.md"
+	mv "$WORK/out.md" "$OUT"
+	log "replaced the eval section of $OUT; wrote $CHARTS/"
+	exit 0
+fi
 {
 	cat <<EOF
 # Benchmarks
@@ -298,45 +379,8 @@ $load_cmd
 
 EOF
 	cat "$load_md"
-	cat <<EOF
-
-## compactd eval
-
-Every conversation of every file of \`../shared/data\` replayed turn by turn
-through each policy (\`docs/eval.md\` explains the replay and every figure).
-Run time of one \`compactd eval --policy P\` over every file, on
-\`--jobs\` = GOMAXPROCS = $cores workers, including reading the data, counting
-every message's tokens once, and writing the report:
-
-<!-- example skip: reads the full data set (../shared/data, not in the checkout); make bench runs it -->
-\`\`\`sh
-go build -o compactd ./cmd/compactd
-go run ./internal/wasmbuild/buildplugins -out plugins
-compactd eval --plugins plugins --data ../shared/data --policy P --out eval-P
-\`\`\`
-
-EOF
-	cat "$eval_md"
-	if [ -z "${SKIP_EVAL:-}" ]; then
-		cat <<EOF
-
-All policies in one run (the tables of \`summary.md\`):
-
-EOF
-		# The command eval recorded, without this run's temporary directory,
-		# marked for readme_test.go as an example it cannot run.
-		sed -e 's/^#### /### /' -e "s#$WORK/##g" \
-			-e '/^```sh$/i <!-- example skip: reads the full data set (../shared/data, not in the checkout); make bench runs it -->' \
-			"$WORK/eval-all/summary.md"
-		printf '\nCharts (tokens sent per request of one conversation per file, and cost per policy):\n\n'
-		for f in "$CHARTS"/tokens-*.svg; do
-			name=$(basename "$f" .svg)
-			name=${name#tokens-}
-			printf -- '- %s: [tokens](benchmarks/tokens-%s.svg) · [cost](benchmarks/cost-%s.svg)\n' "$name" "$name" "$name"
-		done
-		printf '\n![tokens per request, mini-swe-agent](benchmarks/tokens-mini_swe_agent_deepseek_swebench.svg)\n\n'
-		printf '![cost per policy, mini-swe-agent](benchmarks/cost-mini_swe_agent_deepseek_swebench.svg)\n'
-	fi
+	echo
+	eval_section
 	echo
 	if [ -s "$WORK/proxy.txt" ]; then proxy_table "$WORK/proxy.txt"; fi
 	cat <<EOF
