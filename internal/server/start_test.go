@@ -14,30 +14,32 @@ import (
 	"github.com/compactd/compactd/client"
 )
 
-// markerUnderWay reports whether a load marker of kind for the plugin
-// file named file is in the state directory's plugin-loads.
-func markerUnderWay(stateDir, file, kind string) bool {
+// markersUnderWay lists the load markers in the state directory's
+// plugin-loads, as "FILE KIND" (the file's base name).
+func markersUnderWay(stateDir string) []string {
 	dir := filepath.Join(stateDir, "plugin-loads")
 	entries, _ := os.ReadDir(dir)
+	var out []string
 	for _, e := range entries {
 		var rec struct{ File, Kind string }
 		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err == nil && json.Unmarshal(b, &rec) == nil && filepath.Base(rec.File) == file && rec.Kind == kind {
-			return true
+		if err == nil && json.Unmarshal(b, &rec) == nil && rec.File != "" {
+			out = append(out, filepath.Base(rec.File)+" "+rec.Kind)
 		}
 	}
-	return false
+	return out
 }
 
 // killWhenMarked kills the daemon (SIGKILL, as the OOM killer would) as
-// soon as work of kind on file is under way.
+// soon as work of kind on file is under way, and nothing else.
 func (d *childDaemon) killWhenMarked(t *testing.T, stateDir, file, kind string) {
 	t.Helper()
-	waitFor(t, file+"'s "+kind+" to be under way", 3*time.Minute, func() bool {
+	waitFor(t, file+"'s "+kind+" to be under way alone", 3*time.Minute, func() bool {
 		if d.exited() {
 			t.Fatalf("the daemon exited with %d; log:\n%s", d.code, d.Log())
 		}
-		return markerUnderWay(stateDir, file, kind)
+		m := markersUnderWay(stateDir)
+		return len(m) == 1 && m[0] == file+" "+kind
 	})
 	d.cmd.Process.Kill()
 	<-d.done
@@ -58,7 +60,9 @@ func TestCrashWhileCompiling(t *testing.T) {
 	state := filepath.Join(td.dir, "state")
 
 	// 1. The first start serves sliding interpreted and compiles it in
-	// the background: killed there.
+	// the background: killed there, once its load is over (a kill while
+	// new bytes load, with nothing else under way, quarantines them at
+	// once: TestCrashLoopQuarantine).
 	d := startChild(t, td)
 	d.killWhenMarked(t, state, "sliding.wasm", "compile")
 
@@ -66,6 +70,9 @@ func TestCrashWhileCompiling(t *testing.T) {
 	// alone, after the others. Killed there again.
 	d = startChild(t, td)
 	waitFor(t, "the start to weigh the crash", time.Minute, func() bool {
+		if d.exited() {
+			t.Fatalf("the daemon exited with %d; log:\n%s", d.code, d.Log())
+		}
 		return strings.Contains(d.Log(), "one crash while compiling is not held against a file")
 	})
 	if p := d.policies()["sliding.wasm"]; p.Quarantined || p.Error != nil {
@@ -124,8 +131,8 @@ func TestCrashWhileCompiling(t *testing.T) {
 		m, _ := d.c.Metrics(context.Background())
 		return strings.Contains(m, "compactd_http_requests_in_flight 2\n") // this one and the call
 	})
-	if markerUnderWay(state, "sliding.wasm", "compile") {
-		t.Error("a compile of bytes that compiled before is marked")
+	if m := markersUnderWay(state); len(m) != 0 {
+		t.Errorf("a compile of bytes that compiled before is marked: %v", m)
 	}
 	d.cmd.Process.Kill()
 	<-d.done
