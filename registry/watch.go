@@ -45,7 +45,10 @@ func (r *Registry) Start(ctx context.Context) error {
 		w.Close()
 		return err
 	}
-	r.loads.spawn(func() { r.finishScan(waits) })
+	if !r.loads.spawn(func() { r.finishScan(waits) }) { // closed meanwhile
+		r.scanning.Store(false)
+		close(r.ready)
+	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r.watcher, r.watchCancel, r.watchDone = w, cancel, make(chan struct{})
 	go r.watch(wctx)
