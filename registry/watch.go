@@ -77,6 +77,9 @@ func (r *Registry) finishScan(waits []<-chan struct{}) {
 		if wait(r.ctx, []<-chan struct{}{r.schedule(path, false)}) != nil {
 			return
 		}
+		r.mu.Lock()
+		delete(r.suspects, path) // its load is over, whatever came of it
+		r.mu.Unlock()
 	}
 	c := r.Counters()
 	r.logger.Debug("every plugin file tried", "serving", c.Serving, "failed_loads", c.LoadFailures)

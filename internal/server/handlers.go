@@ -345,6 +345,7 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) error {
 	writeCounter(&b, "compactd_plugin_conflicts_total", "Plugin loads refused because another file serves the name.", rc.Conflicts)
 	writeGauge(&b, "compactd_plugins_serving", "Policies serving.", float64(rc.Serving))
 	writeGauge(&b, "compactd_plugins_draining", "Replaced plugin versions still finishing calls.", float64(rc.Draining))
+	writeGauge(&b, "compactd_plugins_loading", "Plugin files being loaded.", float64(rc.Loading))
 	writePluginFileMetrics(&b, s.opts.Registry.Policies())
 	m.configReloads.write(&b)
 	writeGauge(&b, "compactd_conversations_tracked", "Conversations in the store.", float64(s.opts.Store.Totals().Conversations))

@@ -212,6 +212,9 @@ func TestStartNotHeldUp(t *testing.T) {
 	if p := d.policies()["loop0.wasm"]; !p.Loading || p.Serving {
 		t.Errorf("loop0.wasm during the start: %+v", p)
 	}
+	if m, _ := d.c.Metrics(context.Background()); !strings.Contains(m, fmt.Sprintf("compactd_plugins_loading %d\n", loops)) {
+		t.Errorf("/metrics during the start:\n%s", grepLines(m, "compactd_plugins_"))
+	}
 	d.stop() // its loads under way end
 
 	// With a short limit they fail; a restart then does not load them
