@@ -86,8 +86,9 @@ func TestOnlyRegularFiles(t *testing.T) {
 }
 
 // loopLimits gives the plugin file loop.wasm (a start section that
-// never returns) ten minutes: its load is under way for the whole test.
-var loopLimits = map[string]host.Limits{"loop": {CallTimeout: 10 * time.Minute}}
+// never returns) ten minutes and the largest start work budget: its load
+// is under way for the whole test.
+var loopLimits = map[string]host.Limits{"loop": {CallTimeout: 10 * time.Minute, StartWorkBudget: host.MaxWorkBudget}}
 
 // TestSlowLoadRunsBeside: a load that does not end (a start section
 // looping under a long limit) holds nothing up: the other files serve,

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/compactd/compactd/client"
+	"github.com/compactd/compactd/host"
 )
 
 // markersUnderWay lists the load markers in the state directory's
@@ -164,12 +165,12 @@ func startLoops(t *testing.T, dir string, n int) {
 }
 
 // loopLimits is the config's limits block giving loop0 … loop(n-1) a call
-// timeout.
-func loopLimits(n int, timeout string) string {
+// timeout and a start work budget (steps).
+func loopLimits(n int, timeout string, startBudget uint64) string {
 	var b strings.Builder
 	b.WriteString("limits:\n  plugins:\n")
 	for i := range n {
-		fmt.Fprintf(&b, "    loop%d: {call_timeout: %s}\n", i, timeout)
+		fmt.Fprintf(&b, "    loop%d: {call_timeout: %s, start_work_budget: %d}\n", i, timeout, startBudget)
 	}
 	return b.String()
 }
@@ -182,9 +183,9 @@ func loopLimits(n int, timeout string) string {
 // a retry by hand loads one again.
 func TestStartNotHeldUp(t *testing.T) {
 	const loops = 9
-	// Ten minutes: the loops are loading for as long as the first part
-	// of the test lasts.
-	td := setup(t, "policy: lastn\npolicies: {lastn: {n: 3}}\n"+loopLimits(loops, "10m"), pluginLastn)
+	// Ten minutes and the largest start work budget: the loops are
+	// loading for as long as the first part of the test lasts.
+	td := setup(t, "policy: lastn\npolicies: {lastn: {n: 3}}\n"+loopLimits(loops, "10m", host.MaxWorkBudget), pluginLastn)
 	startLoops(t, td.plugins, loops)
 	d := startChild(t, td)
 	var h *client.Health
@@ -217,9 +218,9 @@ func TestStartNotHeldUp(t *testing.T) {
 	}
 	d.stop() // its loads under way end
 
-	// With a short limit they fail; a restart then does not load them
-	// again, and is healthy at once.
-	if err := os.WriteFile(td.config, []byte("policy: lastn\npolicies: {lastn: {n: 3}}\n"+loopLimits(loops, "200ms")), 0o600); err != nil {
+	// With the smallest start work budget they fail; a restart then does
+	// not load them again, and is healthy at once.
+	if err := os.WriteFile(td.config, []byte("policy: lastn\npolicies: {lastn: {n: 3}}\n"+loopLimits(loops, "10m", host.MinWorkBudget)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	d = startChild(t, td)
