@@ -208,11 +208,20 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 		d.logger.Error(problem)
 	}
 	c := d.reg.Counters()
+	// Files that do not serve: failed loads of this start, and files
+	// refused without a load (remembered failures, quarantines, files
+	// that are not regular files).
+	refused := 0
+	for _, in := range d.reg.Policies() {
+		if in.Error != nil {
+			refused++
+		}
+	}
 	if cfg.Proxy.Enabled() {
 		d.logger.Info("proxy forwarding", "openai", cfg.Proxy.OpenAI.Upstream, "anthropic", cfg.Proxy.Anthropic.Upstream)
 	}
 	d.logger.Info("compactd serving", "socket", cfg.Socket, "tcp", cfg.TCP.Listen, "policies", c.Serving,
-		"failed_loads", c.LoadFailures, "plugins", cfg.PluginsDir, "state", d.store.Path(), "config", d.cfg.Path())
+		"failed_loads", c.LoadFailures, "files_not_serving", refused, "plugins", cfg.PluginsDir, "state", d.store.Path(), "config", d.cfg.Path())
 	return d, nil
 }
 
