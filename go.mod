@@ -12,6 +12,7 @@ require (
 	github.com/tetratelabs/wazero v1.12.0
 	github.com/tiktoken-go/tokenizer v0.10.0
 	go.etcd.io/bbolt v1.5.0
+	golang.org/x/sync v0.20.0
 	golang.org/x/text v0.17.0
 	gopkg.in/yaml.v3 v3.0.1
 )
