@@ -373,8 +373,9 @@ type Health struct {
 	Loading int `json:"loading,omitempty"`
 	// Problems say what makes the daemon degraded, and how to clear it.
 	Problems []string `json:"problems,omitempty"`
-	// Store is the state store's reachability; "degraded" while a shared
-	// store cannot be reached (requests are still served).
+	// Store is the shared state store's reachability (only with
+	// state.url); "degraded" while it cannot be reached (requests are
+	// still served).
 	Store *StoreHealth `json:"store,omitempty"`
 }
 

@@ -269,7 +269,9 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
 	}
 	h.Problems = append(h.Problems, s.defaultPolicyProblems()...)
 	sh := s.opts.Store.Health()
-	h.Store = &client.StoreHealth{Backend: sh.Backend, Degraded: sh.Degraded, Error: sh.Error, DroppedWrites: sh.DroppedWrites, FailedReads: sh.FailedReads, Since: sh.Since}
+	if sh.Backend != "bbolt" { // a local file has nothing to report beyond its calls' errors
+		h.Store = &client.StoreHealth{Backend: sh.Backend, Degraded: sh.Degraded, Error: sh.Error, DroppedWrites: sh.DroppedWrites, FailedReads: sh.FailedReads, Since: sh.Since}
+	}
 	if sh.Degraded {
 		h.Problems = append(h.Problems, "the shared state store cannot be reached ("+sh.Error+"): requests are served from themselves alone; it recovers by itself when the store answers")
 	}
