@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
@@ -9,7 +10,7 @@ import (
 )
 
 // version is the plugin's version; bump it when behaviour changes.
-const version = "1.0.0"
+const version = "2.0.0"
 
 // config is the policy's config; its zero value is not the default (see
 // defaults).
@@ -20,6 +21,7 @@ type config struct {
 	FoldTokens  int     `json:"fold_tokens"`
 	MaxChunks   int     `json:"max_chunks"`
 	MergeKeep   int     `json:"merge_keep"`
+	MergeFan    int     `json:"merge_fan"`
 	Share       float64 `json:"share"`
 	UserChars   int     `json:"user_chars"`
 	SummaryRole string  `json:"summary_role"`
@@ -32,7 +34,8 @@ var defaults = config{
 	FoldTokens:  250,
 	MaxChunks:   200,
 	MergeKeep:   1,
-	Share:       0.5,
+	MergeFan:    8,
+	Share:       0.3,
 	UserChars:   200,
 	SummaryRole: abi.RoleAssistant,
 }
@@ -52,6 +55,8 @@ const schema = `{
       "description": "when a jump makes more chunks than this, the oldest ones merge into one (the only time earlier ledger bytes change)"},
     "merge_keep": {"type": "integer", "minimum": 1,
       "description": "chunks left as they are when the oldest merge (the newest ones, the new chunk included); must be below max_chunks"},
+    "merge_fan": {"type": "integer", "minimum": 0,
+      "description": "when the newest this many ledger messages each hold as many chunks, they merge into one (their lists joined by kind): the ledger stays a few messages, and a merge rewrites only its newest part (0: never)"},
     "share": {"type": "number", "minimum": 0,
       "description": "a chunk lists what the agent used (files, names, ids in its own commands and words) and, of what it only observed, the kinds taking turns, as much as fits in this share of the tokens the chunk folds; an item left out may be listed when it comes back"},
     "user_chars": {"type": "integer", "minimum": 0,
@@ -68,8 +73,8 @@ func policy() pdk.Policy {
 		Version: version,
 		Description: "Keeps the system messages, the task and the newest turn verbatim and folds everything older into an append-only, " +
 			"deduplicated ledger of what the agent ran and met (commands, files, definitions, symbols, errors, ids, numbers, user words) " +
-			"right after the task; the ledger grows by one chunk per jump, earlier chunks never change except in a rare merge, " +
-			"and the newest chunk is marked as a prompt-cache breakpoint.",
+			"right after the task; the ledger grows by one chunk per jump, and only its newest messages merge, " +
+			"so its older messages never change; the newest message and the ends of the stable ones are marked as prompt-cache breakpoints.",
 		ConfigSchema: schema,
 		Defaults:     defaults,
 		Compact:      compact,
@@ -83,8 +88,8 @@ func decodeConfig(req *abi.CompactRequest) (config, error) {
 	}
 	// The host validated the config against the schema; these guard
 	// against a host that did not.
-	if cfg.FoldTokens < 1 || cfg.MaxChunks < 2 || cfg.MergeKeep < 1 || cfg.MergeKeep >= cfg.MaxChunks || cfg.Share < 0 || cfg.MinTokens < 0 || cfg.MinTurns < 0 || cfg.UserChars < 0 {
-		return cfg, &abi.Error{Code: abi.CodeInvalidConfig, Message: "fold_tokens, max_chunks (≥ 2), merge_keep (≥ 1, below max_chunks) must be positive; min_tokens, min_turns, user_chars and share not negative"}
+	if cfg.FoldTokens < 1 || cfg.MaxChunks < 2 || cfg.MergeKeep < 1 || cfg.MergeKeep >= cfg.MaxChunks || cfg.MergeFan == 1 || cfg.MergeFan < 0 || cfg.Share < 0 || cfg.MinTokens < 0 || cfg.MinTurns < 0 || cfg.UserChars < 0 {
+		return cfg, &abi.Error{Code: abi.CodeInvalidConfig, Message: "fold_tokens, max_chunks (≥ 2), merge_keep (≥ 1, below max_chunks) must be positive, merge_fan 0 or ≥ 2; min_tokens, min_turns, user_chars and share not negative"}
 	}
 	if cfg.SummaryRole != abi.RoleAssistant && cfg.SummaryRole != abi.RoleUser {
 		return cfg, &abi.Error{Code: abi.CodeInvalidConfig, Message: "summary_role must be assistant or user"}
@@ -128,10 +133,7 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 	for i := tail; i < len(msgs); i++ {
 		items = append(items, abi.Ref(i))
 	}
-	marks := []int{pinned + len(texts) - 1}
-	if pinned > 0 {
-		marks = []int{pinned - 1, pinned + len(texts) - 1}
-	}
+	marks := breakpoints(pinned, plan.groups, cfg.MergeFan)
 	return &abi.CompactResult{
 		Messages:          items,
 		Compacted:         true,
@@ -178,6 +180,7 @@ func replay(msgs []abi.Message, pinned int, units []convo.Unit, cfg config) plan
 		p.chunks = append(p.chunks, [2]int{p.folded, k})
 		p.groups = append(p.groups, [2]int{len(p.chunks) - 1, len(p.chunks)})
 		p.folded, tail = k, 0
+		p.groups = fanMerge(p.groups, cfg.MergeFan)
 		if len(p.groups) > cfg.MaxChunks {
 			cut := len(p.groups) - cfg.MergeKeep
 			merged := [2]int{p.groups[0][0], p.groups[cut-1][1]}
@@ -185,6 +188,60 @@ func replay(msgs []abi.Message, pinned int, units []convo.Unit, cfg config) plan
 		}
 	}
 	return p
+}
+
+// maxMarks is the breakpoints the policy marks: Anthropic honours four,
+// and the caller's own mark on the request's end takes one.
+const maxMarks = 3
+
+// breakpoints marks the prefixes the next requests will still start
+// with, so a breakpoint cache reads them: the newest ledger message (until
+// the next merge), the end of the groups a merge of the newest ones
+// leaves as they are (the last one holding fan or more chunks, then fan²
+// or more), and the task. At most maxMarks, the longest prefixes kept.
+func breakpoints(pinned int, groups [][2]int, fan int) []int {
+	last := pinned + len(groups) - 1
+	marks := []int{last}
+	if fan >= 2 {
+		for size := fan; len(marks) < maxMarks; size *= fan {
+			end := -1
+			for gi, g := range groups {
+				if g[1]-g[0] >= size {
+					end = gi
+				}
+			}
+			if end < 0 {
+				break
+			}
+			if m := pinned + end; m != marks[len(marks)-1] {
+				marks = append(marks, m)
+			}
+		}
+	}
+	if pinned > 0 && len(marks) < maxMarks {
+		marks = append(marks, pinned-1)
+	}
+	slices.Sort(marks)
+	return marks
+}
+
+// fanMerge merges the newest fan groups into one while they hold as many
+// chunks each (a counter in base fan: groups of 1, fan, fan², … chunks,
+// largest first). Only the newest groups change, so the ledger's older
+// messages stay as the prompt cache holds them.
+func fanMerge(groups [][2]int, fan int) [][2]int {
+	for fan >= 2 && len(groups) >= fan {
+		tail := groups[len(groups)-fan:]
+		size := tail[0][1] - tail[0][0]
+		for _, g := range tail[1:] {
+			if g[1]-g[0] != size {
+				return groups
+			}
+		}
+		merged := [2]int{tail[0][0], tail[fan-1][1]}
+		groups = append(groups[:len(groups)-fan], merged)
+	}
+	return groups
 }
 
 func unitTokens(msgs []abi.Message, u convo.Unit) int {

@@ -180,6 +180,71 @@ func TestAppendOnly(t *testing.T) {
 	}
 }
 
+// TestFanMerge: the newest groups merge while fan of them hold as many
+// chunks, so older groups never change and the ledger stays a few
+// messages.
+func TestFanMerge(t *testing.T) {
+	grow := func(jumps, fan int) [][2]int {
+		var groups [][2]int
+		for c := 0; c < jumps; c++ {
+			groups = fanMerge(append(groups, [2]int{c, c + 1}), fan)
+		}
+		return groups
+	}
+	tests := []struct {
+		jumps, fan int
+		want       string
+	}{
+		{3, 4, "[[0 1] [1 2] [2 3]]"},
+		{4, 4, "[[0 4]]"},
+		{6, 4, "[[0 4] [4 5] [5 6]]"},
+		{16, 4, "[[0 16]]"},
+		{21, 4, "[[0 16] [16 20] [20 21]]"},
+		{3, 0, "[[0 1] [1 2] [2 3]]"},
+	}
+	for _, tt := range tests {
+		if got := fmt.Sprint(grow(tt.jumps, tt.fan)); got != tt.want {
+			t.Errorf("%d jumps, fan %d: %s, want %s", tt.jumps, tt.fan, got, tt.want)
+		}
+	}
+	// Between two requests, the groups that stay are a prefix.
+	prev := grow(1, 8)
+	for j := 2; j < 600; j++ {
+		cur := grow(j, 8)
+		same := 0
+		for same < len(prev) && same < len(cur) && prev[same] == cur[same] {
+			same++
+		}
+		if changed := prev[same:]; len(changed) > 0 && changed[0][0] < prev[len(prev)-1][0]-64 && j%512 != 0 {
+			t.Fatalf("jump %d rewrote groups from chunk %d: %v → %v", j, changed[0][0], prev, cur)
+		}
+		prev = cur
+	}
+}
+
+// TestBreakpoints: the newest ledger message, the ends of the groups the
+// next merges leave alone, and the task, at most three.
+func TestBreakpoints(t *testing.T) {
+	tests := []struct {
+		pinned int
+		groups [][2]int
+		fan    int
+		want   string
+	}{
+		{2, [][2]int{{0, 1}}, 8, "[1 2]"},
+		{2, [][2]int{{0, 8}, {8, 9}}, 8, "[1 2 3]"},
+		{2, [][2]int{{0, 64}, {64, 72}, {72, 73}}, 8, "[2 3 4]"},
+		{2, [][2]int{{0, 8}}, 8, "[1 2]"},
+		{0, [][2]int{{0, 1}, {1, 2}}, 8, "[1]"},
+		{2, [][2]int{{0, 3}, {3, 4}}, 0, "[1 3]"},
+	}
+	for _, tt := range tests {
+		if got := fmt.Sprint(breakpoints(tt.pinned, tt.groups, tt.fan)); got != tt.want {
+			t.Errorf("breakpoints(%d, %v, %d) = %s, want %s", tt.pinned, tt.groups, tt.fan, got, tt.want)
+		}
+	}
+}
+
 func TestSummaryRole(t *testing.T) {
 	res := run(t, agent(4), small("summary_role", "user"))
 	if m := res.Messages[2].Message; m.Role != abi.RoleUser {
@@ -229,7 +294,7 @@ func TestDeterminism(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
-	for _, cfg := range []map[string]any{{"max_chunks": 1}, {"max_chunks": 4, "merge_keep": 4}, {"share": -1}, {"fold_tokens": 0}, {"summary_role": "system"}, {"nope": 1}} {
+	for _, cfg := range []map[string]any{{"max_chunks": 1}, {"max_chunks": 4, "merge_keep": 4}, {"share": -1}, {"merge_fan": 1}, {"merge_fan": -2}, {"fold_tokens": 0}, {"summary_role": "system"}, {"nope": 1}} {
 		if _, err := compact(nil, plugtest.Request(agent(2), cfg, nil)); err == nil {
 			t.Errorf("%v accepted", cfg)
 		}

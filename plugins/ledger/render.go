@@ -17,6 +17,7 @@ import (
 // Neither holds a pointer into the request.
 type entry struct {
 	text   string
+	lists  [numKinds][]string // what text lists, by kind (copies, not pointers into the request)
 	hashes []uint64
 }
 
@@ -54,7 +55,7 @@ func render(msgs []abi.Message, pinned int, units []convo.Unit, p plan, cfg conf
 		chunkMsgs := msgs[units[span[0]].Start:units[span[1]-1].End]
 		e := buildChunk(chunkMsgs, seen, ci == 0, span, cfg)
 		entries[ci] = e
-		chunkMemo.put(keys[ci], e, len(e.text)+8*len(e.hashes)+64)
+		chunkMemo.put(keys[ci], e, 2*len(e.text)+8*len(e.hashes)+64)
 	}
 	if seen != nil && len(keys) > 0 {
 		// The next jump of this conversation starts from here.
@@ -69,7 +70,7 @@ func render(msgs []abi.Message, pinned int, units []convo.Unit, p plan, cfg conf
 		// A merged message's text depends on its chunks (and, through
 		// them, on the earlier ones).
 		var gh fingerprint.Hash
-		gh.Str("compactd-ledger-group-v2")
+		gh.Str("compactd-ledger-group-v3")
 		gh.Word(keys[g[1]-1][0])
 		gh.Word(keys[g[1]-1][1])
 		gh.Word(uint64(g[0]))
@@ -78,7 +79,7 @@ func render(msgs []abi.Message, pinned int, units []convo.Unit, p plan, cfg conf
 			texts[gi] = t
 			continue
 		}
-		texts[gi] = mergeTexts(entries[g[0]:g[1]], p.chunks[g[0]][0], p.chunks[g[1]-1][1])
+		texts[gi] = mergeChunks(entries[g[0]:g[1]], g[0] == 0, p.chunks[g[0]][0], p.chunks[g[1]-1][1])
 		chunkMemo.put(gkey, texts[gi], len(texts[gi])+32)
 	}
 	return texts
@@ -120,15 +121,14 @@ func buildChunk(msgs []abi.Message, seen map[uint64]bool, first bool, span [2]in
 	x := extractMessages(msgs, cfg)
 	budget := cfg.Share * float64(messagesTokens(msgs))
 	picked := selectItems(x, seen, budget)
-	var lists [numKinds][]string
 	e := &entry{}
 	for i, it := range x.items {
 		if picked[i] {
-			lists[it.kind] = append(lists[it.kind], it.text)
+			e.lists[it.kind] = append(e.lists[it.kind], strings.Clone(it.text))
 			e.hashes = seeHashes(e.hashes, it)
 		}
 	}
-	e.text = renderChunk(&lists, first, span)
+	e.text = renderChunk(&e.lists, first, span)
 	slices.Sort(e.hashes)
 	e.hashes = slices.Compact(e.hashes)
 	return e
@@ -261,19 +261,17 @@ func renderChunk(lists *[numKinds][]string, first bool, span [2]int) string {
 	return b.String()
 }
 
-// mergeTexts joins chunks (the turns from to to, in units) into one
-// message: their texts in order, without those that list nothing new.
-func mergeTexts(es []*entry, from, to int) string {
-	var parts []string
+// mergeChunks renders chunks (the turns from to to, in units) as one
+// message: one line per kind listing every chunk's items of that kind in
+// order, so the kinds' labels are written once.
+func mergeChunks(es []*entry, first bool, from, to int) string {
+	var lists [numKinds][]string
 	for _, e := range es {
-		if !strings.HasPrefix(e.text, emptyPrefix) {
-			parts = append(parts, e.text)
+		for kind := range lists {
+			lists[kind] = append(lists[kind], e.lists[kind]...)
 		}
 	}
-	if len(parts) == 0 {
-		return emptyPrefix + strconv.Itoa(from+1) + "-" + strconv.Itoa(to) + "]"
-	}
-	return strings.Join(parts, "\n")
+	return renderChunk(&lists, first, [2]int{from, to})
 }
 
 // extraction is what some messages hold, before the ledger's
