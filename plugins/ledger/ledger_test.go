@@ -343,3 +343,24 @@ func appendJSON(res *abi.CompactResult) (string, error) {
 	b, err := json.Marshal(res)
 	return string(b), err
 }
+
+// TestMemoTake: a taken key's place in the eviction order is dropped in
+// time, and evicting it frees nothing twice.
+func TestMemoTake(t *testing.T) {
+	m := &memo{max: 1 << 10, m: map[[2]uint64]memoEntry{}}
+	for i := uint64(0); i < 10000; i++ {
+		m.put([2]uint64{i, 0}, i, 8)
+		if got := m.take([2]uint64{i, 0}); got != i {
+			t.Fatalf("take %d: %v", i, got)
+		}
+	}
+	if len(m.order) > 2*len(m.m)+65 || m.size != 0 {
+		t.Fatalf("after 10000 takes: order %d, size %d", len(m.order), m.size)
+	}
+	for i := uint64(0); i < 1000; i++ {
+		m.put([2]uint64{i, 1}, i, 8)
+	}
+	if m.size > m.max || len(m.m) != m.max/8 || m.get([2]uint64{999, 1}) != uint64(999) || m.get([2]uint64{0, 1}) != nil {
+		t.Fatalf("eviction: size %d of %d, %d entries", m.size, m.max, len(m.m))
+	}
+}

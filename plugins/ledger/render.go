@@ -387,7 +387,9 @@ func (c *memo) get(key [2]uint64) any {
 	return c.m[key].v
 }
 
-// take returns the value of key and removes it from the memo.
+// take returns the value of key and removes it from the memo. Its key
+// stays in the eviction order (a linear search would cost every request
+// that takes a seen set): evicting a key no longer held frees nothing.
 func (c *memo) take(key [2]uint64) any {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -397,9 +399,6 @@ func (c *memo) take(key [2]uint64) any {
 	}
 	delete(c.m, key)
 	c.size -= e.size
-	if i := slices.Index(c.order, key); i >= 0 {
-		c.order = slices.Delete(c.order, i, i+1)
-	}
 	return e.v
 }
 
@@ -412,10 +411,20 @@ func (c *memo) put(key [2]uint64, v any, size int) {
 	for c.size+size > c.max && len(c.order) > 0 {
 		old := c.order[0]
 		c.order = c.order[1:]
-		c.size -= c.m[old].size
-		delete(c.m, old)
+		if e, ok := c.m[old]; ok {
+			c.size -= e.size
+			delete(c.m, old)
+		}
 	}
 	c.m[key] = memoEntry{v, size}
 	c.order = append(c.order, key)
 	c.size += size
+	if len(c.order) > 2*len(c.m)+64 {
+		// Drop the keys taken since (amortized: the order at least
+		// halves).
+		c.order = slices.DeleteFunc(c.order, func(k [2]uint64) bool {
+			_, ok := c.m[k]
+			return !ok
+		})
+	}
 }
