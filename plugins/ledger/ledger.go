@@ -29,7 +29,7 @@ type config struct {
 
 var defaults = config{
 	KeepTask:    true,
-	MinTokens:   2000,
+	MinTokens:   3000,
 	MinTurns:    4,
 	FoldTokens:  250,
 	MaxChunks:   200,
