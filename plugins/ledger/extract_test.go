@@ -75,14 +75,22 @@ func TestExtractTerminates(t *testing.T) {
 func FuzzExtract(f *testing.F) {
 	f.Add("TypeError: x at src/a.py line 1,234", true)
 	f.Add(`{"command":"cd /t \u0026\u0026 grep -n \"def x(\" a/b.py"}`, false)
+	f.Add("    10\tdef fold():\n    11\t    pass\n12-x\n", true)
 	f.Fuzz(func(t *testing.T, s string, numbers bool) {
 		for _, it := range extract(nil, s, numbers) {
-			if it.text == "" || !strings.Contains(s, it.text) {
+			if it.text == "" || !strings.Contains(s, it.text) && !inRange(s, it) {
 				t.Fatalf("item %v is not in the text %q", it, s)
 			}
 		}
 		commandWords(unescapeJSON(s))
 	})
+}
+
+// inRange reports whether it is a range of listed line numbers whose
+// ends are both in s.
+func inRange(s string, it item) bool {
+	a, b, ok := strings.Cut(it.text, "-")
+	return it.kind == kindNumber && ok && allDigits(a) && allDigits(b) && strings.Contains(s, a) && strings.Contains(s, b)
 }
 
 func TestCommandWords(t *testing.T) {
