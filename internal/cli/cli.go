@@ -81,6 +81,7 @@ func commands() map[string]command {
 		"version":  {"print the version, commit, Go version and plugin ABI version", runVersion},
 		"serve":    {"run the daemon: the HTTP/JSON API on a Unix socket", runServe},
 		"new":      {"write a new policy project (go, c, rust, assemblyscript)", runNew},
+		"provider": {"run a local LLM provider (OpenAI and Anthropic wire formats) to try the proxy against", runProvider},
 	}
 }
 
