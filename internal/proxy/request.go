@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/compactd/compactd/jsonscan"
 )
 
 // request is a proxied request body, read structurally (see scan.go).
@@ -16,18 +17,23 @@ type request struct {
 	// the span of the array.
 	messages []json.RawMessage
 	msgs     field
-	// system is Anthropic's top-level "system" (nil when absent).
+	// system is the conversation's top-level system prompt: Anthropic's
+	// "system", the Responses API's "instructions" (nil when absent).
 	system json.RawMessage
+	// previousResponseID is the Responses API's previous_response_id.
+	previousResponseID string
 	// streamOptions is OpenAI's "stream_options" (nil when absent) and
 	// clientUsage whether it asks for include_usage.
 	streamOptions *field
 	clientUsage   bool
 }
 
-// parseRequest reads the fields the proxy needs. It fails when the body is
-// not an object with a "messages" array; the caller then forwards it
-// unchanged.
-func parseRequest(body []byte) (*request, error) {
+// parseRequest reads the fields the proxy needs, for the wire format
+// prov. It fails when the body is not an object with its conversation (a
+// "messages" array; the Responses API's "input", an array or a string);
+// the caller then forwards it unchanged.
+func parseRequest(body []byte, prov provider) (*request, error) {
+	list, system := prov.fields()
 	fields, err := objectFields(body)
 	if err != nil {
 		return nil, err
@@ -44,13 +50,22 @@ func parseRequest(body []byte) (*request, error) {
 			}
 		case "stream":
 			r.stream = bytes.Equal(v, []byte("true"))
-		case "messages":
-			if r.messages, err = arrayElements(v); err != nil {
-				return nil, fmt.Errorf("\"messages\": %w", err)
+		case list:
+			if list == "input" && len(v) > 0 && v[0] == '"' {
+				// A string input is one user message.
+				r.messages = []json.RawMessage{v}
+			} else if r.messages, err = arrayElements(v); err != nil {
+				return nil, fmt.Errorf("%q: %w", list, err)
 			}
 			r.msgs, found = *f, true
-		case "system":
-			r.system = v
+		case system:
+			if system != "" && !bytes.Equal(v, []byte("null")) {
+				r.system = v
+			}
+		case "previous_response_id":
+			if err := json.Unmarshal(v, &r.previousResponseID); err != nil {
+				return nil, fmt.Errorf("%w: \"previous_response_id\" is not a string", errScan)
+			}
 		case "stream_options":
 			r.streamOptions = f
 			var so struct {
@@ -60,7 +75,7 @@ func parseRequest(body []byte) (*request, error) {
 		}
 	}
 	if !found {
-		return nil, fmt.Errorf("%w: no \"messages\" array", errScan)
+		return nil, fmt.Errorf("%w: no %q", errScan, list)
 	}
 	return r, nil
 }
@@ -115,4 +130,44 @@ func arrayJSON(elems []json.RawMessage) []byte {
 		b = append(b, e...)
 	}
 	return append(b, ']')
+}
+
+// withoutMember returns the JSON object data without its top-level member
+// key (its value whatever it is, null included), and whether it had one.
+func withoutMember(data []byte, key string) ([]byte, bool) {
+	s := jsonscan.New(data)
+	if s.Peek() != jsonscan.Object {
+		return nil, false
+	}
+	s.BeginObject()
+	prevEnd := -1 // where the previous member's value ends
+	for first := true; ; first = false {
+		before := s.Pos() // before the ',' (or the first key)
+		k, esc, more, err := s.NextMember(first)
+		if err != nil || !more {
+			return nil, false
+		}
+		_, _, end, err := s.Skip()
+		if err != nil {
+			return nil, false
+		}
+		if string(jsonscan.Key(k, esc)) != key {
+			prevEnd = end
+			continue
+		}
+		if prevEnd >= 0 {
+			// Cut from the end of the previous value through this one.
+			return splice(data, prevEnd, end, nil), true
+		}
+		// The first member: cut it and the ',' after it, if any.
+		rest := end
+		for rest < len(data) && (data[rest] == ' ' || data[rest] == '\t' || data[rest] == '\n' || data[rest] == '\r') {
+			rest++
+		}
+		if rest < len(data) && data[rest] == ',' {
+			rest++
+		}
+		start := bytes.IndexByte(data[before:], '"') + before
+		return splice(data, start, rest, nil), true
+	}
 }

@@ -13,7 +13,7 @@ import (
 func TestParseRequest(t *testing.T) {
 	body := []byte(` { "model" : "gpt-4o", "mod\u0065l2": 1, "messages": [ {"role":"user","content":"a \"quoted\" ] } text\\"} ,{"role":"assistant","content":[1,{"x":"]"}]}],
 	  "stream": true, "stream_options": {"foo": 1}, "n": -1.5e3, "x": null } `)
-	r, err := parseRequest(body)
+	r, err := parseRequest(body, openAI{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,14 +50,14 @@ func TestParseRequest(t *testing.T) {
 	}
 
 	// Without stream_options, it is added as a member.
-	r, _ = parseRequest([]byte(`{"messages":[],"stream":true}`))
+	r, _ = parseRequest([]byte(`{"messages":[],"stream":true}`), openAI{})
 	out, _ = r.withStreamUsage(r.body)
 	if string(out) != `{"messages":[],"stream":true,"stream_options":{"include_usage":true}}` {
 		t.Fatalf("%s", out)
 	}
 
 	for _, bad := range []string{``, `[]`, `{"messages":{}}`, `{"model":"x"}`, `{"messages":[1,}`, `{"messages":[] `, `{"messages":["unterminated]}`, `{"model":1,"messages":[]}`} {
-		if _, err := parseRequest([]byte(bad)); err == nil {
+		if _, err := parseRequest([]byte(bad), openAI{}); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
 	}
@@ -75,7 +75,7 @@ func FuzzScan(f *testing.F) {
 		// case-insensitively, as encoding/json does into a struct).
 		var probe map[string]json.RawMessage
 		var want struct{ Messages []json.RawMessage }
-		r, err := parseRequest([]byte(s))
+		r, err := parseRequest([]byte(s), openAI{})
 		if json.Unmarshal([]byte(s), &probe) != nil || json.Unmarshal(probe["messages"], &want.Messages) != nil || want.Messages == nil {
 			return // the scanner may accept what encoding/json refuses: the upstream judges
 		}
@@ -155,13 +155,42 @@ func TestSSEReaderOpenAI(t *testing.T) {
 		r.Close()
 		want := events
 		if added {
-			want = append(append([]string{}, events[:3]...), events[4])
+			// What the client would have got without include_usage: no
+			// usage chunk, and no "usage": null on the others.
+			want = []string{
+				"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n",
+				events[1],
+				"data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+				events[4],
+			}
 		}
 		if strings.Join(reads, "|") != strings.Join(want, "|") {
 			t.Fatalf("added=%v: reads (one per event)\n%q\nwant\n%q", added, reads, want)
 		}
 		if calls != 1 || got.InputTokens != 10 || got.OutputTokens != 2 || got.CacheReadTokens != 4 {
 			t.Fatalf("usage %+v after %d calls", got, calls)
+		}
+	}
+}
+
+func TestWithoutMember(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, want string }{
+		{`{"a":1,"usage":null}`, `{"a":1}`},
+		{`{"usage":null,"a":1}`, `{"a":1}`},
+		{`{ "usage" : {"x":[1,{"usage":2}]} , "a":"usage"}`, `{  "a":"usage"}`},
+		{`{"a":1,"usage":{"prompt_tokens":3},"b":[]}`, `{"a":1,"b":[]}`},
+		{`{"usage":null}`, `{}`},
+		{`{"us\u0061ge":null,"a":1}`, `{"a":1}`},
+	} {
+		got, ok := withoutMember([]byte(tc.in), "usage")
+		if !ok || string(got) != tc.want || !json.Valid(got) {
+			t.Errorf("withoutMember(%s) = %s, %v; want %s", tc.in, got, ok, tc.want)
+		}
+	}
+	for _, in := range []string{`{"a":1}`, `[1]`, `{"a":`, `null`} {
+		if got, ok := withoutMember([]byte(in), "usage"); ok {
+			t.Errorf("withoutMember(%s) = %s, want no member", in, got)
 		}
 	}
 }

@@ -77,8 +77,9 @@ var providerItems = map[string]bool{
 var ErrMalformed = fmt.Errorf("%w (OpenAI Responses format)", chat.ErrMalformed)
 
 // ErrUnsupported is returned for input compactd does not convert (an item
-// type it does not know): valid for the provider, but not compactable.
-var ErrUnsupported = errors.New("responses: input compactd cannot compact")
+// type it does not know): valid for the provider, but not compactable. It
+// wraps chat.ErrUnsupportedFormat.
+var ErrUnsupported = fmt.Errorf("%w (an OpenAI Responses input compactd does not convert)", chat.ErrUnsupportedFormat)
 
 // Item is what the package reads of one input item.
 type Item struct {
@@ -135,6 +136,11 @@ func Items(input json.RawMessage) ([]Item, error) {
 	if err := json.Unmarshal(in, &raws); err != nil {
 		return nil, fmt.Errorf("%w: \"input\" must be a string or an array of items", ErrMalformed)
 	}
+	return readItems(raws)
+}
+
+// readItems reads items given one by one.
+func readItems(raws []json.RawMessage) ([]Item, error) {
 	items := make([]Item, len(raws))
 	for i, raw := range raws {
 		it, err := readItem(raw)
@@ -259,6 +265,19 @@ type Conversation struct {
 // form's structure is checked by whoever compacts it.
 func Convert(instructions, input json.RawMessage) (*Conversation, error) {
 	items, err := Items(input)
+	if err != nil {
+		return nil, err
+	}
+	if err := Validate(items, false); err != nil {
+		return nil, err
+	}
+	return convert(instructions, items)
+}
+
+// ConvertItems is Convert for input items given one by one (each an
+// item's bytes).
+func ConvertItems(instructions json.RawMessage, raws []json.RawMessage) (*Conversation, error) {
+	items, err := readItems(raws)
 	if err != nil {
 		return nil, err
 	}

@@ -58,9 +58,9 @@ func TestConvertShape(t *testing.T) {
 		items []int
 	}
 	wants := []want{
-		{role: abi.RoleSystem},                   // instructions
-		{role: abi.RoleSystem, items: []int{0}},  // compaction
-		{role: abi.RoleUser, items: []int{1}},    // user
+		{role: abi.RoleSystem},                  // instructions
+		{role: abi.RoleSystem, items: []int{0}}, // compaction
+		{role: abi.RoleUser, items: []int{1}},   // user
 		{role: abi.RoleAssistant, calls: []string{"call_a", "call_b"}, items: []int{2, 3, 4}},
 		{role: abi.RoleTool, tool: "call_b", items: []int{5}},
 		{role: abi.RoleTool, tool: "call_a", items: []int{6}},
