@@ -111,8 +111,8 @@ func (s *responsesStream) event(typ string, data []byte) ([]byte, bool) {
 
 func (s *responsesStream) usage() (store.Usage, bool, []string) { return s.u, s.ok, s.refused }
 
-func (responsesAPI) errorBody(status int, code, msg string) []byte {
-	return responses.ErrorBody(status, code, msg)
+func (responsesAPI) errorBody(_ int, code, msg string) []byte {
+	return responses.ErrorBody(code, msg)
 }
 
 func (responsesAPI) streamError(_ int, code, msg string) []byte {

@@ -38,6 +38,7 @@ type testDaemon struct {
 	plugins string
 	config  string
 	opts    DaemonOptions
+	log     *lockedBuffer // the daemon's log, when a test keeps it
 }
 
 // setup prepares a daemon's directory: plugins copied in, and a config

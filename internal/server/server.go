@@ -135,8 +135,8 @@ func (s *Server) versionHint(r *http.Request) string {
 	u.Path, u.RawPath = alt, ""
 	alias := r.Clone(r.Context())
 	alias.URL = &u
-	if _, pattern := s.mux.Handler(alias); pattern == "/" || pattern == "" || pattern == proxyForwardPattern && (s.opts.Proxy == nil || !s.opts.Proxy.Forwards(alias)) {
-		return ""
+	if _, pattern := s.mux.Handler(alias); pattern == "/" || pattern == "" || pattern == proxyForwardPattern {
+		return "" // not one of compactd's endpoints (nor a route of its proxy)
 	}
 	host := "http://" + r.Host
 	if r.Host == "" || r.TLS != nil {

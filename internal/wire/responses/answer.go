@@ -72,9 +72,9 @@ func EventUsage(typ string, data []byte) *Usage {
 }
 
 // ErrorBody renders an error compactd answers itself, in OpenAI's error
-// shape ({"error": {message, type, param, code}}), which the SDKs raise
-// as an APIError.
-func ErrorBody(status int, code, msg string) []byte {
+// shape ({"error": {message, type: "compactd_error", param, code}}),
+// which the SDKs raise as an APIError.
+func ErrorBody(code, msg string) []byte {
 	var body struct {
 		Error struct {
 			Message string  `json:"message"`
@@ -83,11 +83,7 @@ func ErrorBody(status int, code, msg string) []byte {
 			Code    string  `json:"code"`
 		} `json:"error"`
 	}
-	typ := "compactd_error"
-	if status >= 500 {
-		typ = "server_error"
-	}
-	body.Error.Message, body.Error.Type, body.Error.Code = "compactd: "+msg, typ, code
+	body.Error.Message, body.Error.Type, body.Error.Code = "compactd: "+msg, "compactd_error", code
 	b, _ := json.Marshal(body)
 	return b
 }

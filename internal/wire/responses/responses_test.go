@@ -317,7 +317,7 @@ func TestErrors(t *testing.T) {
 	var body struct {
 		Error struct{ Message, Type, Code string }
 	}
-	if err := json.Unmarshal(ErrorBody(404, "proxy_off", "off"), &body); err != nil || body.Error.Code != "proxy_off" || body.Error.Message != "compactd: off" {
+	if err := json.Unmarshal(ErrorBody("proxy_off", "off"), &body); err != nil || body.Error.Code != "proxy_off" || body.Error.Message != "compactd: off" {
 		t.Errorf("error body %+v, %v", body, err)
 	}
 	ev := string(StreamError("upstream_timeout", "silent"))
