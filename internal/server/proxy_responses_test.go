@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -318,7 +318,7 @@ func TestProxyNeverSilent(t *testing.T) {
 	for series, want := range map[string]float64{
 		`compactd_proxy_uncompacted_total{path="/v1/responses",reason="previous_response_id"}`: 2,
 		`compactd_proxy_uncompacted_total{path="/v1/responses",reason="unsupported"}`:          1,
-		`compactd_proxy_uncompacted_total{path="/v1/embeddings",reason="path"}`:               1,
+		`compactd_proxy_uncompacted_total{path="/v1/embeddings",reason="path"}`:                1,
 	} {
 		if got := td.metric(t, series); got != want {
 			t.Errorf("%s = %v, want %v", series, got, want)
