@@ -357,7 +357,7 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, prov provider) {
 	x := &exchange{p: p, prov: prov, cfg: cfg, id: id, path: r.URL.Path}
 
 	limit := cfg.Limits.MaxBodyBytes
-	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	body, err := readBody(r, limit)
 	if err != nil {
 		p.writeError(w, prov, http.StatusBadRequest, "bad_request", "reading the request body: "+err.Error())
 		return
@@ -385,6 +385,25 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, prov provider) {
 		h.Add(HeaderWarning, headerValue(msg))
 	}
 	p.forward(w, r, cfg, prov, prov.target(base, r.URL.Path), out, length, x)
+}
+
+// readBody reads up to limit+1 bytes of r's body: into a buffer of its
+// exact size when the request says it (io.ReadAll grows its buffer by
+// copying), else as it comes. More than limit bytes means the body is
+// over the limit (the caller forwards the rest as it comes).
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	n := r.ContentLength
+	if n < 0 || n > limit {
+		return io.ReadAll(io.LimitReader(r.Body, limit+1))
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(r.Body, buf); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("the body ends before its Content-Length of %d bytes", n)
+		}
+		return nil, err
+	}
+	return buf, nil
 }
 
 // headerValue makes a warning safe for a header: one line, at most 1 KiB.

@@ -3,11 +3,12 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/compactd/compactd/jsonscan"
 )
 
-// request is a proxied request body, read structurally (see scan.go).
+// request is a proxied request body, read structurally (parseRequest).
 type request struct {
 	body   []byte
 	fields []field
@@ -28,56 +29,137 @@ type request struct {
 	clientUsage   bool
 }
 
+// The proxy reads a request body once, with the shared scanner
+// (jsonscan, as /v1/compact does), which validates it completely: the
+// top-level fields it needs and the byte span of each message or item,
+// leaving everything else as the caller's bytes. What it cannot read it
+// forwards unchanged, for the provider to judge.
+
+var errScan = errors.New("not a JSON object the proxy can read")
+
+// field is one top-level member of an object: its key and the byte span
+// [start, end) of its value.
+type field struct {
+	key        string
+	start, end int
+}
+
 // parseRequest reads the fields the proxy needs, for the wire format
-// prov. It fails when the body is not an object with its conversation (a
-// "messages" array; the Responses API's "input", an array or a string);
-// the caller then forwards it unchanged.
+// prov, in one pass. It fails when the body is not a JSON object with its
+// conversation (a "messages" array; the Responses API's "input", an array
+// or a string); the caller then forwards it unchanged.
 func parseRequest(body []byte, prov provider) (*request, error) {
 	list, system := prov.fields()
-	fields, err := objectFields(body)
-	if err != nil {
-		return nil, err
+	s := jsonscan.New(body)
+	if s.Peek() != jsonscan.Object {
+		return nil, fmt.Errorf("%w: the body is not a JSON object", errScan)
 	}
-	r := &request{body: body, fields: fields}
+	s.BeginObject()
+	r := &request{body: body}
 	found := false
-	for i := range fields {
-		f := &fields[i]
-		v := body[f.start:f.end]
-		switch f.key {
+	for first := true; ; first = false {
+		k, esc, more, err := s.NextMember(first)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", errScan, err)
+		}
+		if !more {
+			break
+		}
+		key := string(jsonscan.Key(k, esc))
+		if key == list && s.Peek() == jsonscan.Array {
+			start := s.Pos()
+			if r.messages, err = elements(s); err != nil {
+				return nil, fmt.Errorf("%w: %q: %v", errScan, list, err)
+			}
+			r.fields = append(r.fields, field{key: key, start: start, end: s.Pos()})
+			r.msgs, found = r.fields[len(r.fields)-1], true
+			continue
+		}
+		kind, start, end, err := s.Skip()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", errScan, err)
+		}
+		f := field{key: key, start: start, end: end}
+		r.fields = append(r.fields, f)
+		v := body[start:end]
+		switch key {
+		case list:
+			if list != "input" || kind != jsonscan.String {
+				return nil, fmt.Errorf("%w: %q is %s, not an array", errScan, list, kind)
+			}
+			// A string input is one user message.
+			r.messages, r.msgs, found = []json.RawMessage{v}, f, true
 		case "model":
-			if err := json.Unmarshal(v, &r.model); err != nil {
+			if kind != jsonscan.String {
 				return nil, fmt.Errorf("%w: \"model\" is not a string", errScan)
 			}
+			r.model = jsonscan.Unquote(v)
 		case "stream":
-			r.stream = bytes.Equal(v, []byte("true"))
-		case list:
-			if list == "input" && len(v) > 0 && v[0] == '"' {
-				// A string input is one user message.
-				r.messages = []json.RawMessage{v}
-			} else if r.messages, err = arrayElements(v); err != nil {
-				return nil, fmt.Errorf("%q: %w", list, err)
-			}
-			r.msgs, found = *f, true
+			r.stream = kind == jsonscan.Bool && v[0] == 't'
 		case system:
-			if system != "" && !bytes.Equal(v, []byte("null")) {
+			if system != "" && kind != jsonscan.Null {
 				r.system = v
 			}
 		case "previous_response_id":
-			if err := json.Unmarshal(v, &r.previousResponseID); err != nil {
+			if kind == jsonscan.String {
+				r.previousResponseID = jsonscan.Unquote(v)
+			} else if kind != jsonscan.Null {
 				return nil, fmt.Errorf("%w: \"previous_response_id\" is not a string", errScan)
 			}
 		case "stream_options":
-			r.streamOptions = f
+			r.streamOptions = &f
 			var so struct {
 				IncludeUsage bool `json:"include_usage"`
 			}
 			r.clientUsage = json.Unmarshal(v, &so) == nil && so.IncludeUsage
 		}
 	}
+	if err := s.End(); err != nil {
+		return nil, fmt.Errorf("%w: %v", errScan, err)
+	}
 	if !found {
 		return nil, fmt.Errorf("%w: no %q", errScan, list)
 	}
 	return r, nil
+}
+
+// elements reads the array at s as its elements' spans (views of the
+// scanner's data), leaving s after it.
+func elements(s *jsonscan.Scanner) ([]json.RawMessage, error) {
+	if err := s.BeginArray(); err != nil {
+		return nil, err
+	}
+	data := s.Data()
+	out := make([]json.RawMessage, 0, 16)
+	for first := true; ; first = false {
+		more, err := s.NextElement(first)
+		if err != nil || !more {
+			return out, err
+		}
+		_, start, end, err := s.Skip()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, data[start:end:end])
+	}
+}
+
+// arrayElements returns the elements of the JSON array b as subslices.
+func arrayElements(b []byte) ([]json.RawMessage, error) {
+	s := jsonscan.New(b)
+	out, err := elements(s)
+	if err == nil {
+		err = s.End()
+	}
+	return out, err
+}
+
+// splice returns b with [start, end) replaced by repl, in a new slice.
+func splice(b []byte, start, end int, repl []byte) []byte {
+	out := make([]byte, 0, len(b)-(end-start)+len(repl))
+	out = append(out, b[:start]...)
+	out = append(out, repl...)
+	return append(out, b[end:]...)
 }
 
 // withMessages returns the body with the messages array replaced.
