@@ -272,6 +272,24 @@ func TestProxyResponsesCompacts(t *testing.T) {
 	if st.Compactions != 1 || st.MessagesAfter != len(sent.Input) || st.Provider != proxy.Responses {
 		t.Fatalf("status %+v", st)
 	}
+
+	// Manual compaction of the stored request answers in its format.
+	code, mb, _ := td.raw(t, "POST", "/v1/compact", fmt.Sprintf(`{"conversation_id":%q}`, resp.Header.Get(proxy.HeaderConversation)))
+	var manual struct {
+		Messages []json.RawMessage `json:"messages"`
+		Format   string            `json:"format"`
+		System   string            `json:"system"`
+	}
+	if err := json.Unmarshal(mb, &manual); err != nil || code != 200 || manual.Format != proxy.Responses || manual.System != "You are a coding agent." {
+		t.Fatalf("manual compaction: %d %s", code, mb)
+	}
+	mc, err := responses.ConvertItems(nil, manual.Messages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := responses.Validate(mc.Items, true); err != nil || len(manual.Messages) >= len(items) {
+		t.Fatalf("manual compaction's %d items: %v", len(manual.Messages), err)
+	}
 }
 
 // metric returns a series' value from /metrics (-1 when absent).
