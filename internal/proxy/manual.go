@@ -8,6 +8,7 @@ import (
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/models"
 	"github.com/compactd/compactd/internal/store"
+	"github.com/compactd/compactd/internal/wire/responses"
 )
 
 // Stored is the result of compacting a proxied conversation's stored last
@@ -62,6 +63,14 @@ func (p *Proxy) CompactStored(ctx context.Context, id string, pipeline []string,
 	out := &Stored{Provider: e.provider, Model: e.model, Messages: req.messages, Response: resp}
 	if e.provider != OpenAI {
 		out.System = req.system
+	}
+	if e.provider == Responses && len(req.messages) == 1 && len(req.messages[0]) > 0 && req.messages[0][0] == '"' {
+		// A string input is answered as the one user message item it is.
+		items, err := responses.Items(req.messages[0])
+		if err != nil {
+			return nil, err
+		}
+		out.Messages = []json.RawMessage{items[0].Raw}
 	}
 	failed := false
 	for _, st := range resp.Stats.Stages {

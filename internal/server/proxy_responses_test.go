@@ -469,3 +469,23 @@ func TestProxyResponsesOwnAnswers(t *testing.T) {
 		t.Fatalf("%d %s", resp.StatusCode, got)
 	}
 }
+
+// TestProxyResponsesStringInput: a string input is one user message; its
+// stored request compacts to that message as an item.
+func TestProxyResponsesStringInput(t *testing.T) {
+	td, up := responsesDaemon(t, "")
+	body := []byte(`{"model":"gpt-4o","instructions":"Be brief.","input":"What is 2+2?","store":false}`)
+	resp, got := td.post(t, proxy.RouteResponses, body, map[string]string{proxy.HeaderConversation: "str-1"})
+	if resp.StatusCode != 200 || resp.Header.Get(proxy.HeaderWarning) != "" || !bytes.Equal(up.last(), body) {
+		t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, got)
+	}
+	code, mb, _ := td.raw(t, "POST", "/v1/compact", `{"conversation_id":"str-1"}`)
+	var manual struct {
+		Messages []json.RawMessage `json:"messages"`
+		Format   string            `json:"format"`
+	}
+	if err := json.Unmarshal(mb, &manual); err != nil || code != 200 || manual.Format != proxy.Responses ||
+		len(manual.Messages) != 1 || string(manual.Messages[0]) != `{"role":"user","content":"What is 2+2?"}` {
+		t.Fatalf("%d %s", code, mb)
+	}
+}
