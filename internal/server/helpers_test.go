@@ -39,6 +39,9 @@ type testDaemon struct {
 	config  string
 	opts    DaemonOptions
 	log     *lockedBuffer // the daemon's log, when a test keeps it
+	// childCache, if set, is the compilation cache of the daemons
+	// startChild starts (default: the tests' shared one).
+	childCache string
 }
 
 // setup prepares a daemon's directory: plugins copied in, and a config
