@@ -31,9 +31,11 @@ type CompactRequest struct {
 	// on the marked messages (on their last content block when the
 	// content is an array). Off by default: OpenAI rejects the key.
 	CacheBreakpoints bool `json:"cache_breakpoints,omitempty"`
-	// Format is "openai" (the default: Messages are OpenAI chat messages)
-	// or "anthropic" (Messages are Anthropic Messages API messages, System
-	// its top-level system prompt; the answer comes back in that format).
+	// Format is "openai" (the default: Messages are OpenAI chat messages),
+	// "anthropic" (Messages are Anthropic Messages API messages, System
+	// its top-level system prompt) or "responses" (Messages are an OpenAI
+	// Responses API input's items, System its instructions); the answer
+	// comes back in that format.
 	Format string          `json:"format,omitempty"`
 	System json.RawMessage `json:"system,omitempty"`
 	// Messages are the conversation's messages. The ones a policy keeps
@@ -58,8 +60,9 @@ type CompactResponse struct {
 	Stats            Stats `json:"stats"`
 	// Format and System are set for an Anthropic-format request, and when
 	// a proxied conversation's stored request was compacted (a request
-	// with only ConversationID): Messages are in that format ("openai" or
-	// "anthropic"), and System is Anthropic's top-level system prompt.
+	// with only ConversationID): Messages are in that format ("openai",
+	// "anthropic" or "responses"), and System is Anthropic's top-level
+	// system prompt or the Responses API's instructions.
 	Format string          `json:"format,omitempty"`
 	System json.RawMessage `json:"system,omitempty"`
 }
@@ -259,7 +262,7 @@ type Conversation struct {
 	// Only GET /v1/status?conversation_id=ID (Client.Conversation) fills
 	// it, and only once the conversation was compacted.
 	LastCompaction *CompactionDetail `json:"last_compaction,omitempty"`
-	// Provider is "openai" or "anthropic" for a conversation that came
+	// Provider is "openai", "anthropic" or "responses" for a conversation that came
 	// through the proxy.
 	Provider string `json:"provider,omitempty"`
 	// NeedsCompaction is set when the provider's usage of the last

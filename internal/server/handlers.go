@@ -386,6 +386,11 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) error {
 			faults.add(f.Count, f.Provider, f.Fault)
 		}
 		faults.write(&b)
+		passed := newCounterVec("compactd_proxy_uncompacted_total", "Proxied requests forwarded without compaction because compactd did not understand them, by path and reason (path, unreadable, unsupported, previous_response_id, too_large); each got an X-Compactd-Warning.", "path", "reason")
+		for _, p := range s.opts.Proxy.Passthroughs() {
+			passed.add(p.Count, p.Path, p.Reason)
+		}
+		passed.write(&b)
 	}
 	writeGauge(&b, "compactd_start_time_seconds", "When the daemon started (Unix time).", float64(s.started.UnixNano())/1e9)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
