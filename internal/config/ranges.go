@@ -13,6 +13,13 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
+// Ranges of the plugins' memory budget and compile budget, in MiB.
+const (
+	MinTotalMemoryMB   = 128
+	MaxTotalMemoryMB   = 1 << 22 // 4 TiB
+	MinCompileMemoryMB = 64
+)
+
 // RangeError is a setting outside its documented range
 // (docs/configuration.md, "The config file"). Its message names the key, the value and the range.
 type RangeError struct {
@@ -98,6 +105,8 @@ func (c *Config) checkRanges() error {
 		durationRange("limits.shutdown_timeout", l.ShutdownTimeout, MinServerTimeout, MaxServerTimeout),
 		intRange("limits.conversation_cache_bytes", l.ConversationCacheBytes, MinConvCacheBytes, MaxConvCacheBytes),
 		durationRange("limits.plugin_idle_unload", l.PluginIdleUnload, MinIdleUnload, MaxIdleUnload),
+		intRange("limits.max_total_memory_mb", l.MaxTotalMemoryMB, MinTotalMemoryMB, MaxTotalMemoryMB),
+		intRange("limits.max_compile_memory_mb", l.MaxCompileMemoryMB, MinCompileMemoryMB, MaxTotalMemoryMB),
 		l.Plugin.checkRanges("limits.plugin"),
 		durationRange("state.ttl", c.State.TTL, MinStateTTL, MaxStateTTL),
 		intRange("state.max_conversations", c.State.MaxConversations, 1, MaxConversations),

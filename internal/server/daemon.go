@@ -123,7 +123,8 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if d.engine, err = host.NewEngine(host.Config{CacheDir: cfg.CacheDir, Logger: d.logger.Named("plugin")}); err != nil {
+	if d.engine, err = host.NewEngine(host.Config{CacheDir: cfg.CacheDir, Logger: d.logger.Named("plugin"),
+		MaxTotalMemory: uint64(cfg.Limits.MaxTotalMemoryMB) << 20, MaxCompileMemory: uint64(cfg.Limits.MaxCompileMemoryMB) << 20}); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(cfg.PluginsDir, 0o755); err != nil {

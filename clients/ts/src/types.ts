@@ -208,6 +208,14 @@ export interface Config {
      */
     conversation_cache_bytes?: number;
     /**
+     * the compile budget of one plugin module, in MiB: a module estimated to cost more to compile is refused before it compiles (default: half of max_total_memory_mb, at most 1024)
+     */
+    max_compile_memory_mb?: number;
+    /**
+     * the memory budget of every plugin together, in MiB: each instance holds its memory limit plus a 64 MiB stack reserve, each compile its estimated cost; a request that finds no room within 2s gets its input back with a warning (default: half of the machine's memory or cgroup limit)
+     */
+    max_total_memory_mb?: number;
+    /**
      * 1s to 8760h; a plugin unused this long gives its compiled code and instances back
      */
     plugin_idle_unload?: string;
