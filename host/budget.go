@@ -10,10 +10,12 @@ import (
 )
 
 // StackReserve is what the daemon's memory budget counts for the stack of
-// one call besides the instance's linear memory: wazero grows a Go-side
-// stack for a recursing guest, about 50 MiB at its deepest (measured;
-// RATIONALE.md, "One memory budget").
-const StackReserve = 64 << 20
+// one call besides the instance's linear memory: wazero's compiled engine
+// doubles a recursing guest's stack, outside the linear memory, until it
+// passes its ceiling of 50,000,000 bytes, so the last one is at most
+// about 100 MB (a recursing guest measured ~50 MiB; RATIONALE.md, "One
+// memory budget").
+const StackReserve = 100 << 20
 
 // Structural limits of a module, checked before anything compiles it.
 // They are the implementation limits every web browser enforces (the
@@ -121,7 +123,8 @@ type memoryBudget struct {
 
 	mu      sync.Mutex
 	used    uint64
-	changed chan struct{} // closed (and replaced) when used drops
+	changed chan struct{} // closed (and replaced) when used drops, or an instance goes idle
+	waiters int
 	// reclaim asks the engine to close idle instances to free need
 	// bytes; it is called without mu held.
 	reclaim func(ctx context.Context, need uint64)
@@ -131,7 +134,8 @@ func newMemoryBudget(total uint64) *memoryBudget {
 	return &memoryBudget{total: total, changed: make(chan struct{})}
 }
 
-// tryTake takes n bytes if they fit, and reports whether they did.
+// tryTake takes n bytes if they fit, and reports whether they did; if
+// not, it returns the channel closed at the next change.
 func (b *memoryBudget) tryTake(n uint64) (bool, <-chan struct{}) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -142,7 +146,7 @@ func (b *memoryBudget) tryTake(n uint64) (bool, <-chan struct{}) {
 	return false, b.changed
 }
 
-// take takes n bytes from the budget: at once if they fit; else after
+// take takes n bytes from the budget: at once if they fit; else once
 // idle instances are closed, or others give bytes back, within wait (no
 // bound when wait is 0) and ctx. It fails with ErrMemoryBudget when n
 // can never fit or nothing gave way in time.
@@ -153,16 +157,25 @@ func (b *memoryBudget) take(ctx context.Context, n uint64, wait time.Duration, w
 	if ok, _ := b.tryTake(n); ok {
 		return nil
 	}
-	if b.reclaim != nil {
-		b.reclaim(ctx, n)
-	}
 	var timer <-chan time.Time
 	if wait > 0 {
 		t := time.NewTimer(wait)
 		defer t.Stop()
 		timer = t.C
 	}
+	b.mu.Lock()
+	b.waiters++
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		b.waiters--
+		b.mu.Unlock()
+	}()
 	for {
+		// Instances that went idle since the last look give way too.
+		if b.reclaim != nil {
+			b.reclaim(ctx, n)
+		}
 		ok, changed := b.tryTake(n)
 		if ok {
 			return nil
@@ -174,6 +187,17 @@ func (b *memoryBudget) take(ctx context.Context, n uint64, wait time.Duration, w
 		case <-ctx.Done():
 			return &PluginError{Kind: ErrMemoryBudget, Detail: fmt.Sprintf("%s was waiting for %s of the daemon's memory budget (limits.max_total_memory_mb): %v", what, mib(n), ctx.Err()), Err: ctx.Err()}
 		}
+	}
+}
+
+// wake tells those waiting for room that an instance went idle: closing
+// it would make some.
+func (b *memoryBudget) wake() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.waiters > 0 {
+		close(b.changed)
+		b.changed = make(chan struct{})
 	}
 }
 
@@ -193,6 +217,19 @@ func (b *memoryBudget) free() uint64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.total - b.used
+}
+
+// patientKey marks a context under which admission waits as long as the
+// context lives (Patient).
+type patientKey struct{}
+
+// Patient returns a context under which a new instance waits for room in
+// the memory budget as long as ctx lives, rather than Config.AdmitWait:
+// for loading a plugin and checking it, which no client waits on, and
+// which must not fail because requests held the budget for a while.
+// Engine.Load runs describe under it.
+func Patient(ctx context.Context) context.Context {
+	return context.WithValue(ctx, patientKey{}, true)
 }
 
 // MemoryBudget is the state of the daemon's memory budget.

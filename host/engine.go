@@ -269,6 +269,7 @@ func (e *Engine) Load(ctx context.Context, wasm []byte, opts LoadOptions) (p *Pl
 		return nil, fmt.Errorf("plugin %s: limits: %w", label, err)
 	}
 	limits := e.cfg.Limits.Over(opts.Limits)
+	ctx = Patient(ctx) // describe waits for room in the memory budget
 	sum := sha256.Sum256(wasm)
 	pluginLogger := e.logger.Named(trimExt(label))
 	logs := e.logLimiter(label)

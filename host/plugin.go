@@ -353,8 +353,11 @@ func (p *Plugin) admit(ctx context.Context) (uint64, *PluginError) {
 	if p.engine == nil {
 		return 0, nil
 	}
-	n := p.reserve()
-	if pe := p.engine.budget.take(ctx, n, p.engine.admitWait, "a new instance"); pe != nil {
+	n, wait := p.reserve(), p.engine.admitWait
+	if ctx.Value(patientKey{}) != nil {
+		wait = 0 // as long as ctx lives
+	}
+	if pe := p.engine.budget.take(ctx, n, wait, "a new instance"); pe != nil {
 		p.engine.refused.Add(1)
 		pe.Export = "instantiate"
 		return 0, pe
@@ -491,6 +494,9 @@ func (p *Plugin) release(ctx context.Context, pi *pooled, failure *PluginError) 
 		p.closeInstanceLocked(ctx, pi)
 	} else {
 		p.idle = append(p.idle, pi)
+		if p.engine != nil {
+			defer p.engine.budget.wake() // a waiter may close it
+		}
 	}
 	p.mu.Unlock()
 	<-p.slots

@@ -134,7 +134,7 @@ type Limits struct {
 	PluginIdleUnload Duration `yaml:"plugin_idle_unload,omitempty" json:"plugin_idle_unload"`
 	// MaxTotalMemoryMB is the memory budget of every plugin together, in
 	// MiB: each instance holds its memory limit plus a stack reserve of
-	// 64 MiB of it, each compile its estimated cost. A request that finds
+	// 100 MiB of it, each compile its estimated cost. A request that finds
 	// no room within 2s gets its input back with a warning (default: half
 	// of the machine's memory or of the daemon's cgroup limit).
 	MaxTotalMemoryMB int `yaml:"max_total_memory_mb,omitempty" json:"max_total_memory_mb"`

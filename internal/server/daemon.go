@@ -154,7 +154,7 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 
 	copts := compactor.Options{Policies: d.reg, Tokens: counter, Config: d.cfg, State: d.store, Logger: d.logger.Named("compactor")}
 	sopts := Options{Registry: d.reg, Store: d.store, Config: d.cfg, Version: opts.Version, Logger: d.logger.Named("api"),
-		Memory: chat.NewMemory(chat.MemoryOptions{MaxBytes: cfg.Limits.ConversationCacheBytes})}
+		Memory: chat.NewMemory(chat.MemoryOptions{MaxBytes: cfg.Limits.ConversationCacheBytes}), MemoryBudget: d.engine.MemoryBudget}
 	if opts.LLM != nil {
 		if copts.NewLLM, err = opts.LLM(cfg, d.store); err != nil {
 			return nil, fmt.Errorf("llm provider: %w", err)

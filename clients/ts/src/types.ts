@@ -212,7 +212,7 @@ export interface Config {
      */
     max_compile_memory_mb?: number;
     /**
-     * the memory budget of every plugin together, in MiB: each instance holds its memory limit plus a 64 MiB stack reserve, each compile its estimated cost; a request that finds no room within 2s gets its input back with a warning (default: half of the machine's memory or cgroup limit)
+     * the memory budget of every plugin together, in MiB: each instance holds its memory limit plus a 100 MiB stack reserve, each compile its estimated cost; a request that finds no room within 2s gets its input back with a warning (default: half of the machine's memory or cgroup limit)
      */
     max_total_memory_mb?: number;
     /**
