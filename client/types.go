@@ -268,6 +268,9 @@ type Conversation struct {
 	NeedsCompaction bool `json:"needs_compaction"`
 	// LastUsage is the provider's usage of the last proxied response.
 	LastUsage *Usage `json:"last_usage,omitempty"`
+	// Replica names the daemon that served the last request, when the
+	// daemons of a fleet share a store (state.url).
+	Replica string `json:"replica,omitempty"`
 }
 
 // CompactionDetail is what one compaction did, message by message, for
@@ -370,6 +373,24 @@ type Health struct {
 	Loading int `json:"loading,omitempty"`
 	// Problems say what makes the daemon degraded, and how to clear it.
 	Problems []string `json:"problems,omitempty"`
+	// Store is the shared state store's reachability (only with
+	// state.url); "degraded" while it cannot be reached (requests are
+	// still served).
+	Store *StoreHealth `json:"store,omitempty"`
+}
+
+// StoreHealth is the state store's part of Health.
+type StoreHealth struct {
+	// Backend is "bbolt" (the embedded state.db) or "redis" (state.url).
+	Backend  string `json:"backend"`
+	Degraded bool   `json:"degraded"`
+	// Error is the last failure while degraded; Since when it began.
+	Error string    `json:"error,omitempty"`
+	Since time.Time `json:"since,omitzero"`
+	// DroppedWrites and FailedReads count what was given up because the
+	// store was unreachable, since the daemon started.
+	DroppedWrites uint64 `json:"dropped_writes"`
+	FailedReads   uint64 `json:"failed_reads"`
 }
 
 // ErrorBody is the shape of every error response.

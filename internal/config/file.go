@@ -206,7 +206,20 @@ type State struct {
 	// MaxStateBytes caps the plugin state kept over all conversations
 	// (default 256 MiB); the oldest writes go first.
 	MaxStateBytes int64 `yaml:"max_state_bytes,omitempty" json:"max_state_bytes"`
+	// URL puts the store on a Redis or Valkey server that the replicas of
+	// a fleet share, instead of the embedded state.db: redis://host:port/db,
+	// rediss://host:port/db (TLS), unix:///path/redis.sock?db=N, or several
+	// comma-separated redis:// addresses for a Redis Cluster. A password
+	// may be in the URL (redis://user:pass@host) or in PasswordFile. The
+	// COMPACTD_STATE_URL environment variable overrides it. Empty: bbolt.
+	URL string `yaml:"url,omitempty" json:"url,omitempty"`
+	// PasswordFile holds the Redis password (its first line), so the
+	// config need not.
+	PasswordFile string `yaml:"password_file,omitempty" json:"password_file,omitempty"`
 }
+
+// EnvStateURL overrides state.url.
+const EnvStateURL = "COMPACTD_STATE_URL"
 
 // TCP configures the optional loopback listener. It is off unless Listen
 // is set, and it always requires a bearer token.

@@ -106,7 +106,7 @@ var ErrNotStored = errors.New("no stored request for this conversation")
 type Options struct {
 	Config    *config.Manager
 	Compactor *compactor.Compactor
-	Store     *store.Store
+	Store     store.Backend
 	// Tokens counts the pre-flight tokens (a new Counter if nil; the
 	// daemon shares the compactor's, so counts are cached once).
 	Tokens *tokens.Counter
@@ -282,6 +282,10 @@ func (x *exchange) warn(format string, args ...any) {
 }
 
 func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, prov provider) {
+	if p.opts.Store.Health().Degraded {
+		// The request is still served (compacted from itself alone).
+		w.Header().Add(HeaderWarning, "state store unavailable: compacted from the request alone; the deferred trigger and status are not saved")
+	}
 	cfg := p.opts.Config.Current()
 	base := prov.upstream(&cfg.Proxy)
 	if base == "" {

@@ -53,6 +53,7 @@ type compactTail struct {
 
 // handleCompact serves POST /v1/compact.
 func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
+	s.warnIfStoreDown(w)
 	cfg := s.opts.Config.Current()
 	ctx, cancel := context.WithTimeout(r.Context(), cfg.Limits.RequestTimeout.D())
 	defer cancel()

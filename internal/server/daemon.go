@@ -48,12 +48,16 @@ type DaemonOptions struct {
 	// once per request to get that request's Completer
 	// (compactor.Options.NewLLM). Tests use it. Nil: the `llm:` block
 	// decides; without one, plugins get no_provider answers.
-	LLM func(cfg *config.Config, st *store.Store) (func() host.Completer, error)
+	LLM func(cfg *config.Config, st store.Backend) (func() host.Completer, error)
 	// Debounce and StoreFlush tune the registry's debounce and the
 	// store's write-behind interval (0: their defaults). Tests shorten
 	// them.
 	Debounce   time.Duration
 	StoreFlush time.Duration
+	// Replica names this daemon in a shared store's status (else the
+	// COMPACTD_REPLICA environment variable, else the host name and
+	// process id).
+	Replica string
 }
 
 // Daemon is a running compactd: the API on its socket, over the registry
@@ -64,7 +68,7 @@ type Daemon struct {
 	cfg    *config.Manager
 	engine *host.Engine
 	reg    *registry.Registry
-	store  *store.Store
+	store  store.Backend
 	server *Server
 	proxy  *proxy.Proxy
 
@@ -120,11 +124,7 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 	if d.unix, err = listenUnix(cfg.Socket); err != nil {
 		return nil, err
 	}
-	d.store, err = store.Open(store.Options{
-		Dir: cfg.StateDir, TTL: cfg.State.TTL.D(), MaxConversations: cfg.State.MaxConversations,
-		MaxStateBytes: cfg.State.MaxStateBytes, FlushInterval: opts.StoreFlush, Logger: d.logger.Named("store"),
-	})
-	if err != nil {
+	if d.store, err = openStore(ctx, cfg, opts, d.logger.Named("store")); err != nil {
 		return nil, err
 	}
 	if d.engine, err = host.NewEngine(host.Config{CacheDir: cfg.CacheDir, Logger: d.logger.Named("plugin"),
@@ -222,7 +222,7 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 		d.logger.Info("proxy forwarding", "openai", cfg.Proxy.OpenAI.Upstream, "anthropic", cfg.Proxy.Anthropic.Upstream)
 	}
 	d.logger.Info("compactd serving", "socket", cfg.Socket, "tcp", cfg.TCP.Listen, "policies", c.Serving,
-		"failed_loads", c.LoadFailures, "files_not_serving", refused, "plugins", cfg.PluginsDir, "state", d.store.Path(), "config", d.cfg.Path())
+		"failed_loads", c.LoadFailures, "files_not_serving", refused, "plugins", cfg.PluginsDir, "state", d.store.Describe(), "config", d.cfg.Path())
 	return d, nil
 }
 

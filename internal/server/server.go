@@ -52,7 +52,7 @@ import (
 type Options struct {
 	Compactor *compactor.Compactor
 	Registry  *registry.Registry
-	Store     *store.Store
+	Store     store.Backend
 	Config    *config.Manager
 	// Version is compactd's version, for GET /v1/status.
 	Version string
