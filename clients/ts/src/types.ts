@@ -395,6 +395,10 @@ export interface Conversation {
    * the provider of a conversation that came through the proxy
    */
   provider?: "openai" | "anthropic";
+  /**
+   * the daemon that served the last request, when the replicas of a fleet share a store (state.url)
+   */
+  replica?: string;
 }
 
 /**
@@ -476,7 +480,7 @@ export interface Health {
    */
   policies: number;
   /**
-   * "starting" while the plugin files are tried for the first time (policies serve as they load); "degraded" while no policy is loaded, or a policy of the default pipeline cannot load (see problems): the daemon is up (still 200)
+   * "starting" while the plugin files are tried for the first time (policies serve as they load); "degraded" while no policy is loaded, or a policy of the default pipeline cannot load, or the shared state store (state.url) cannot be reached (see problems and store): the daemon is up (still 200)
    */
   status: "ok" | "starting" | "degraded";
   /**
@@ -487,6 +491,29 @@ export interface Health {
    * what makes the daemon degraded, and how to clear it (e.g. `compactd plugins retry ledger`)
    */
   problems?: string[];
+  /**
+   * the shared state store's reachability (present only with state.url); a shared store that cannot be reached makes the status "degraded" (requests are still served, from themselves alone)
+   */
+  store?: {
+    backend: "bbolt" | "redis";
+    degraded: boolean;
+    /**
+     * writes given up because the store was unreachable
+     */
+    dropped_writes: number;
+    /**
+     * reads given up because the store was unreachable
+     */
+    failed_reads: number;
+    /**
+     * the last failure while degraded
+     */
+    error?: string;
+    /**
+     * when the store became unreachable
+     */
+    since?: string;
+  };
 }
 
 /**
