@@ -132,6 +132,17 @@ type Limits struct {
 	// once it has had no call for this long; its next call compiles it
 	// from the compilation cache (default 5m).
 	PluginIdleUnload Duration `yaml:"plugin_idle_unload,omitempty" json:"plugin_idle_unload"`
+	// MaxTotalMemoryMB is the memory budget of every plugin together, in
+	// MiB: each instance holds its memory limit plus a stack reserve of
+	// 100 MiB of it, each compile its estimated cost. A request that finds
+	// no room within 2s gets its input back with a warning (default: half
+	// of the machine's memory or of the daemon's cgroup limit).
+	MaxTotalMemoryMB int `yaml:"max_total_memory_mb,omitempty" json:"max_total_memory_mb"`
+	// MaxCompileMemoryMB is the compile budget of one plugin module, in
+	// MiB: a module whose compile is estimated to cost more is refused
+	// before it compiles (default: half of max_total_memory_mb, at most
+	// 1024).
+	MaxCompileMemoryMB int `yaml:"max_compile_memory_mb,omitempty" json:"max_compile_memory_mb"`
 	// Plugin holds every plugin's limits (the host's defaults otherwise).
 	Plugin PluginLimits `yaml:"plugin,omitempty" json:"plugin"`
 	// Plugins override Plugin field by field, by policy name.
@@ -259,6 +270,12 @@ func (c *Config) WithDefaults(base Config) *Config {
 	}
 	if l.MaxMessages == 0 {
 		l.MaxMessages = DefaultMaxMessages
+	}
+	if l.MaxTotalMemoryMB == 0 {
+		l.MaxTotalMemoryMB = max(int(host.DefaultMaxTotalMemory()>>20), MinTotalMemoryMB)
+	}
+	if l.MaxCompileMemoryMB == 0 {
+		l.MaxCompileMemoryMB = max(min(l.MaxTotalMemoryMB/2, host.DefaultMaxCompileMemory>>20), MinCompileMemoryMB)
 	}
 	setD := func(dst *Duration, v time.Duration) {
 		if *dst == 0 {

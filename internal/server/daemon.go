@@ -127,7 +127,8 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 	if d.store, err = openStore(ctx, cfg, opts, d.logger.Named("store")); err != nil {
 		return nil, err
 	}
-	if d.engine, err = host.NewEngine(host.Config{CacheDir: cfg.CacheDir, Logger: d.logger.Named("plugin")}); err != nil {
+	if d.engine, err = host.NewEngine(host.Config{CacheDir: cfg.CacheDir, Logger: d.logger.Named("plugin"),
+		MaxTotalMemory: uint64(cfg.Limits.MaxTotalMemoryMB) << 20, MaxCompileMemory: uint64(cfg.Limits.MaxCompileMemoryMB) << 20}); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(cfg.PluginsDir, 0o755); err != nil {
@@ -150,7 +151,7 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 
 	copts := compactor.Options{Policies: d.reg, Tokens: counter, Config: d.cfg, State: d.store, Logger: d.logger.Named("compactor")}
 	sopts := Options{Registry: d.reg, Store: d.store, Config: d.cfg, Version: opts.Version, Logger: d.logger.Named("api"),
-		Memory: chat.NewMemory(chat.MemoryOptions{MaxBytes: cfg.Limits.ConversationCacheBytes})}
+		Memory: chat.NewMemory(chat.MemoryOptions{MaxBytes: cfg.Limits.ConversationCacheBytes}), MemoryBudget: d.engine.MemoryBudget}
 	if opts.LLM != nil {
 		if copts.NewLLM, err = opts.LLM(cfg, d.store); err != nil {
 			return nil, fmt.Errorf("llm provider: %w", err)

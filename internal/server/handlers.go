@@ -377,6 +377,13 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) error {
 	writeCounter(&b, "compactd_conversation_cache_parsed_messages_total", "Messages parsed from request bodies.", ms.Parsed)
 	writeGauge(&b, "compactd_conversation_cache_entries", "Conversations remembered (limits.conversation_cache_bytes bounds them).", float64(ms.Entries))
 	writeGauge(&b, "compactd_conversation_cache_bytes", "Bytes the remembered conversations hold.", float64(ms.Bytes))
+	if s.opts.MemoryBudget != nil {
+		mb := s.opts.MemoryBudget()
+		writeGauge(&b, "compactd_plugin_memory_budget_bytes", "The plugins' memory budget (limits.max_total_memory_mb).", float64(mb.Total))
+		writeGauge(&b, "compactd_plugin_memory_reserved_bytes", "Bytes of the memory budget held by plugin instances (memory limit plus stack reserve each) and running compiles.", float64(mb.Used))
+		writeCounter(&b, "compactd_plugin_memory_refused_total", "New plugin instances and compiles that found no room in the memory budget in time (the request got its input back with a warning).", mb.Refused)
+		writeGauge(&b, "compactd_plugin_compile_budget_bytes", "The compile budget of one plugin module (limits.max_compile_memory_mb).", float64(mb.Compile))
+	}
 	if s.opts.LLMStats != nil {
 		writeLLMMetrics(&b, s.opts.LLMStats())
 	}

@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/compactd/compactd/chat"
+	"github.com/compactd/compactd/host"
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/llm"
@@ -57,6 +58,9 @@ type Options struct {
 	Version string
 	// LLMStats, if set, reports the LLM provider's counters on /metrics.
 	LLMStats func() llm.Stats
+	// MemoryBudget, if set, reports the plugins' memory budget
+	// (limits.max_total_memory_mb) on /metrics.
+	MemoryBudget func() host.MemoryBudget
 	// Proxy, if set, serves the provider-compatible routes
 	// (/v1/chat/completions, /v1/messages, and other /v1/ paths it
 	// forwards) and manual compaction of proxied conversations.

@@ -210,6 +210,14 @@ export interface Config {
      */
     conversation_cache_bytes?: number;
     /**
+     * the compile budget of one plugin module, in MiB: a module estimated to cost more to compile is refused before it compiles (default: half of max_total_memory_mb, at most 1024)
+     */
+    max_compile_memory_mb?: number;
+    /**
+     * the memory budget of every plugin together, in MiB: each instance holds its memory limit plus a 100 MiB stack reserve, each compile its estimated cost; a request that finds no room within 2s gets its input back with a warning (default: half of the machine's memory or cgroup limit)
+     */
+    max_total_memory_mb?: number;
+    /**
      * 1s to 8760h; a plugin unused this long gives its compiled code and instances back
      */
     plugin_idle_unload?: string;
@@ -389,6 +397,10 @@ export interface Conversation {
    * the wire format of a conversation that came through the proxy (`responses`: the OpenAI Responses API)
    */
   provider?: "openai" | "anthropic" | "responses";
+  /**
+   * the daemon that served the last request, when the replicas of a fleet share a store (state.url)
+   */
+  replica?: string;
 }
 
 /**
@@ -470,7 +482,7 @@ export interface Health {
    */
   policies: number;
   /**
-   * "starting" while the plugin files are tried for the first time (policies serve as they load); "degraded" while no policy is loaded, or a policy of the default pipeline cannot load (see problems): the daemon is up (still 200)
+   * "starting" while the plugin files are tried for the first time (policies serve as they load); "degraded" while no policy is loaded, or a policy of the default pipeline cannot load, or the shared state store (state.url) cannot be reached (see problems and store): the daemon is up (still 200)
    */
   status: "ok" | "starting" | "degraded";
   /**
@@ -481,6 +493,29 @@ export interface Health {
    * what makes the daemon degraded, and how to clear it (e.g. `compactd plugins retry ledger`)
    */
   problems?: string[];
+  /**
+   * the shared state store's reachability (present only with state.url); a shared store that cannot be reached makes the status "degraded" (requests are still served, from themselves alone)
+   */
+  store?: {
+    backend: "bbolt" | "redis";
+    degraded: boolean;
+    /**
+     * writes given up because the store was unreachable
+     */
+    dropped_writes: number;
+    /**
+     * reads given up because the store was unreachable
+     */
+    failed_reads: number;
+    /**
+     * the last failure while degraded
+     */
+    error?: string;
+    /**
+     * when the store became unreachable
+     */
+    since?: string;
+  };
 }
 
 /**
