@@ -323,9 +323,9 @@ func TestProxyNeverSilent(t *testing.T) {
 		}
 	}
 	// An item type compactd does not convert.
-	body = []byte(`{"model":"gpt-4o","input":[{"role":"user","content":"hi"},{"type":"item_reference","id":"msg_1"}]}`)
+	body = []byte(`{"model":"gpt-4o","input":[{"role":"user","content":"hi"},{"type":"computer_call","id":"cu_1"}]}`)
 	resp, got := td.post(t, proxy.RouteResponses, body, nil)
-	if resp.StatusCode != 200 || !strings.Contains(resp.Header.Get(proxy.HeaderWarning), `"item_reference"`) {
+	if resp.StatusCode != 200 || !strings.Contains(resp.Header.Get(proxy.HeaderWarning), `"computer_call"`) {
 		t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, got)
 	}
 	// A path compactd does not compact.
@@ -407,9 +407,9 @@ func TestCompactResponsesFormat(t *testing.T) {
 		t.Fatalf("messages %s", out.Messages)
 	}
 	// An item type compactd does not convert is refused, clearly.
-	b, _ = json.Marshal(map[string]any{"format": "responses", "policy": "sliding", "messages": []json.RawMessage{json.RawMessage(`{"type":"item_reference","id":"x"}`)}})
+	b, _ = json.Marshal(map[string]any{"format": "responses", "policy": "sliding", "messages": []json.RawMessage{json.RawMessage(`{"type":"computer_call","id":"x"}`)}})
 	code, body, _ = td.raw(t, "POST", "/v1/compact", string(b))
-	if c, msg := errorCode(t, body); code != 400 || c != CodeUnsupportedFormat || !strings.Contains(msg, "item_reference") {
+	if c, msg := errorCode(t, body); code != 400 || c != CodeUnsupportedFormat || !strings.Contains(msg, "computer_call") {
 		t.Fatalf("%d %s", code, body)
 	}
 }

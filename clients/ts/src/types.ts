@@ -845,8 +845,9 @@ export interface RefusalPart {
  * and `custom_tool_call_output`, `reasoning` (kept with the call it
  * precedes, `encrypted_content` included), `compaction` (a
  * provider's summary, always kept) or a provider tool's item
- * (`web_search_call`, …). Other item types (`item_reference`, …)
- * are refused with `unsupported_format`. Kept items come back byte
+ * (`web_search_call`, …), or an `item_reference` (opaque, kept
+ * with the outputs of the calls it holds). Other item types
+ * (`computer_call`, …) are refused with `unsupported_format`. Kept items come back byte
  * for byte.
  */
 export interface ResponsesItem {

@@ -39,27 +39,19 @@ type clientCase struct {
 	script string   // in testdata
 	env    []string // extra environment for the script
 	api    string   // the provider API it speaks (provider.API*)
-	// pending names the part of issue 22 this case waits for, while the
-	// marker of that work (wire) is missing from the tree.
-	pending string
 }
-
-// wire is the package i22-wire's wire-format layer adds, with the proxy's
-// Responses support and the usage:null fix: until it is in the tree, the
-// cases that need it skip, saying why.
-const wire = "../../wire/responses"
 
 var cases = []clientCase{
 	{name: "openai/chat", script: "openai-chat.mjs", api: provider.APIChat},
-	{name: "openai/responses", script: "openai-responses.mjs", api: provider.APIResponses, pending: "the proxy's /v1/responses (issue 22 item 2)"},
+	{name: "openai/responses", script: "openai-responses.mjs", api: provider.APIResponses},
 	{name: "anthropic", script: "anthropic.mjs", api: provider.APIMessages},
-	{name: "ai-sdk/openai-responses", script: "ai.mjs", env: []string{"MODEL=responses"}, api: provider.APIResponses, pending: "the proxy's /v1/responses (issue 22 item 2)"},
+	{name: "ai-sdk/openai-responses", script: "ai.mjs", env: []string{"MODEL=responses"}, api: provider.APIResponses},
 	{name: "ai-sdk/openai-chat", script: "ai.mjs", env: []string{"MODEL=chat"}, api: provider.APIChat},
 	{name: "ai-sdk/anthropic", script: "ai.mjs", env: []string{"MODEL=anthropic"}, api: provider.APIMessages},
 	{name: "langchain/openai-chat", script: "langchain.mjs", env: []string{"MODEL=chat"}, api: provider.APIChat},
-	{name: "langchain/openai-responses", script: "langchain.mjs", env: []string{"MODEL=responses"}, api: provider.APIResponses, pending: "the proxy's /v1/responses (issue 22 item 2)"},
+	{name: "langchain/openai-responses", script: "langchain.mjs", env: []string{"MODEL=responses"}, api: provider.APIResponses},
 	{name: "langchain/anthropic", script: "langchain.mjs", env: []string{"MODEL=anthropic"}, api: provider.APIMessages},
-	{name: "mistral/stream", script: "mistral.mjs", api: provider.APIChat, pending: "the proxy stripping usage from every chunk when it added include_usage (issue 22 item 4)"},
+	{name: "mistral/stream", script: "mistral.mjs", api: provider.APIChat},
 }
 
 // summary is the script's last line.
@@ -101,12 +93,9 @@ var report struct {
 // error, the provider refused nothing, every request reached compactd's
 // record of the conversation, and compactd compacted it.
 // CLIENTTEST_REPORT=FILE writes the table of the run; CLIENTTEST_RUN=a,b
-// runs only the named cases; CLIENTTEST_FORCE_PROXY=1 runs the cases that
-// wait for i22-wire through the proxy all the same.
+// runs only the named cases.
 func TestClients(t *testing.T) {
 	dir, node := scripts(t)
-	_, err := os.Stat(wire)
-	wireMissing := err != nil && os.Getenv("CLIENTTEST_FORCE_PROXY") != "1"
 	only := map[string]bool{}
 	for _, n := range strings.Split(os.Getenv("CLIENTTEST_RUN"), ",") {
 		if n != "" {
@@ -117,13 +106,6 @@ func TestClients(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if len(only) > 0 && !only[tc.name] {
 				t.Skip("not in CLIENTTEST_RUN")
-			}
-			if tc.pending != "" && wireMissing {
-				// The client and the provider still meet: the session
-				// runs straight against the provider, then the proxy's
-				// part is skipped.
-				runClient(t, dir, node, tc, true)
-				t.Skipf("the session ran against the provider directly; through the proxy it waits for %s: %s is not in the tree yet", tc.pending, wire)
 			}
 			runClient(t, dir, node, tc, false)
 		})

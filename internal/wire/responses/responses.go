@@ -20,13 +20,20 @@
 //     call they led to; trailing ones make an assistant message of their
 //     own;
 //   - a compaction item (a provider's summary of earlier turns) becomes a
-//     system message and is always written back as it was.
+//     system message and is always written back as it was;
+//   - an item_reference (an earlier output the provider stored, named by
+//     its id; the Vercel AI SDK sends these by default) is opaque: it
+//     joins the assistant turn it precedes, as reasoning does. Outputs
+//     that follow references and answer no call in view answer a call
+//     the references hold: the references become an assistant message
+//     whose tool calls carry those outputs' call_ids, so a policy keeps
+//     or drops the references with their outputs.
 //
 // Back is byte-stable: every item of a kept chat message is written back
 // as the caller's bytes; chat messages a policy wrote become new items
 // (messages, function_call and function_call_output items).
 //
-// Item types the package does not know (item_reference, computer_call, …)
+// Item types the package does not know (computer_call, …)
 // are refused with ErrUnsupported: the caller forwards such a request
 // uncompacted and says so, rather than guess at their pairing.
 package responses
@@ -57,7 +64,12 @@ const (
 	TypeCustomToolCallOutput = "custom_tool_call_output"
 	TypeReasoning            = "reasoning"
 	TypeCompaction           = "compaction"
+	TypeItemReference        = "item_reference"
 )
+
+// referenceToolName is the name a tool call held by item references gets
+// in the chat form: the call itself is stored on the provider's side.
+const referenceToolName = "item_reference"
 
 // providerItems are items the provider ran itself (its built-in tools):
 // they hold their own result, have no output item, and go with the
@@ -185,7 +197,7 @@ func readItem(raw json.RawMessage) (Item, error) {
 		if it.CallID == "" {
 			return Item{}, fmt.Errorf("%w: a %s needs a call_id", ErrMalformed, it.Type)
 		}
-	case TypeReasoning, TypeCompaction:
+	case TypeReasoning, TypeCompaction, TypeItemReference:
 	case "":
 		return Item{}, fmt.Errorf("%w: an item needs a \"type\" (or a message's \"role\")", ErrMalformed)
 	default:
@@ -213,8 +225,11 @@ func outputOf(call string) string {
 func Validate(items []Item, requireOutputs bool) error {
 	calls := map[string]string{} // call_id → call type
 	answered := map[string]bool{}
+	referenced := false // an item_reference came earlier: it may hold calls
 	for i, it := range items {
 		switch {
+		case it.Type == TypeItemReference:
+			referenced = true
 		case isCall(it.Type):
 			if _, dup := calls[it.CallID]; dup {
 				return fmt.Errorf("%w: input item %d: call_id %q is used by an earlier call", ErrMalformed, i, it.CallID)
@@ -222,6 +237,11 @@ func Validate(items []Item, requireOutputs bool) error {
 			calls[it.CallID] = it.Type
 		case it.Type == TypeFunctionCallOutput || it.Type == TypeCustomToolCallOutput:
 			typ, ok := calls[it.CallID]
+			if !ok && referenced && !answered[it.CallID] {
+				// A call held by an item_reference: the provider checks it.
+				answered[it.CallID] = true
+				continue
+			}
 			if !ok {
 				return fmt.Errorf("%w: input item %d: no earlier call has the call_id %q of this %s", ErrMalformed, i, it.CallID, it.Type)
 			}
@@ -313,9 +333,25 @@ func convert(instructions json.RawMessage, items []Item) (*Conversation, error) 
 	for i := 0; i < len(items); {
 		it := &items[i]
 		switch {
-		case it.Type == TypeReasoning || providerItems[it.Type]:
+		case it.Type == TypeReasoning || providerItems[it.Type] || it.Type == TypeItemReference:
 			pending = append(pending, i)
 			i++
+			continue
+		case (it.Type == TypeFunctionCallOutput || it.Type == TypeCustomToolCallOutput) && c.calls[it.CallID] == "" && hasReference(items, pending):
+			// Outputs of calls the pending references hold.
+			m := abi.Message{Role: abi.RoleAssistant}
+			for j := i; j < len(items) && (items[j].Type == TypeFunctionCallOutput || items[j].Type == TypeCustomToolCallOutput) && c.calls[items[j].CallID] == ""; j++ {
+				typ, call := "function", TypeFunctionCall
+				if items[j].Type == TypeCustomToolCallOutput {
+					typ, call = "custom", TypeCustomToolCall
+				}
+				c.calls[items[j].CallID] = call
+				m.ToolCalls = append(m.ToolCalls, abi.ToolCall{ID: items[j].CallID, Type: typ, Function: abi.FunctionCall{Name: referenceToolName, Arguments: "{}"}})
+			}
+			if err := add(m, pending); err != nil {
+				return nil, err
+			}
+			pending = nil
 			continue
 		case isCall(it.Type):
 			m := abi.Message{Role: abi.RoleAssistant}
@@ -408,6 +444,17 @@ func convert(instructions json.RawMessage, items []Item) (*Conversation, error) 
 	}
 	c.Chat = &chat.Conversation{Raw: raws, Messages: msgs}
 	return c, nil
+}
+
+// hasReference reports whether any of the pending items is an
+// item_reference.
+func hasReference(items []Item, pending []int) bool {
+	for _, i := range pending {
+		if items[i].Type == TypeItemReference {
+			return true
+		}
+	}
+	return false
 }
 
 // addPending makes an assistant message of reasoning and provider items

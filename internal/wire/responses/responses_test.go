@@ -256,7 +256,8 @@ func TestConvertRefuses(t *testing.T) {
 		text        string
 	}{
 		{"not an array", `{"role":"user"}`, ErrMalformed, "string or an array"},
-		{"unknown item", `[{"type":"item_reference","id":"msg_1"}]`, ErrUnsupported, `"item_reference"`},
+		{"unknown item", `[{"type":"computer_call","id":"cu_1"}]`, ErrUnsupported, `"computer_call"`},
+		{"orphan output after a reference's output", `[{"type":"item_reference","id":"fc_1"},{"type":"function_call_output","call_id":"c1","output":"x"},{"type":"function_call_output","call_id":"c1","output":"y"}]`, ErrMalformed, `"c1"`},
 		{"no type", `[{"content":"x"}]`, ErrMalformed, `needs a "type"`},
 		{"bad role", `[{"role":"tool","content":"x"}]`, ErrMalformed, `role is "tool"`},
 		{"call without id", `[{"type":"function_call","name":"f","arguments":"{}"}]`, ErrMalformed, "call_id"},
@@ -343,4 +344,57 @@ func FuzzConvert(f *testing.F) {
 			t.Fatalf("%d items back of %d", len(got), len(c.Items))
 		}
 	})
+}
+
+// TestItemReferences: the Vercel AI SDK's default Responses model names
+// earlier outputs by id. The references join the turn they belong to, and
+// outputs of calls the references hold pair with them, so a policy keeps
+// or drops the references with their outputs, and back is byte-stable.
+func TestItemReferences(t *testing.T) {
+	t.Parallel()
+	input := `[{"role":"user","content":"fix main.go"},` +
+		`{"type":"item_reference","id":"rs_1"},{"type":"item_reference","id":"fc_1"},{"type":"item_reference","id":"fc_2"},` +
+		`{"type":"function_call_output","call_id":"call_1","output":"package main"},` +
+		`{"type":"function_call_output","call_id":"call_2","output":"ok"},` +
+		`{"type":"item_reference","id":"msg_1"},` +
+		`{"role":"user","content":"now the tests"}]`
+	c, err := Convert(nil, json.RawMessage(input))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := c.Chat.Messages
+	if len(m) != 6 || m[1].Role != abi.RoleAssistant || len(m[1].ToolCalls) != 2 || m[1].ToolCalls[0].ID != "call_1" || m[1].ToolCalls[1].ID != "call_2" ||
+		m[2].ToolCallID != "call_1" || m[3].ToolCallID != "call_2" || m[4].Role != abi.RoleAssistant || !equal(c.places[1], []int{1, 2, 3}) || !equal(c.places[4], []int{6}) {
+		t.Fatalf("chat form: %s", c.Chat.MessagesJSON())
+	}
+	got, err := c.Back(c.Chat, identity(c.Chat.Len()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := rawItems(t, input)
+	if len(got) != len(want) {
+		t.Fatalf("%d items back, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if string(got[i]) != string(want[i]) {
+			t.Errorf("item %d: %s, want %s", i, got[i], want[i])
+		}
+	}
+	// A policy that drops the tool turn drops the references with it.
+	out, origin := result(t, c, 0, 4, 5)
+	got, err = c.Back(out, origin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back []Item
+	for _, raw := range got {
+		it, err := readItem(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back = append(back, it)
+	}
+	if err := Validate(back, false); err != nil || len(back) != 3 || string(got[1]) != `{"type":"item_reference","id":"msg_1"}` {
+		t.Fatalf("after dropping the tool turn (%v): %s", err, got)
+	}
 }
