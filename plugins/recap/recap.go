@@ -26,7 +26,7 @@ type config struct {
 }
 
 var defaults = config{
-	Enabled:                       true,
+	Enabled: true,
 	// A batch rewrites everything after the compacted part (the
 	// preserved tail included) and pays back only over the turns after
 	// it: a short preserved tail and batches of 8 cost less than sending
