@@ -89,7 +89,7 @@ func BenchmarkReload(b *testing.B) {
 		name, rel, version string
 	}{
 		{"lastn-C", pluginLastn, "0.3.0"},
-		{"sliding-Go", pluginSliding, "1.1.0"},
+		{"sliding-Go", pluginSliding, "1.2.0"},
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
