@@ -115,11 +115,11 @@ func ExampleClient_UpdateConfig() {
 	defer c.Close()
 	ctx := context.Background()
 	// Make lastn the default policy and keep 1 message after the system
-	// messages and the task. The daemon checks the update against the plugin's config
+	// messages and the task (step 1: cut on every message). The daemon checks the update against the plugin's config
 	// schema and writes it to its config file.
 	_, err := c.UpdateConfig(ctx, map[string]any{
 		"policy":   "lastn",
-		"policies": map[string]any{"lastn": map[string]any{"n": 1}},
+		"policies": map[string]any{"lastn": map[string]any{"n": 1, "step": 1}},
 	})
 	if err != nil {
 		fmt.Println(err)
