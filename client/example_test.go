@@ -59,7 +59,7 @@ func Example() {
 	defer c.Close()
 	resp, err := c.Compact(context.Background(), &client.CompactRequest{
 		Policy: "lastn",
-		Config: map[string]any{"n": 2},
+		Config: map[string]any{"n": 2, "step": 1},
 		Messages: []json.RawMessage{
 			json.RawMessage(`{"role":"system","content":"You are terse."}`),
 			json.RawMessage(`{"role":"user","content":"Book a flight to Boston."}`),
@@ -94,7 +94,7 @@ func ExampleClient_Policy() {
 		return
 	}
 	fmt.Println(p.Name, p.Version, p.Serving, p.Path)
-	// Output: lastn 0.2.0 true fast
+	// Output: lastn 0.3.0 true fast
 }
 
 func ExampleIsCode() {

@@ -86,7 +86,7 @@ func TestHotReloadHammer(t *testing.T) {
 					return
 				default:
 				}
-				resp, err := c.Compact(bg, &client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 4}, Messages: msgs})
+				resp, err := c.Compact(bg, &client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 4, "step": 1}, Messages: msgs})
 				requests.Add(1)
 				switch {
 				case err != nil:

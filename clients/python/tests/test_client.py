@@ -182,7 +182,7 @@ def test_policies(client):
 
 
 def test_status_and_last_compaction(client):
-    client.compact(chat(4), policy="lastn", config={"n": 2}, conversation_id="py-status", model="gpt-4o")
+    client.compact(chat(4), policy="lastn", config={"n": 2, "step": 1}, conversation_id="py-status", model="gpt-4o")
     st = client.status(limit=50)
     assert isinstance(st, compactd.Status) and st.policies.serving >= 3 and st.uptime_seconds > 0
     ids = [c.id for c in st.conversations]

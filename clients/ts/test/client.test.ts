@@ -200,7 +200,7 @@ describe("status and config", () => {
   });
 
   test("status and the last compaction", async () => {
-    await client.compact(chat(4), { policy: "lastn", config: { n: 2 }, conversation_id: "ts status/é", model: "gpt-4o" });
+    await client.compact(chat(4), { policy: "lastn", config: { n: 2, step: 1 }, conversation_id: "ts status/é", model: "gpt-4o" });
     const st = await client.status(50);
     assert.ok(st.conversations.some((c) => c.id === "ts status/é"));
     assert.ok(st.policies.serving >= 3 && st.uptime_seconds > 0);
