@@ -229,7 +229,7 @@ func TestPolicies(t *testing.T) {
 	if broken.Name != "broken" || broken.Serving || broken.Error == nil || !strings.Contains(broken.Error.Message, "not a valid compactd plugin module") || broken.Error.SHA256 == "" {
 		t.Errorf("broken = %+v", broken)
 	}
-	if !lastn.Serving || lastn.Path != "fast" || lastn.ABI != "1.0" || lastn.View != "full" || lastn.Limits == nil || lastn.Limits.CallTimeout != "10s" || len(lastn.SHA256) != 64 || lastn.LoadedAt.IsZero() {
+	if !lastn.Serving || lastn.Path != "fast" || lastn.ABI != "1.1" || lastn.View != "full" || lastn.Limits == nil || lastn.Limits.CallTimeout != "10s" || len(lastn.SHA256) != 64 || lastn.LoadedAt.IsZero() {
 		t.Errorf("lastn = %+v", lastn)
 	}
 	if sliding.Path != "fast" || len(sliding.ConfigSchema) == 0 || len(sliding.Defaults) == 0 || sliding.Calls == 0 /* the smoke test */ {
@@ -287,7 +287,7 @@ func TestStatus(t *testing.T) {
 }
 
 func TestConfigAPI(t *testing.T) {
-	const initial = "# daemon settings\npolicies:\n  lastn:\n    n: 3 # few\n"
+	const initial = "# daemon settings\npolicies:\n  lastn:\n    n: 3 # few\n    step: 1\n"
 	td := startDaemon(t, initial, pluginLastn)
 	doc, err := td.c.Config(bg)
 	if err != nil {
