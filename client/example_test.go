@@ -59,7 +59,7 @@ func Example() {
 	defer c.Close()
 	resp, err := c.Compact(context.Background(), &client.CompactRequest{
 		Policy: "lastn",
-		Config: map[string]any{"n": 2},
+		Config: map[string]any{"n": 2, "step": 1},
 		Messages: []json.RawMessage{
 			json.RawMessage(`{"role":"system","content":"You are terse."}`),
 			json.RawMessage(`{"role":"user","content":"Book a flight to Boston."}`),
@@ -94,7 +94,7 @@ func ExampleClient_Policy() {
 		return
 	}
 	fmt.Println(p.Name, p.Version, p.Serving, p.Path)
-	// Output: lastn 0.2.0 true fast
+	// Output: lastn 0.3.0 true fast
 }
 
 func ExampleIsCode() {
@@ -115,11 +115,11 @@ func ExampleClient_UpdateConfig() {
 	defer c.Close()
 	ctx := context.Background()
 	// Make lastn the default policy and keep 1 message after the system
-	// messages and the task. The daemon checks the update against the plugin's config
+	// messages and the task (step 1: cut on every message). The daemon checks the update against the plugin's config
 	// schema and writes it to its config file.
 	_, err := c.UpdateConfig(ctx, map[string]any{
 		"policy":   "lastn",
-		"policies": map[string]any{"lastn": map[string]any{"n": 1}},
+		"policies": map[string]any{"lastn": map[string]any{"n": 1, "step": 1}},
 	})
 	if err != nil {
 		fmt.Println(err)

@@ -97,7 +97,7 @@ messages = [
     {"role": "assistant", "content": "Which date?"},
     {"role": "user", "content": "Friday."},
 ]
-kept = compactd.compact(messages, policy="lastn", config={"n": 1})
+kept = compactd.compact(messages, policy="lastn", config={"n": 1, "step": 1})
 assert [m["content"] for m in kept] == ["You are a helpful assistant.", "Book a flight to Boston.", "Friday."], kept
 try:
     compactd.Client().compact(messages, policy="nope")

@@ -777,8 +777,8 @@ func TestCloseReleasesMemory(t *testing.T) {
 		versions           int
 		limit              int64
 	}{
-		{"fast", "plugins/sliding", "1.1.0", false, 2, 4 << 20},
-		{"extism", "plugins/lastn/lastn.c", "0.2.0", true, 20, 2 << 20},
+		{"fast", "plugins/sliding", "1.2.0", false, 2, 4 << 20},
+		{"extism", "plugins/lastn/lastn.c", "0.3.0", true, 20, 2 << 20},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newTestEngine(t, tt.disable, Limits{})

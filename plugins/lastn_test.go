@@ -91,16 +91,21 @@ func TestLastnWindowAndTask(t *testing.T) {
 		cfg  map[string]any
 		want string
 	}{
-		{"the task stays", "su" + "auauaua", map[string]any{"n": 3}, "0 1 6 7 8"},
-		{"keep_task false: the seed's window", "su" + "auauaua", map[string]any{"n": 3, "keep_task": false}, "0 6 7 8"},
-		{"no system message", "uauaua", map[string]any{"n": 2}, "0 4 5"},
-		{"the window widens over a tool unit, not past the task", "su" + "ctctct", map[string]any{"n": 3}, "0 1 4 5 6 7"},
-		{"nothing to drop", "su" + "aua", map[string]any{"n": 3}, "0 1 2 3 4"},
-		{"the window reaches the task: nothing dropped", "su" + "auau", map[string]any{"n": 4}, "0 1 2 3 4 5"},
-		{"the task is the final message", "sa" + "au", map[string]any{"n": 1}, "0 3"},
-		{"no user message", "s" + "actacta", map[string]any{"n": 2}, "0 5 6 7"},
-		{"a greeting before the task is kept with it", "sau" + "auauau", map[string]any{"n": 2}, "0 1 2 7 8"},
-		{"defaults: n 8", "su" + strings.Repeat("au", 6), nil, "0 1 6 7 8 9 10 11 12 13"},
+		{"the task stays", "su" + "auauaua", map[string]any{"n": 3, "step": 1}, "0 1 6 7 8"},
+		{"keep_task false: the seed's window", "su" + "auauaua", map[string]any{"n": 3, "step": 1, "keep_task": false}, "0 6 7 8"},
+		{"no system message", "uauaua", map[string]any{"n": 2, "step": 1}, "0 4 5"},
+		{"the window widens over a tool unit, not past the task", "su" + "ctctct", map[string]any{"n": 3, "step": 1}, "0 1 4 5 6 7"},
+		{"nothing to drop", "su" + "aua", map[string]any{"n": 3, "step": 1}, "0 1 2 3 4"},
+		{"the window reaches the task: nothing dropped", "su" + "auau", map[string]any{"n": 4, "step": 1}, "0 1 2 3 4 5"},
+		{"the task is the final message", "sa" + "au", map[string]any{"n": 1, "step": 1}, "0 3"},
+		{"no user message", "s" + "actacta", map[string]any{"n": 2, "step": 1}, "0 5 6 7"},
+		{"a greeting before the task is kept with it", "sau" + "auauau", map[string]any{"n": 2, "step": 1}, "0 1 2 7 8"},
+		{"defaults: nothing cut below n+step (20) messages", "su" + strings.Repeat("au", 9), nil, "0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19"},
+		{"defaults: cut back to the last 4 at 20", "su" + strings.Repeat("au", 10), nil, "0 1 18 19 20 21"},
+		{"defaults: the cut stays between steps", "su" + strings.Repeat("au", 12), nil, "0 1 18 19 20 21 22 23 24 25"},
+		{"step: the cut stays until the tail holds n+step again", "su" + strings.Repeat("au", 6), map[string]any{"n": 2, "step": 4}, "0 1 10 11 12 13"},
+		{"step: the next cut", "su" + strings.Repeat("au", 5) + "a", map[string]any{"n": 2, "step": 4}, "0 1 10 11 12"},
+		{"step 1: every message", "su" + strings.Repeat("au", 6), map[string]any{"n": 2, "step": 1}, "0 1 12 13"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -123,8 +128,28 @@ func TestLastnWindowAndTask(t *testing.T) {
 			if resp.Compacted != (resp.Conversation.Len() < in.Len()) {
 				t.Fatalf("compacted = %v", resp.Compacted)
 			}
+			// The kept prefix (system messages and task) is marked.
+			marks := resp.Result.CacheBreakpoints
+			if want := pinnedOf(tt.spec, tt.cfg); want > 0 && fmt.Sprint(marks) != fmt.Sprint([]int{want - 1}) ||
+				want == 0 && len(marks) != 0 {
+				t.Fatalf("cache breakpoints %v, want the end of the %d pinned messages", marks, want)
+			}
 		})
 	}
+}
+
+// pinnedOf is lastn's kept prefix of a buildChat spec: the leading system
+// messages, and with keep_task (the default) up to and including the first
+// user message unless that is the last one.
+func pinnedOf(spec string, cfg map[string]any) int {
+	lead := len(spec) - len(strings.TrimLeft(spec, "s"))
+	if keep, ok := cfg["keep_task"].(bool); ok && !keep {
+		return lead
+	}
+	if t := strings.IndexByte(spec[lead:], 'u'); t >= 0 && lead+t+1 < len(spec) {
+		return lead + t + 1
+	}
+	return lead
 }
 
 // TestConfigErrors: keep_task must be a boolean; the host's schema says so
@@ -136,7 +161,7 @@ func TestLastnConfigErrors(t *testing.T) {
 		t.Fatal("keep_task \"yes\" passed the schema")
 	}
 	in := buildChat(t, "suaua")
-	for _, cfg := range []string{`{"keep_task":"yes"}`, `{"keep_task":1}`, `{"keep_task":null}`, `{"n":2,"keep_task":tru}`} {
+	for _, cfg := range []string{`{"keep_task":"yes"}`, `{"keep_task":1}`, `{"keep_task":null}`, `{"n":2,"keep_task":tru}`, `{"step":0}`, `{"step":"x"}`, `{"step":1.5}`} {
 		_, err := p.Compact(context.Background(), &host.Request{Conversation: in, Config: json.RawMessage(cfg)})
 		var pe *host.PluginError
 		if !errors.As(err, &pe) {

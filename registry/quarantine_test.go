@@ -86,8 +86,8 @@ func TestQuarantine(t *testing.T) {
 		t.Fatalf("after a restart: %+v", in)
 	}
 	// ... and ends when the bytes change.
-	writeRename(t, bad, lastnVersion(t, "0.3.0"))
-	waitFor(t, "new bytes to serve", func() bool { return servingVersion(r, "lastn") == "0.3.0" })
+	writeRename(t, bad, lastnVersion(t, "0.9.0"))
+	waitFor(t, "new bytes to serve", func() bool { return servingVersion(r, "lastn") == "0.9.0" })
 	if entries, _ := os.ReadDir(filepath.Join(state, quarantineDir)); len(entries) != 0 {
 		t.Errorf("quarantine records left: %d", len(entries))
 	}
@@ -103,7 +103,7 @@ func TestQuarantine(t *testing.T) {
 	os.Remove(bad)
 	waitFor(t, "the file to go", func() bool { return fileInfo(r, bad).File == "" })
 	os.WriteFile(bad, lastn, 0o644)
-	waitFor(t, "the file put back to serve", func() bool { return servingVersion(r, "lastn") == "0.2.0" })
+	waitFor(t, "the file put back to serve", func() bool { return servingVersion(r, "lastn") == "0.3.0" })
 }
 
 // TestSuspects: when the last daemon died with several loads in flight,

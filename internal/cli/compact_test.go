@@ -131,7 +131,7 @@ func TestCompactEndToEnd(t *testing.T) {
 		}
 	})
 	t.Run("C plugin", func(t *testing.T) {
-		r := run(t, "", "compact", "--plugins", plugins, "--policy", "lastn", "--set", "n=4", file)
+		r := run(t, "", "compact", "--plugins", plugins, "--policy", "lastn", "--set", "n=4", "--set", "step=1", file)
 		var out []json.RawMessage
 		// The system message, the task, and 4 messages widened to a tool unit.
 		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &out) != nil || len(out) > 7 || !bytes.Equal(out[1], in[1]) {

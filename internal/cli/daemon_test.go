@@ -23,8 +23,9 @@ func TestDaemonCommands(t *testing.T) {
 	bin := compactdBinary(t)
 	plugins := pluginsDir(t, "plugins/sliding", "plugins/lastn/lastn.c", "host/testdata/gohostile")
 	dir := serveDirs(t)
-	// The daemon's config: lastn is the default policy, with n = 2.
-	os.WriteFile(filepath.Join(dir, "config.yaml"), []byte("policy: lastn\npolicies: {lastn: {n: 2}}\n"), 0o600)
+	// The daemon's config: lastn is the default policy, with n = 2 and
+	// step = 1 (a cut on every message, unlike the defaults' steps).
+	os.WriteFile(filepath.Join(dir, "config.yaml"), []byte("policy: lastn\npolicies: {lastn: {n: 2, step: 1}}\n"), 0o600)
 	d := startServe(t, bin, dir, "--plugins", plugins, "--cache-dir", wasmbuild.TestCacheDir(t))
 	d.waitLog(t, "serving 3 policies")
 	sock := d.socket
@@ -48,9 +49,9 @@ func TestDaemonCommands(t *testing.T) {
 		}
 	})
 	t.Run("compact --socket applies the daemon's config", func(t *testing.T) {
-		// The daemon's default is lastn with n=2: the same as a local run
-		// that names them.
-		want := run(t, "", "compact", "--plugins", plugins, "--policy", "lastn", "--set", "n=2", file)
+		// The daemon's default is lastn with n=2, step=1: the same as a
+		// local run that names them.
+		want := run(t, "", "compact", "--plugins", plugins, "--policy", "lastn", "--set", "n=2", "--set", "step=1", file)
 		r := run(t, "", "compact", "--socket", sock, file)
 		if r.code != 0 || want.code != 0 || r.stdout != want.stdout || !strings.HasPrefix(r.stderr, "lastn@") {
 			t.Fatalf("exit %d (local %d), same output %v, stderr %q", r.code, want.code, r.stdout == want.stdout, r.stderr)
@@ -60,9 +61,9 @@ func TestDaemonCommands(t *testing.T) {
 		}
 	})
 	t.Run("compact --daemon finds the socket as serve does", func(t *testing.T) {
-		want := run(t, string(body), "compact", "--plugins", plugins, "--pipeline", "sliding,lastn", "--set", "lastn.n=4", "-")
-		r := runEnv(t, []string{"COMPACTD_SOCKET=" + sock}, string(body), "compact", "--daemon", "--pipeline", "sliding,lastn", "--set", "lastn.n=4", "-")
-		if r.code != 0 || want.code != 0 || r.stdout != want.stdout || !strings.HasPrefix(r.stderr, "sliding@1.1.0 → lastn@") {
+		want := run(t, string(body), "compact", "--plugins", plugins, "--pipeline", "sliding,lastn", "--set", "lastn.n=4", "--set", "lastn.step=1", "-")
+		r := runEnv(t, []string{"COMPACTD_SOCKET=" + sock}, string(body), "compact", "--daemon", "--pipeline", "sliding,lastn", "--set", "lastn.n=4", "--set", "lastn.step=1", "-")
+		if r.code != 0 || want.code != 0 || r.stdout != want.stdout || !strings.HasPrefix(r.stderr, "sliding@1.2.0 → lastn@") {
 			t.Fatalf("exit %d (local %d), same output %v, stderr %q", r.code, want.code, r.stdout == want.stdout, r.stderr)
 		}
 	})

@@ -167,7 +167,7 @@ func TestServe(t *testing.T) {
 
 	// SIGHUP reloads the config file.
 	cfgFile := filepath.Join(dir, "config.yaml")
-	os.WriteFile(cfgFile, []byte("policy: lastn\npolicies: {lastn: {n: 1}}\n"), 0o600)
+	os.WriteFile(cfgFile, []byte("policy: lastn\npolicies: {lastn: {n: 1, step: 1}}\n"), 0o600)
 	d.signal(t, syscall.SIGHUP)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -181,7 +181,7 @@ func TestServe(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	// An invalid file keeps the running config, and the daemon runs on.
-	os.WriteFile(cfgFile, []byte("policy: lastn\npolicies: {lastn: {n: 3}}\nunknown_key: 1\n"), 0o600)
+	os.WriteFile(cfgFile, []byte("policy: lastn\npolicies: {lastn: {n: 3, step: 1}}\nunknown_key: 1\n"), 0o600)
 	d.signal(t, syscall.SIGHUP)
 	waitLog("config reload failed")
 	if !strings.Contains(d.log(), `unknown key \"unknown_key\"`) && !strings.Contains(d.log(), `unknown key "unknown_key"`) {

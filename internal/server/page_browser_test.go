@@ -101,7 +101,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 		// provider, by truncation), then sliding cuts the oldest entries.
 		{Pipeline: []string{"toolresult", "sliding"}, Model: "gpt-4o",
 			Config: map[string]any{"toolresult": map[string]any{"single_result_threshold": 200}, "sliding": map[string]any{"window_size": 12, "step": 1}}},
-		{Policy: "lastn", Model: "gpt-4o-mini", Config: map[string]any{"n": 12}},
+		{Policy: "lastn", Model: "gpt-4o-mini", Config: map[string]any{"n": 12, "step": 1}},
 		{Policy: "sliding", Config: map[string]any{"window_size": 40}}, // no model: the window is unknown
 	}
 	var showcase string // a conversation whose last compaction masked and summarized

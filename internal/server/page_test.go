@@ -36,7 +36,7 @@ func TestLastCompactionDetail(t *testing.T) {
 	}{
 		// lastn keeps the system message, the task and the last n: the
 		// rest is dropped.
-		{"dropped", client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 2}}, "kkdkk"},
+		{"dropped", client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 2, "step": 1}}, "kkdkk"},
 		// sliding keeps the task (the first user message) and puts a
 		// marker where it cut: the cut entries are folded into it.
 		{"summarized", client.CompactRequest{Policy: "sliding", Config: map[string]any{"window_size": 2, "step": 1}}, "kkskk"},
@@ -90,7 +90,7 @@ func TestLastCompactionDetail(t *testing.T) {
 		})
 	}
 	// A request that compacts nothing keeps the previous record.
-	td.c.Compact(bg, &client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 50}, ConversationID: "detail-dropped", Messages: msgs})
+	td.c.Compact(bg, &client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 50, "step": 1}, ConversationID: "detail-dropped", Messages: msgs})
 	if c, _ := td.c.Conversation(bg, "detail-dropped"); c.LastCompaction == nil || rowKinds(c.LastCompaction) != "kkdkk" || c.Requests != 2 {
 		t.Errorf("after an unchanged request: %+v", c)
 	}
@@ -110,7 +110,7 @@ func TestLastCompactionBounded(t *testing.T) {
 	msgs := tauConversation(t, 60000)
 	big := json.RawMessage(`{"role":"user","content":"` + strings.Repeat("long text ", 2000) + `"}`)
 	msgs = append(append([]json.RawMessage{}, msgs...), big)
-	if _, err := td.c.Compact(bg, &client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 30}, ConversationID: "big", Messages: msgs}); err != nil {
+	if _, err := td.c.Compact(bg, &client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 30, "step": 1}, ConversationID: "big", Messages: msgs}); err != nil {
 		t.Fatal(err)
 	}
 	c, err := td.c.Conversation(bg, "big")
@@ -135,7 +135,7 @@ func TestStatusPage(t *testing.T) {
 	td := setup(t, "", pluginLastn)
 	os.WriteFile(filepath.Join(td.plugins, "broken.wasm"), []byte("not wasm"), 0o644)
 	td.start(t)
-	if _, err := td.c.Compact(bg, &client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 1}, Model: "gpt-4o",
+	if _, err := td.c.Compact(bg, &client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 1, "step": 1}, Model: "gpt-4o",
 		ConversationID: "a <script>", Messages: chatMessages(4)}); err != nil {
 		t.Fatal(err)
 	}

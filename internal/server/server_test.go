@@ -64,7 +64,7 @@ func TestCompactRealConversation(t *testing.T) {
 }
 
 func TestCompactVariants(t *testing.T) {
-	td := startDaemon(t, "policy: lastn\npolicies:\n  lastn: {n: 3}\n", pluginSliding, pluginLastn, pluginGohostile)
+	td := startDaemon(t, "policy: lastn\npolicies:\n  lastn: {n: 3, step: 1}\n", pluginSliding, pluginLastn, pluginGohostile)
 	msgs := chatMessages(6) // 14 messages
 	tests := []struct {
 		name     string
@@ -75,11 +75,11 @@ func TestCompactVariants(t *testing.T) {
 	}{
 		// lastn keeps the system message, the task and its last n.
 		{"default policy and its file config", client.CompactRequest{}, 5, "", "lastn"},
-		{"request override beats the file", client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 5}}, 7, "", "lastn"},
+		{"request override beats the file", client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 5, "step": 1}}, 7, "", "lastn"},
 		{"pipeline with per-policy config", client.CompactRequest{Pipeline: []string{"sliding", "lastn"},
-			Config: map[string]any{"sliding": map[string]any{"window_size": 6, "step": 1}, "lastn": map[string]any{"n": 2}}}, 4, "", "sliding,lastn"},
+			Config: map[string]any{"sliding": map[string]any{"window_size": 6, "step": 1}, "lastn": map[string]any{"n": 2, "step": 1}}}, 4, "", "sliding,lastn"},
 		{"a pipeline of one takes config by policy name", client.CompactRequest{Pipeline: []string{"lastn"},
-			Config: map[string]any{"lastn": map[string]any{"n": 1}}}, 3, "", "lastn"},
+			Config: map[string]any{"lastn": map[string]any{"n": 1, "step": 1}}}, 3, "", "lastn"},
 		{"pipeline stops at the target", client.CompactRequest{Pipeline: []string{"lastn", "sliding"}, TargetTokens: 1000}, 14, "", "lastn,sliding"},
 		{"plugin traps: input kept, warning", client.CompactRequest{Policy: "gohostile", Config: map[string]any{"mode": "exit"}}, 14, "plugin trapped", "gohostile"},
 		{"plugin panics: input kept, warning", client.CompactRequest{Policy: "gohostile", Config: map[string]any{"mode": "panic"}}, 14, "panicked", "gohostile"},
@@ -229,7 +229,7 @@ func TestPolicies(t *testing.T) {
 	if broken.Name != "broken" || broken.Serving || broken.Error == nil || !strings.Contains(broken.Error.Message, "not a valid compactd plugin module") || broken.Error.SHA256 == "" {
 		t.Errorf("broken = %+v", broken)
 	}
-	if !lastn.Serving || lastn.Path != "fast" || lastn.ABI != "1.0" || lastn.View != "full" || lastn.Limits == nil || lastn.Limits.CallTimeout != "10s" || len(lastn.SHA256) != 64 || lastn.LoadedAt.IsZero() {
+	if !lastn.Serving || lastn.Path != "fast" || lastn.ABI != "1.1" || lastn.View != "full" || lastn.Limits == nil || lastn.Limits.CallTimeout != "10s" || len(lastn.SHA256) != 64 || lastn.LoadedAt.IsZero() {
 		t.Errorf("lastn = %+v", lastn)
 	}
 	if sliding.Path != "fast" || len(sliding.ConfigSchema) == 0 || len(sliding.Defaults) == 0 || sliding.Calls == 0 /* the smoke test */ {
@@ -251,7 +251,7 @@ func TestStatus(t *testing.T) {
 	td := startDaemon(t, "", pluginLastn)
 	for i := 0; i < 3; i++ {
 		if _, err := td.c.Compact(bg, &client.CompactRequest{Policy: "lastn", Model: "gpt-4o", ConversationID: "conv-a",
-			Config: map[string]any{"n": 2}, Messages: chatMessages(3 + i)}); err != nil {
+			Config: map[string]any{"n": 2, "step": 1}, Messages: chatMessages(3 + i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -287,7 +287,7 @@ func TestStatus(t *testing.T) {
 }
 
 func TestConfigAPI(t *testing.T) {
-	const initial = "# daemon settings\npolicies:\n  lastn:\n    n: 3 # few\n"
+	const initial = "# daemon settings\npolicies:\n  lastn:\n    n: 3 # few\n    step: 1\n"
 	td := startDaemon(t, initial, pluginLastn)
 	doc, err := td.c.Config(bg)
 	if err != nil {
@@ -381,14 +381,14 @@ func TestConfigAPI(t *testing.T) {
 	}
 
 	// SIGHUP's path: a broken file keeps the running config.
-	os.WriteFile(td.config, []byte("policies: {lastn: {n: 2}}\nbogus: 1\n"), 0o600)
+	os.WriteFile(td.config, []byte("policies: {lastn: {n: 2, step: 1}}\nbogus: 1\n"), 0o600)
 	if _, err := td.Reload(); err == nil || !strings.Contains(err.Error(), `unknown key "bogus"`) {
 		t.Errorf("Reload of a broken file = %v", err)
 	}
 	if n := count(); n != 7 {
 		t.Errorf("after a failed reload: %d messages, want 7", n)
 	}
-	os.WriteFile(td.config, []byte("policies: {lastn: {n: 2}}\nlimits: {plugins: {lastn: {call_timeout: 2s}}}\n"), 0o600)
+	os.WriteFile(td.config, []byte("policies: {lastn: {n: 2, step: 1}}\nlimits: {plugins: {lastn: {call_timeout: 2s}}}\n"), 0o600)
 	if _, err := td.Reload(); err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +414,7 @@ func TestHealthAndMetrics(t *testing.T) {
 	if err != nil || h.Status != "ok" || h.Policies != 2 {
 		t.Fatalf("health = %+v, %v", h, err)
 	}
-	td.c.Compact(bg, &client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 1}, Messages: chatMessages(3)})
+	td.c.Compact(bg, &client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 1, "step": 1}, Messages: chatMessages(3)})
 	td.c.Compact(bg, &client.CompactRequest{Policy: "gohostile", Config: map[string]any{"mode": "exit"}, Messages: chatMessages(3)})
 	td.c.Compact(bg, &client.CompactRequest{Policy: "nope", Messages: chatMessages(3)})
 	text, err := td.c.Metrics(bg)

@@ -185,7 +185,7 @@ func TestStartNotHeldUp(t *testing.T) {
 	const loops = 9
 	// Ten minutes and the largest start work budget: the loops are
 	// loading for as long as the first part of the test lasts.
-	td := setup(t, "policy: lastn\npolicies: {lastn: {n: 3}}\n"+loopLimits(loops, "10m", host.MaxWorkBudget), pluginLastn)
+	td := setup(t, "policy: lastn\npolicies: {lastn: {n: 3, step: 1}}\n"+loopLimits(loops, "10m", host.MaxWorkBudget), pluginLastn)
 	startLoops(t, td.plugins, loops)
 	d := startChild(t, td)
 	var h *client.Health
@@ -220,7 +220,7 @@ func TestStartNotHeldUp(t *testing.T) {
 
 	// With the smallest start work budget they fail; a restart then does
 	// not load them again, and is healthy at once.
-	if err := os.WriteFile(td.config, []byte("policy: lastn\npolicies: {lastn: {n: 3}}\n"+loopLimits(loops, "10m", host.MinWorkBudget)), 0o600); err != nil {
+	if err := os.WriteFile(td.config, []byte("policy: lastn\npolicies: {lastn: {n: 3, step: 1}}\n"+loopLimits(loops, "10m", host.MinWorkBudget)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	d = startChild(t, td)

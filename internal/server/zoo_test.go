@@ -204,7 +204,7 @@ func TestHostileZoo(t *testing.T) {
 				default:
 				}
 				requests.Add(1)
-				r, err := c.Compact(context.Background(), &client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 3}, Messages: msgs})
+				r, err := c.Compact(context.Background(), &client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 3, "step": 1}, Messages: msgs})
 				switch {
 				case err != nil:
 					fail("compact: %v", err)

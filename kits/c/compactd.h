@@ -781,6 +781,10 @@ typedef struct {
 	int compacted;
 	int64_t entries_summarized;
 	int has_state;
+	/* marks (ABI 1.1): output positions marked as prompt-cache
+	 * breakpoints; see cd_mark. */
+	int64_t marks[3];
+	size_t n_marks;
 } cd_result;
 
 CD_API void cd_result_free(cd_result *r)
@@ -851,6 +855,23 @@ CD_API void cd_set_state(cd_result *r, cd_str json)
 	r->has_state = 1;
 }
 
+/* cd_mark marks output position i (0-based, in the order of cd_keep and
+ * cd_add_message) as a prompt-cache breakpoint (ABI 1.1, abi/README.md
+ * "Cache breakpoints"): the end of a part of the result that stays
+ * byte-stable between requests. It returns 0, or -1 when i is already
+ * marked or 3 positions are (the ABI's limit); the host checks that i is
+ * in range. */
+CD_API int cd_mark(cd_result *r, size_t i)
+{
+	for (size_t k = 0; k < r->n_marks; k++)
+		if (r->marks[k] == (int64_t)i)
+			return -1;
+	if (r->n_marks == sizeof r->marks / sizeof r->marks[0])
+		return -1;
+	r->marks[r->n_marks++] = (int64_t)i;
+	return 0;
+}
+
 CD_API void cd_result_json(cd_buf *b, const cd_result *r)
 {
 	cd_buf_lit(b, "{\"messages\":[");
@@ -873,6 +894,15 @@ CD_API void cd_result_json(cd_buf *b, const cd_result *r)
 	if (r->has_state) {
 		cd_buf_lit(b, ",\"state\":");
 		cd_buf_put(b, r->state.ptr, r->state.len);
+	}
+	if (r->n_marks) {
+		cd_buf_lit(b, ",\"cache_breakpoints\":[");
+		for (size_t k = 0; k < r->n_marks; k++) {
+			if (k)
+				cd_buf_byte(b, ',');
+			cd_buf_int(b, r->marks[k]);
+		}
+		cd_buf_byte(b, ']');
 	}
 	cd_buf_byte(b, '}');
 }

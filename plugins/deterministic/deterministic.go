@@ -4,11 +4,12 @@ import (
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
 	"github.com/compactd/compactd/pdk"
+	"github.com/compactd/compactd/plugins/internal/cachemark"
 	"github.com/compactd/compactd/plugins/internal/steps"
 )
 
 // version is the plugin's version; bump it when behaviour changes.
-const version = "1.1.0"
+const version = "1.2.0"
 
 // config is the policy's config; its zero value is not the default (see
 // defaults).
@@ -27,7 +28,7 @@ var defaults = config{
 	PreserveLastN:       2,
 	IncludeActionCounts: true,
 	MaxOutputChars:      200,
-	Step:                6,
+	Step:                12,
 	KeepTask:            true,
 	SummaryRole:         abi.RoleAssistant,
 }
@@ -73,7 +74,7 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 	entries := steps.Entries(msgs, pinned, len(msgs))
 	cut := summarized(len(entries), cfg)
 	if cut == 0 {
-		return abi.Unchanged(len(msgs), "nothing to summarize"), nil
+		return cachemark.Unchanged(len(msgs), "nothing to summarize", pinned), nil
 	}
 	old := entries[:cut]
 	summary := steps.DeterministicSummary(old, steps.SummaryOptions{
@@ -88,16 +89,21 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 	for i := 0; i < pinned; i++ {
 		items = append(items, abi.Ref(i))
 	}
+	stable := len(items)
 	items = append(items, abi.New(abi.Message{Role: steps.SummaryRole(cfg.SummaryRole, msgs, items), Content: abi.TextContent(summary)}))
 	for i := pinned; i < keepFrom; i++ {
 		if msgs[i].IsSystem() {
 			items = append(items, abi.Ref(i))
 		}
 	}
+	summaryEnd := len(items)
 	for i := keepFrom; i < len(msgs); i++ {
 		items = append(items, abi.Ref(i))
 	}
 	return &abi.CompactResult{
+		// The pinned prefix never changes and the summary only at a step:
+		// a step's request reads the pinned prefix and writes the rest.
+		CacheBreakpoints:  cachemark.Marks(stable, summaryEnd),
 		Messages:          items,
 		Compacted:         true,
 		Summary:           summary,

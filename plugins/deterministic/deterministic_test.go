@@ -28,7 +28,7 @@ func TestCompact(t *testing.T) {
 			"r0 m r8 r9", "Previous 7 steps: user(4), reply(3) | Key outputs: user 1; assistant 2; user 3"},
 		{"hysteresis: the summary stays", "s" + strings.Repeat("ua", 7), nil,
 			"r0 m r8 r9 r10 r11 r12 r13 r14", "Previous 7 steps: user(4), reply(3) | Key outputs: user 1; assistant 2; user 3"},
-		{"hysteresis: recomputed at preserve+step", "s" + strings.Repeat("ua", 7) + "u", nil,
+		{"hysteresis: recomputed at preserve+step", "s" + strings.Repeat("ua", 7) + "u", map[string]any{"step": 6},
 			"r0 m r14 r15", "Previous 13 steps: user(7), reply(6) | Key outputs: user 1; assistant 2; user 3"},
 		{"step 1: every entry", "s" + strings.Repeat("ua", 7), step1,
 			"r0 m r13 r14", "Previous 12 steps: user(6), reply(6) | Key outputs: user 1; assistant 2; user 3"},
@@ -170,8 +170,9 @@ func TestSummarized(t *testing.T) {
 		{"empty", 0, defaults, 0},
 		{"at max", 8, defaults, 0},
 		{"over max", 9, defaults, 7},
-		{"held", 14, defaults, 7},
-		{"moved", 15, defaults, 13},
+		{"held", 20, defaults, 7},
+		{"moved", 21, defaults, 19},
+		{"step 6: moved", 15, config{MaxEntries: 8, PreserveLastN: 2, Step: 6}, 13},
 		{"max below preserve", 5, config{MaxEntries: 1, PreserveLastN: 3, Step: 1}, 2},
 	}
 	for _, tt := range tests {

@@ -9,11 +9,12 @@ import (
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
 	"github.com/compactd/compactd/pdk"
+	"github.com/compactd/compactd/plugins/internal/cachemark"
 	"github.com/compactd/compactd/plugins/internal/steps"
 )
 
 // version is the plugin's version; bump it when behaviour changes.
-const version = "1.1.0"
+const version = "1.2.0"
 
 // config is the policy's config; its zero value is not the default (see
 // defaults).
@@ -34,7 +35,7 @@ type config struct {
 var defaults = config{
 	RecentWindow:      3,
 	MediumWindow:      5,
-	CompressThreshold: 10,
+	CompressThreshold: 16,
 	MaxSummaries:      3,
 	MediumOutputChars: 50,
 	KeepTask:          true,
@@ -147,6 +148,7 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 	}
 	if st.Cycles == 0 {
 		res.Messages = abi.Unchanged(len(msgs), "").Messages
+		res.CacheBreakpoints = cachemark.Marks(pinned)
 		res.Summary = fmt.Sprintf("%d entries: no compaction cycle yet%s", len(entries), stale)
 		return res, nil
 	}
@@ -156,6 +158,7 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 	for i := 0; i < pinned; i++ {
 		items = append(items, abi.Ref(i))
 	}
+	stable := len(items)
 	start := pinned
 	if adopted && first == 1 && entries[0].Output == text {
 		// The agent sent back our summary, unchanged since: keep its bytes.
@@ -169,10 +172,14 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 			items = append(items, abi.Ref(i))
 		}
 	}
+	summaryEnd := len(items)
 	for i := keepFrom; i < len(msgs); i++ {
 		items = append(items, abi.Ref(i))
 	}
 	res.Messages = items
+	// The pinned prefix never changes and the summary only at a cycle:
+	// a cycle's request reads the pinned prefix and writes the rest.
+	res.CacheBreakpoints = cachemark.Marks(stable, summaryEnd)
 	res.Compacted = len(items) != len(msgs) || !items[pinned].IsRef()
 	res.Summary = fmt.Sprintf("hierarchical: %d old, %d medium, %d recent%s", st.OldSteps, st.MediumSteps, len(entries)-first, stale)
 	if reset {

@@ -16,11 +16,13 @@ import (
 // seed is the config of rlm-code's own behaviour, where every entry, the
 // task included, is history (keep_task: false); most tests here replay the
 // seed's examples.
-var seed = map[string]any{"keep_task": false}
+// seed is rlm-code's configuration: the task is an entry, and cycles run
+// past 10 (this policy's default is 16, for the prompt cache).
+var seed = map[string]any{"keep_task": false, "compress_threshold": 10}
 
-// seeded returns cfg with keep_task: false unless it says otherwise.
+// seeded returns cfg with seed's values unless it says otherwise.
 func seeded(cfg map[string]any) map[string]any {
-	out := map[string]any{"keep_task": false}
+	out := map[string]any{"keep_task": false, "compress_threshold": 10}
 	for k, v := range cfg {
 		out[k] = v
 	}
@@ -333,13 +335,19 @@ func FuzzState(f *testing.F) {
 // TestKeepTask: by default the task stays verbatim before the summary,
 // entries are counted after it, and the summary is the assistant's.
 func TestKeepTask(t *testing.T) {
-	msgs := plugtest.Build("su" + strings.Repeat("ct", 11))
+	msgs := plugtest.Build("su" + strings.Repeat("ct", 17))
 	res := plugtest.Run(t, compact, msgs, nil, nil)
 	if got := plugtest.Shape(res.Messages); !strings.HasPrefix(got, "r0 r1 m ") {
 		t.Fatalf("got %s, want the system message, the task, then the summary", got)
 	}
 	if m := res.Messages[2].Message; m.Role != abi.RoleAssistant || !strings.HasPrefix(m.Text(), header+"\n") {
 		t.Fatalf("summary %s %q", m.Role, m.Text())
+	}
+	if fmt.Sprint(res.CacheBreakpoints) != "[1 2]" {
+		t.Fatalf("cache breakpoints %v, want the task and the summary", res.CacheBreakpoints)
+	}
+	if short := plugtest.Run(t, compact, msgs[:20], nil, nil); short.Compacted || fmt.Sprint(short.CacheBreakpoints) != "[1]" {
+		t.Fatalf("before the first cycle: compacted %v, marks %v", short.Compacted, short.CacheBreakpoints)
 	}
 	if strings.Contains(res.Messages[2].Message.Text(), "user") {
 		t.Fatalf("the task was counted as a step: %q", res.Messages[2].Message.Text())
@@ -349,10 +357,10 @@ func TestKeepTask(t *testing.T) {
 		t.Fatalf("summary_role user gave %s", m.Role)
 	}
 	// An adopted history whose summary is the assistant's resumes too.
-	full := plugtest.Build("su" + strings.Repeat("ct", 14))
-	first := plugtest.Run(t, compact, full[:24], nil, nil)
-	adopted, _ := convo.Resolve(full[:24], first.Messages)
-	adopted = append(adopted, full[24:]...)
+	full := plugtest.Build("su" + strings.Repeat("ct", 20))
+	first := plugtest.Run(t, compact, full[:36], nil, nil)
+	adopted, _ := convo.Resolve(full[:36], first.Messages)
+	adopted = append(adopted, full[36:]...)
 	again := plugtest.Run(t, compact, adopted, nil, first.State)
 	if strings.Contains(again.Summary, "did not match") || !again.Messages[2].IsRef() {
 		t.Fatalf("adopted history not resumed: %s (%s)", plugtest.Shape(again.Messages), again.Summary)
@@ -441,12 +449,12 @@ func TestSeedDocument(t *testing.T) {
 		t.Fatalf("summary line %q", res.Summary)
 	}
 	// Several cycles later: at most the last 3 old summaries.
-	long := plugtest.Run(t, compact, build(80), map[string]any{}, nil)
+	long := plugtest.Run(t, compact, build(80), map[string]any{"compress_threshold": 10}, nil)
 	older := long.Messages[2].Message.Text()
 	if n := strings.Count(older, " steps: "); n != 3 {
 		t.Fatalf("%d old summaries kept, want 3:\n%s", n, older)
 	}
-	if defaults.RecentWindow != 3 || defaults.MediumWindow != 5 || defaults.CompressThreshold != 10 || defaults.MaxSummaries != 3 {
+	if defaults.RecentWindow != 3 || defaults.MediumWindow != 5 || defaults.CompressThreshold != 16 || defaults.MaxSummaries != 3 {
 		t.Fatalf("defaults %+v", defaults)
 	}
 }

@@ -15,44 +15,66 @@
  */
 #include "../../kits/c/compactd.h"
 
-#define DEFAULT_N 8
+#define DEFAULT_N 4
+#define DEFAULT_STEP 16
 #define MAX_N 0x7fffffff /* larger values of n are clamped: they keep all */
 
 static const char DESCRIPTION[] =
-	"{\"abi\":\"1.0\",\"name\":\"lastn\",\"version\":\"0.2.0\","
+	"{\"abi\":\"1.1\",\"name\":\"lastn\",\"version\":\"0.3.0\","
 	"\"description\":\"Keeps the leading system/developer messages, the task (the first user message) "
-	"and the last n messages; the kept tail never starts inside a tool-call unit.\","
+	"and the last n messages, moving the cut in steps so the prompt-cache prefix stays stable between cuts; "
+	"the kept tail never starts inside a tool-call unit, and the kept prefix is marked as a cache breakpoint.\","
 	"\"config_schema\":{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\","
-	"\"minimum\":1,\"default\":8,\"description\":\"messages kept after the leading "
+	"\"minimum\":1,\"default\":4,\"description\":\"messages kept after the leading "
 	"system/developer messages and the task (widened to the start of a tool-call unit)\"},"
+	"\"step\":{\"type\":\"integer\",\"minimum\":1,\"default\":16,\"description\":\"hysteresis: "
+	"the tail is cut back to n messages once it holds n+step, so the kept prefix changes once every "
+	"step messages (1 = cut on every message)\"},"
 	"\"keep_task\":{\"type\":\"boolean\",\"default\":true,\"description\":\"keep the task "
 	"(the first user message) verbatim; false drops it with the other old messages\"}},"
-	"\"additionalProperties\":false},\"defaults\":{\"n\":8,\"keep_task\":true}}";
+	"\"additionalProperties\":false},\"defaults\":{\"n\":4,\"step\":16,\"keep_task\":true}}";
 
-/* config_n reads n: an integer >= 1, clamped to MAX_N. */
-static int config_n(const cd_request *req, int64_t *n, cd_error *err)
+/* config_int reads the integer config key (>= 1, clamped to MAX_N) into
+ * *out, kept when absent. */
+static int config_int(const cd_request *req, const char *key, int64_t *out, cd_error *err)
 {
 	cd_str v;
-	int found = req->config.len ? cd_json_get(req->config, "n", &v) : 0;
+	int found = req->config.len ? cd_json_get(req->config, key, &v) : 0;
 	if (found < 0)
 		return cd_fail(err, CD_INVALID_CONFIG, "lastn: config is not an object");
 	if (found == 0)
 		return 0;
-	int r = cd_json_int(v, n);
-	if (r == 0)
-		return cd_fail(err, CD_INVALID_CONFIG, "lastn: n must be an integer");
-	if (*n < 1)
-		return cd_fail(err, CD_INVALID_CONFIG, "lastn: n must be at least 1");
-	if (*n > MAX_N)
-		*n = MAX_N;
+	int r = cd_json_int(v, out);
+	if (r == 0) {
+		char msg[64];
+		snprintf(msg, sizeof msg, "lastn: %s must be an integer", key);
+		return cd_fail(err, CD_INVALID_CONFIG, msg);
+	}
+	if (*out < 1) {
+		char msg[64];
+		snprintf(msg, sizeof msg, "lastn: %s must be at least 1", key);
+		return cd_fail(err, CD_INVALID_CONFIG, msg);
+	}
+	if (*out > MAX_N)
+		*out = MAX_N;
 	return 0;
+}
+
+/* unit_start moves i back over tool results to the assistant message that
+ * made the calls, but not before floor. */
+static size_t unit_start(const cd_request *req, size_t i, size_t floor)
+{
+	while (i > floor && cd_is_role(&req->messages[i], "tool"))
+		i--;
+	return i;
 }
 
 static int compact(const cd_request *req, cd_result *res, cd_error *err)
 {
-	int64_t n = DEFAULT_N;
+	int64_t n = DEFAULT_N, step = DEFAULT_STEP;
 	int keep_task = 1;
-	if (config_n(req, &n, err) || cd_config_bool(req, "keep_task", &keep_task, err))
+	if (config_int(req, "n", &n, err) || config_int(req, "step", &step, err) ||
+	    cd_config_bool(req, "keep_task", &keep_task, err))
 		return 1;
 	size_t total = req->n_messages;
 	for (size_t i = 0; i < total; i++) {
@@ -72,16 +94,29 @@ static int compact(const cd_request *req, cd_result *res, cd_error *err)
 		if (t + 1 < total)
 			pinned = t + 1;
 	}
-	/* start: the first message of the kept tail. */
+	/* start: the first message of the kept tail. Replaying the growth
+	 * message by message, as a stateful policy called on every request
+	 * would have cut: once the tail holds n+step messages it is cut back
+	 * to the last n, widened to the assistant message that made the calls
+	 * when that is a tool result. Between cuts the output's prefix is
+	 * byte-identical, so the provider's prompt cache keeps hitting. */
 	size_t start = pinned;
-	if ((uint64_t)n < total - pinned) {
-		start = total - (size_t)n;
-		while (start > pinned && cd_is_role(&req->messages[start], "tool"))
-			start--; /* widen to the assistant message that made the calls */
+	uint64_t trigger = (uint64_t)n + (uint64_t)step;
+	for (size_t len = pinned + 1; len <= total; len++) {
+		if ((uint64_t)(len - start) < trigger)
+			continue;
+		size_t next = unit_start(req, len - (size_t)n, pinned);
+		if (next > start)
+			start = next;
 	}
 	for (size_t i = 0; i < total; i++)
 		if (i < pinned || i >= start)
 			cd_keep(res, i);
+	/* The kept prefix (system messages and task) never changes: mark it,
+	 * so a cut's request reads it from the cache and writes only the
+	 * tail. */
+	if (pinned > 0)
+		cd_mark(res, pinned - 1);
 
 	char summary[96];
 	if (start > pinned) {

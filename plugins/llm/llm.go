@@ -7,11 +7,12 @@ import (
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
 	"github.com/compactd/compactd/pdk"
+	"github.com/compactd/compactd/plugins/internal/cachemark"
 	"github.com/compactd/compactd/plugins/internal/steps"
 )
 
 // version is the plugin's version; bump it when behaviour changes.
-const version = "1.1.0"
+const version = "1.2.0"
 
 // config is the policy's config; its zero value is not the default (see
 // defaults).
@@ -158,8 +159,9 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 	}
 	msgs := req.Messages
 	sched := schedule(msgs, cfg, req.Context.ContextWindow)
+	pinned := convo.Pinned(msgs, true)
 	if len(sched) == 0 {
-		return abi.Unchanged(len(msgs), "no trigger fired with a span to summarize"), nil
+		return cachemark.Unchanged(len(msgs), "no trigger fired with a span to summarize", pinned), nil
 	}
 	model := cfg.Model
 	if model == "" {
@@ -168,7 +170,7 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 	lead := convo.LeadingSystem(msgs)
 	sum := summarize(h, msgs, lead, sched, cfg, model, req.Context.State)
 	if len(sum.runs) == 0 {
-		res := abi.Unchanged(len(msgs), "no summary could be made; conversation kept as it is")
+		res := cachemark.Unchanged(len(msgs), "no summary could be made; conversation kept as it is", pinned)
 		res.Warnings = sum.warnings
 		return res, nil
 	}
@@ -195,6 +197,14 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 			r++
 		}
 	}
+	// Marks: the stable prefix (the leading refs up to the task, kept
+	// verbatim before the first summary) and the end of the summarized
+	// region, which changes only when it is extended.
+	stable := 0
+	for stable < len(items) && items[stable].IsRef() && items[stable].Ref == stable && stable < pinned {
+		stable++
+	}
+	regionEnd := len(items)
 	for i := end; i < len(msgs); i++ {
 		items = append(items, abi.Ref(i))
 	}
@@ -214,6 +224,7 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 		EntriesSummarized: end - lead - kept,
 		State:             sum.state,
 		Warnings:          sum.warnings,
+		CacheBreakpoints:  cachemark.Marks(stable, regionEnd),
 	}, nil
 }
 

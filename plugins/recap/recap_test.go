@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"strings"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/internal/plugtest"
+	"github.com/compactd/compactd/plugins/internal/steps"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -26,8 +28,8 @@ func withRecaps(msgs []abi.Message) []abi.Message {
 func TestCompact(t *testing.T) {
 	// The Playbooks design's behaviour: older user messages go, the task
 	// with them (keep_task: false).
-	seed := map[string]any{"min_preserved_assistant_messages": 3, "batch_size": 4, "keep_task": false}
-	kept := map[string]any{"min_preserved_assistant_messages": 3, "batch_size": 4}
+	seed := map[string]any{"min_preserved_assistant_messages": 3, "batch_size": 4, "keep_task": false, "generate_missing": false}
+	kept := map[string]any{"min_preserved_assistant_messages": 3, "batch_size": 4, "generate_missing": false}
 	tests := []struct {
 		name    string
 		spec    string
@@ -95,7 +97,7 @@ func TestCompact(t *testing.T) {
 
 func TestSeedRecapLines(t *testing.T) {
 	msgs := withRecaps(plugtest.Build(strings.Repeat("ua", 7)))
-	res := plugtest.Run(t, compact, msgs, map[string]any{"keep_task": false}, nil)
+	res := plugtest.Run(t, compact, msgs, map[string]any{"keep_task": false, "min_preserved_assistant_messages": 3, "batch_size": 4}, nil)
 	var lines []string
 	for _, it := range res.Messages[:4] {
 		lines = append(lines, it.Message.Text())
@@ -105,6 +107,50 @@ func TestSeedRecapLines(t *testing.T) {
 	}
 	if fmt.Sprint(res.Rewritten) != "[1 3 5 7]" {
 		t.Fatalf("rewritten = %v", res.Rewritten)
+	}
+}
+
+// TestGeneratedLines: under the defaults an older assistant message without
+// a recap line gets one made of its text and its calls, replacing its unit,
+// once past the trigger (1 preserved + a batch of 8).
+func TestGeneratedLines(t *testing.T) {
+	t.Parallel()
+	msgs := plugtest.Build("su" + strings.Repeat("ct", 8) + "a")
+	res := plugtest.Run(t, compact, msgs, nil, nil)
+	if got := plugtest.Shape(res.Messages); got != "r0 r1 m m m m m m m m r18" {
+		t.Fatalf("got %s", got)
+	}
+	m := res.Messages[2].Message
+	if m.Role != abi.RoleAssistant || len(m.ToolCalls) > 0 || !strings.HasPrefix(m.Text(), "recap - ") || !strings.Contains(m.Text(), "[called ") {
+		t.Fatalf("generated %s %q", m.Role, m.Text())
+	}
+	// Below the trigger nothing changes; the pinned prefix is marked.
+	short := plugtest.Run(t, compact, msgs[:16], nil, nil)
+	if short.Compacted || fmt.Sprint(short.CacheBreakpoints) != "[1]" {
+		t.Fatalf("below the trigger: compacted %v, marks %v", short.Compacted, short.CacheBreakpoints)
+	}
+	// Compacted: the task and the end of the compacted part are marked.
+	if fmt.Sprint(res.CacheBreakpoints) != "[1 9]" {
+		t.Fatalf("marks %v", res.CacheBreakpoints)
+	}
+	long := "x" + strings.Repeat(" word", 100)
+	if got := generatedLine(&abi.Message{Role: abi.RoleAssistant, Content: abi.TextContent(long)}, 20); got != "recap - "+steps.Clip(long, 20) {
+		t.Fatalf("generated %q", got)
+	}
+}
+
+// TestBatchesKeepTheirPrefix: the next batch leaves the output before the
+// old compacted part's end byte-identical, so the mark there serves it.
+func TestBatchesKeepTheirPrefix(t *testing.T) {
+	t.Parallel()
+	msgs := plugtest.Build("su" + strings.Repeat("ct", 17) + "a")
+	first := plugtest.Run(t, compact, msgs[:20], nil, nil)
+	second := plugtest.Run(t, compact, msgs, nil, nil)
+	end := first.CacheBreakpoints[len(first.CacheBreakpoints)-1]
+	a, _ := json.Marshal(first.Messages[:end+1])
+	b, _ := json.Marshal(second.Messages[:end+1])
+	if string(a) != string(b) || fmt.Sprint(second.CacheBreakpoints) != "[1 17]" {
+		t.Fatalf("first %s\nsecond %s\nmarks %v %v", a, b, first.CacheBreakpoints, second.CacheBreakpoints)
 	}
 }
 

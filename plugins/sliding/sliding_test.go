@@ -193,7 +193,7 @@ func checkContract(t *testing.T, id string, in []abi.Message, res *abi.CompactRe
 		}
 	}
 	if _, tokenMode := cfgMap["max_tokens"]; !tokenMode {
-		w := 5
+		w := defaults.WindowSize
 		if v, ok := cfgMap["window_size"].(int); ok {
 			w = v
 		}
@@ -219,7 +219,35 @@ func TestSeedDocument(t *testing.T) {
 	if m := res.Messages[2].Message; m.Text() != "[7 earlier entries discarded]" || res.EntriesSummarized != 7 {
 		t.Fatalf("marker %q, %d entries", m.Text(), res.EntriesSummarized)
 	}
-	if defaults.WindowSize != 5 || !defaults.IncludeSummaryMarker {
+	if !defaults.IncludeSummaryMarker {
 		t.Fatalf("defaults %+v", defaults)
+	}
+}
+
+// TestCacheBreakpoints checks that the pinned prefix (system messages and
+// task) and the marker are marked, compacted or not, so a cut's request
+// reads the pinned prefix from the provider's cache.
+func TestCacheBreakpoints(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name  string
+		conv  string
+		cfg   map[string]any
+		marks []int
+	}{
+		{"unchanged", "suaua", nil, []int{1}},
+		{"unchanged no system", "uaua", nil, []int{0}},
+		{"cut", "su" + strings.Repeat("ua", 12), map[string]any{"window_size": 4, "step": 4}, []int{1, 2}},
+		{"cut without marker", "su" + strings.Repeat("ua", 12), map[string]any{"window_size": 4, "step": 4, "include_summary_marker": false}, []int{1}},
+		{"cut without task", "s" + strings.Repeat("ua", 12), map[string]any{"window_size": 4, "step": 4, "keep_task": false}, []int{0, 1}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			res := plugtest.Run(t, compact, plugtest.Build(c.conv), c.cfg, nil)
+			if fmt.Sprint(res.CacheBreakpoints) != fmt.Sprint(c.marks) {
+				t.Fatalf("marks %v, want %v (%s)", res.CacheBreakpoints, c.marks, plugtest.Shape(res.Messages))
+			}
+		})
 	}
 }

@@ -8,11 +8,13 @@ import (
 	"unicode/utf8"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/convo"
 	"github.com/compactd/compactd/pdk"
+	"github.com/compactd/compactd/plugins/internal/cachemark"
 )
 
 // version is the plugin's version; bump it when behaviour changes.
-const version = "1.1.0"
+const version = "1.2.0"
 
 // config is the policy's config; its zero value is not the default (see
 // defaults). Sizes are in characters, counted as bytes of UTF-8 text
@@ -158,8 +160,15 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 			}
 		}
 	}
+	// The stable prefix: the system messages and the task, up to the
+	// first rewritten message (rewrites are kept the same from turn to
+	// turn, but an earlier one may appear when layer 2 starts).
+	stable := convo.Pinned(msgs, true)
+	for i := range c.news {
+		stable = min(stable, i)
+	}
 	if len(c.news) == 0 {
-		res := abi.Unchanged(len(msgs), "no tool result to compress")
+		res := cachemark.Unchanged(len(msgs), "no tool result to compress", stable)
 		res.Warnings = c.warnings()
 		return res, nil
 	}
@@ -185,6 +194,7 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 		EntriesSummarized: len(rewritten),
 		Rewritten:         rewritten,
 		Warnings:          c.warnings(),
+		CacheBreakpoints:  cachemark.Marks(stable),
 	}, nil
 }
 

@@ -33,7 +33,7 @@ def test_compact_real_conversation(client, tau):
 
 def test_compact_helper_returns_the_messages_to_send(tau):
     # The module-level helper finds the daemon through $COMPACTD_SOCKET.
-    out = compactd.compact(tau, policy="lastn", config={"n": 3})
+    out = compactd.compact(tau, policy="lastn", config={"n": 3, "step": 1})
     assert isinstance(out, list) and out[0] == tau[0] and out[-3:] == tau[-3:]
     assert len(out) < 8  # lastn extends the tail to a whole tool-call unit
     unchanged = compactd.compact(chat(1), "lastn", config={"n": 50})
@@ -186,7 +186,7 @@ def test_policies(client):
 
 
 def test_status_and_last_compaction(client):
-    client.compact(chat(4), policy="lastn", config={"n": 2}, conversation_id="py-status", model="gpt-4o")
+    client.compact(chat(4), policy="lastn", config={"n": 2, "step": 1}, conversation_id="py-status", model="gpt-4o")
     st = client.status(limit=50)
     assert isinstance(st, compactd.Status) and st.policies.serving >= 3 and st.uptime_seconds > 0
     ids = [c.id for c in st.conversations]
@@ -237,7 +237,7 @@ def test_health_metrics_openapi(client):
 def test_tcp_with_token(tcp, token):
     c = compactd.Client(tcp=tcp, token=token)
     assert c.health().status == "ok"
-    assert len(c.compact(chat(3), policy="lastn", config={"n": 1}).messages) == 3
+    assert len(c.compact(chat(3), policy="lastn", config={"n": 1, "step": 1}).messages) == 3
     for bad in (None, "wrong"):
         with pytest.raises(compactd.Unauthorized) as info:
             compactd.Client(tcp=tcp, token=bad).health()
@@ -276,7 +276,7 @@ def test_shared_between_threads(client):
 
     def work(i):
         try:
-            out = client.compact(chat(3 + i % 3), policy="lastn", config={"n": 2}, conversation_id=f"py-thread-{i}")
+            out = client.compact(chat(3 + i % 3), policy="lastn", config={"n": 2, "step": 1}, conversation_id=f"py-thread-{i}")
             assert len(out.messages) == 4
         except Exception as e:  # noqa: BLE001 - collected and reported below
             errors.append(e)

@@ -81,7 +81,7 @@ describe("compact", () => {
 
   test("the helper returns the messages to send", async () => {
     const msgs = tau();
-    const out = await compact(msgs, { policy: "lastn", config: { n: 3 } }); // finds the daemon through $COMPACTD_SOCKET
+    const out = await compact(msgs, { policy: "lastn", config: { n: 3, step: 1 } }); // finds the daemon through $COMPACTD_SOCKET
     assert.deepEqual(out.slice(-3), msgs.slice(-3));
     assert.deepEqual(out[0], msgs[0]);
     assert.deepEqual(out[1], msgs[1]); // the task stays
@@ -203,7 +203,7 @@ describe("status and config", () => {
   });
 
   test("status and the last compaction", async () => {
-    await client.compact(chat(4), { policy: "lastn", config: { n: 2 }, conversation_id: "ts status/é", model: "gpt-4o" });
+    await client.compact(chat(4), { policy: "lastn", config: { n: 2, step: 1 }, conversation_id: "ts status/é", model: "gpt-4o" });
     const st = await client.status(50);
     assert.ok(st.conversations.some((c) => c.id === "ts status/é"));
     assert.ok(st.policies.serving >= 3 && st.uptime_seconds > 0);
@@ -254,7 +254,7 @@ describe("connections", () => {
     const c = new Client({ tcp, token });
     try {
       assert.equal((await c.health()).status, "ok");
-      assert.equal((await c.compact(chat(3), { policy: "lastn", config: { n: 1 } })).messages.length, 3);
+      assert.equal((await c.compact(chat(3), { policy: "lastn", config: { n: 1, step: 1 } })).messages.length, 3);
     } finally {
       c.close();
     }
@@ -285,7 +285,7 @@ describe("connections", () => {
 
   test("concurrent requests share a client", async () => {
     const results = await Promise.all(
-      Array.from({ length: 24 }, (_, i) => client.compact(chat(3 + (i % 3)), { policy: "lastn", config: { n: 2 }, conversation_id: `ts-par-${i}` })),
+      Array.from({ length: 24 }, (_, i) => client.compact(chat(3 + (i % 3)), { policy: "lastn", config: { n: 2, step: 1 }, conversation_id: `ts-par-${i}` })),
     );
     for (const r of results) assert.equal(r.messages.length, 4);
   });
