@@ -74,7 +74,7 @@ func startDaemon(t *testing.T) *daemon {
 		Getenv:     func(string) string { return "" },
 		Defaults: config.Config{Socket: filepath.Join(dir, "d.sock"), PluginsDir: plugins,
 			StateDir: filepath.Join(dir, "state"), CacheDir: wasmbuild.TestCacheDir(t)},
-		Version: "test", StoreFlush: 10 * time.Millisecond,
+		Version: "test", StoreFlush: 10 * time.Millisecond, CompileFirst: true,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -171,7 +171,7 @@ func startInProcess(t testing.TB, cfg string, plugins ...string) *server.Daemon 
 		Getenv:     func(string) string { return "" },
 		Defaults: config.Config{Socket: filepath.Join(dir, "s.sock"), PluginsDir: pdir,
 			StateDir: filepath.Join(dir, "state"), CacheDir: wasmbuild.TestCacheDir(t)},
-		Version: "bench",
+		Version: "bench", CompileFirst: true,
 	})
 	if err != nil {
 		t.Fatal(err)

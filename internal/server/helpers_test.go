@@ -70,6 +70,10 @@ func setup(t testing.TB, cfg string, plugins ...string) *testDaemon {
 		Version:    "test",
 		Debounce:   10 * time.Millisecond,
 		StoreFlush: 10 * time.Millisecond,
+		// Compiled from the shared compilation cache at once: the
+		// interpreter tier is what TestQuickLoads and the zoo's child
+		// daemon (the daemon's own defaults) test.
+		CompileFirst: true,
 	}
 	return td
 }

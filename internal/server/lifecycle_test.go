@@ -293,3 +293,40 @@ func TestLLMProviderHook(t *testing.T) {
 		t.Errorf("Start with a failing hook = %v", err)
 	}
 }
+
+// TestQuickLoads: with the daemon's own way of loading (the tests' setup
+// compiles first), a new plugin serves at once from wazero's interpreter,
+// and the compiled module takes over when the compiler is done. The
+// compilation cache starts empty, so the compiler takes a while.
+func TestQuickLoads(t *testing.T) {
+	td := setup(t, "", pluginLastn)
+	td.opts.CompileFirst = false
+	td.opts.Defaults.CacheDir = t.TempDir()
+	td.start(t)
+	compact := func() *client.CompactResponse {
+		t.Helper()
+		resp, err := td.c.Compact(bg, &client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 2}, Messages: chatMessages(3)})
+		if err != nil || len(resp.Warnings) > 0 || !resp.Compacted {
+			t.Fatalf("compact: %+v, %v", resp, err)
+		}
+		return resp
+	}
+	tiers := map[string]bool{}
+	tier := func() string {
+		p, err := td.c.Policy(bg, "lastn")
+		if err != nil || !p.Serving {
+			t.Fatalf("lastn: %+v, %v", p, err)
+		}
+		tiers[p.Tier] = true
+		return p.Tier
+	}
+	tier()
+	first := compact()
+	waitFor(t, "lastn compiled", 3*time.Minute, func() bool { return tier() == "compiled" })
+	if !tiers["interpreted"] {
+		t.Errorf("tiers seen: %v; the new plugin never served interpreted", tiers)
+	}
+	if got := compact(); mustJSON(t, got.Messages) != mustJSON(t, first.Messages) {
+		t.Errorf("compiled answer %s, interpreted %s", mustJSON(t, got.Messages), mustJSON(t, first.Messages))
+	}
+}

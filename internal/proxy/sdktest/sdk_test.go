@@ -218,7 +218,7 @@ func startDaemon(t *testing.T, cfg string) *daemon {
 		Getenv:     func(string) string { return "" },
 		Defaults: config.Config{Socket: filepath.Join(dir, "s.sock"), PluginsDir: plugins,
 			StateDir: filepath.Join(dir, "state"), CacheDir: wasmbuild.TestCacheDir(t)},
-		Version: "test", StoreFlush: 10 * time.Millisecond,
+		Version: "test", StoreFlush: 10 * time.Millisecond, CompileFirst: true,
 	})
 	if err != nil {
 		t.Fatal(err)
