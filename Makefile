@@ -1,5 +1,6 @@
 # compactd's front door. `make run` starts the daemon with the built-in
-# policies; `make test` runs every test; `make check` is the presubmit;
+# policies; `make test` runs every test (`make test-unit` the ones that need
+# no daemon, browser or node); `make check` is the presubmit;
 # `make install` puts compactd and the built-in policies where
 # `compactd serve` finds them.
 
@@ -15,7 +16,7 @@ COMMIT   := $(shell git rev-parse HEAD 2>/dev/null)
 DIRTY    := $(shell git status --porcelain 2>/dev/null | grep -q . && echo true)
 LDFLAGS  := -X github.com/compactd/compactd/internal/cli.commit=$(COMMIT) -X github.com/compactd/compactd/internal/cli.dirty=$(DIRTY)
 
-.PHONY: all build plugins run test test-short bench check deps install uninstall clean
+.PHONY: all build plugins run test test-short test-unit bench check deps install uninstall clean
 
 all: build plugins
 
@@ -33,11 +34,20 @@ SOCKET   ?= $(CURDIR)/$(BIN)/compactd.sock
 run: build plugins
 	$(BIN)/compactd serve --plugins $(PLUGINS) --socket $(SOCKET) --state-dir $(BIN)/state --config $(BIN)/compactd.yaml
 
+# test runs every test with the race detector (docs/benchmarks.md, "Test
+# suite", has its time per package; scripts/test-busy.sh runs it beside
+# busy loops). test-short runs the quick variant of each test, without
+# -race. test-unit leaves out the tests that start a daemon, a browser or
+# node (they skip themselves when COMPACTD_TEST=unit, see
+# internal/testenv): about a minute.
 test: deps
 	$(GO) test -race -count=1 ./...
 
 test-short: deps
 	$(GO) test -short -count=1 ./...
+
+test-unit: deps
+	COMPACTD_TEST=unit $(GO) test -short -count=1 ./...
 
 # bench runs every benchmark and `compactd eval` on the full data set
 # ($COMPACTD_DATA, default ../shared/data) and rewrites docs/benchmarks.md

@@ -70,6 +70,7 @@ import (
 	"time"
 
 	"github.com/compactd/compactd/client"
+	"github.com/compactd/compactd/internal/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite README.md's output blocks that do not match what the examples print")
@@ -103,6 +104,7 @@ type block struct {
 }
 
 func TestREADME(t *testing.T) {
+	testenv.Integration(t, "a daemon (make run)")
 	if testing.Short() {
 		t.Skip("starts the daemon with make run and runs every README example (skipped with -short)")
 	}

@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/compactd/compactd/internal/testenv"
 )
 
 // readmeSections are the README sections whose examples this package's
@@ -17,6 +19,7 @@ var readmeSections = []string{"## Use from Python", "## Use from TypeScript", "#
 // checks each trailing comment (`code  # expected`, `code // expected`)
 // appears in the output, in order.
 func TestREADMEExamples(t *testing.T) {
+	testenv.Integration(t, "node and a daemon")
 	python(t)
 	need(t, "node", "node")
 	need(t, "curl", "curl")

@@ -16,6 +16,7 @@ import (
 	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/dataset"
+	"github.com/compactd/compactd/internal/testenv"
 	"github.com/compactd/compactd/internal/wasmbuild"
 )
 
@@ -44,6 +45,7 @@ type testDaemon struct {
 // file if cfg is not empty.
 func setup(t testing.TB, cfg string, plugins ...string) *testDaemon {
 	t.Helper()
+	testenv.Integration(t, "a daemon")
 	// Short: a socket path is limited to 108 bytes.
 	dir, err := os.MkdirTemp("", "cdt")
 	if err != nil {

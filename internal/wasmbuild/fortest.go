@@ -55,12 +55,22 @@ const testKeep = 3 * 24 * time.Hour
 // are removed.
 func ForTest(tb testing.TB, rel string) string {
 	tb.Helper()
+	path, err := ForTestMain(rel)
+	if err != nil {
+		tb.Fatalf("wasmbuild: %v", err)
+	}
+	return path
+}
+
+// ForTestMain is ForTest for code that has no testing.TB (a TestMain): it
+// returns the build's error.
+func ForTestMain(rel string) (string, error) {
 	testMu.Lock()
 	if testDir == "" {
 		d := filepath.Join(os.TempDir(), testDirName)
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			testMu.Unlock()
-			tb.Fatalf("wasmbuild: %v", err)
+			return "", err
 		}
 		prune(d, time.Now().Add(-testKeep))
 		testDir = d
@@ -74,10 +84,7 @@ func ForTest(tb testing.TB, rel string) string {
 	testMu.Unlock()
 
 	b.once.Do(func() { b.path, b.err = buildForTest(dir, rel) })
-	if b.err != nil {
-		tb.Fatalf("wasmbuild: %v", b.err)
-	}
-	return b.path
+	return b.path, b.err
 }
 
 // buildForTest builds rel into dir and returns the module's path.
@@ -247,12 +254,26 @@ func sanitize(s string) string {
 // TestCacheDir returns a directory for wazero's compilation cache shared by
 // the test binaries of one machine, so each module is compiled once rather
 // than once per test package (compiling a Go plugin takes about a second,
-// and ten times that under -race).
+// and ten times that under -race). It is the cache a compactd process
+// started with XDG_CACHE_HOME=TestCacheHome uses by default.
 func TestCacheDir(tb testing.TB) string {
 	tb.Helper()
-	dir := filepath.Join(os.TempDir(), "compactd-test-wazero-cache")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	dir, err := TestCacheDirMain()
+	if err != nil {
 		tb.Fatalf("wasmbuild: %v", err)
 	}
 	return dir
+}
+
+// TestCacheDirMain is TestCacheDir for code that has no testing.TB.
+func TestCacheDirMain() (string, error) {
+	dir := filepath.Join(TestCacheHome(), "compactd", "wazero")
+	return dir, os.MkdirAll(dir, 0o755)
+}
+
+// TestCacheHome is the XDG_CACHE_HOME for the compactd processes a test
+// runs: their default compilation cache (paths.CacheDir) is TestCacheDir,
+// and the user's own cache stays out of the tests.
+func TestCacheHome() string {
+	return filepath.Join(os.TempDir(), "compactd-test-cache")
 }

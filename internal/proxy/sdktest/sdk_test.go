@@ -20,6 +20,7 @@ import (
 	"github.com/compactd/compactd/internal/dataset"
 	"github.com/compactd/compactd/internal/proxy/upstreamtest"
 	"github.com/compactd/compactd/internal/server"
+	"github.com/compactd/compactd/internal/testenv"
 	"github.com/compactd/compactd/internal/tokens"
 	"github.com/compactd/compactd/internal/wasmbuild"
 )
@@ -74,6 +75,7 @@ type line struct {
 }
 
 func TestSDKs(t *testing.T) {
+	testenv.Integration(t, "node and a daemon")
 	dir, err := filepath.Abs("testdata")
 	if err != nil {
 		t.Fatal(err)
