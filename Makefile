@@ -27,9 +27,9 @@ plugins: deps
 	$(GO) run ./internal/wasmbuild/buildplugins -out $(PLUGINS)
 
 # run starts the daemon in the foreground with the built-in policies; its
-# socket, state and config file live under bin/ (README.md, "Run the
-# daemon"). Ctrl-C stops it. readme_test.go starts the daemon for the
-# README's examples with this recipe (make -n run).
+# socket, state and config file live under bin/ (docs/operations.md).
+# Ctrl-C stops it. readme_test.go starts a daemon with this target for the
+# examples of README.md and docs/ (BIN and SOCKET pointed elsewhere).
 SOCKET   ?= $(CURDIR)/$(BIN)/compactd.sock
 run: build plugins
 	$(BIN)/compactd serve --plugins $(PLUGINS) --socket $(SOCKET) --state-dir $(BIN)/state --config $(BIN)/compactd.yaml
@@ -62,7 +62,8 @@ check:
 	GOOS=wasip1 GOARCH=wasm $(GO) vet ./abi ./convo ./pdk
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) mod tidy
-	git diff --exit-code -- go.mod go.sum
+	cd examples/embed && $(GO) vet . && $(GO) run $(STATICCHECK) . && $(GO) mod tidy
+	git diff --exit-code -- go.mod go.sum examples/embed/go.mod examples/embed/go.sum
 
 # deps installs the Debian packages the plugins and tests need when one is
 # missing; FORCE=1 runs the install even when all are present (.ci/run does,
@@ -84,7 +85,7 @@ install: build plugins
 	install -m 0644 $(PLUGINS)/*.wasm "$(DESTDIR)$(PLUGINS_DIR)/"
 	@echo "installed $(DESTDIR)$(BINDIR)/compactd and $$(ls $(PLUGINS)/*.wasm | wc -l) policies in $(DESTDIR)$(PLUGINS_DIR)"
 	@case ":$$PATH:" in *":$(BINDIR):"*) ;; *) echo "note: $(BINDIR) is not on your PATH";; esac
-	@echo "start it with: compactd serve   (or as a systemd user service: README.md, \"Install\")"
+	@echo "start it with: compactd serve   (or as a systemd user service: docs/operations.md, \"Install\")"
 
 # uninstall removes what install copied (the built-in plugins by name;
 # other plugins in the directory stay).

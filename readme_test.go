@@ -1,6 +1,8 @@
-// README.md's examples are tests: TestREADME runs them against a real
-// daemon with the real built-in plugins and checks the output the README
-// shows. A README that drifts from the product fails `make test`.
+// The docs' examples are tests: TestREADME runs the examples of README.md,
+// of every docs/*.md and of any other Markdown file in the repository that
+// marks one, against a real daemon with the real built-in plugins, and
+// checks the output each doc shows. A doc that drifts from the product
+// fails `make test`.
 //
 // # Marking an example
 //
@@ -19,24 +21,32 @@
 // absolute paths) or what is too long to show. Trailing spaces are ignored.
 // An example needs no output block; it must still succeed.
 //
-// Every ```sh (or bash, shell, console) block that mentions compactd,
-// curl, $SOCK or make must carry one of the example markers, so nothing
-// that talks to the daemon or runs the CLI escapes the test: skip is
-// for what cannot run here (`make run` itself, installing into your home,
-// systemctl).
+// Every ```sh (or bash, shell, console) block of those docs that mentions
+// compactd, curl, $SOCK or make must carry one of the example markers, so
+// nothing that talks to the daemon or runs the CLI escapes the test: skip
+// is for what cannot run here (`make run` itself, installing into your
+// home, systemctl, the full data set) or what another test runs (the
+// clients' examples in docs/clients.md: clients/readme_test.go).
 //
 // # How the examples run
 //
-// In README order, one after another, sharing one daemon, as a reader
+// Each doc is a subtest (TestREADME/docs/api.md), and its examples run in
+// the doc's order, one after another, sharing one daemon, as a reader
 // typing them into one terminal would: what a PUT /v1/config changes, the
-// examples after it see. Before the first, the test starts the daemon with
-// `make run` (its deps step skipped; BIN and SOCKET pointed into a
-// temporary directory), and each block runs with bash -euo pipefail in a
-// working directory that looks like the checkout: bin/compactd,
-// bin/plugins/, bin/compactd.sock, and links to the repository's files
-// (testdata/, docs/, …). The environment is clean: SOCK=bin/compactd.sock,
-// HOME a temporary directory, no COMPACTD_*, XDG_* or provider variables,
-// and bin/ first on PATH.
+// examples after it see. Every doc with an example to run gets a daemon
+// of its own, fresh, as after `make run` in a clean checkout, so a doc's
+// outputs do not depend on what another doc did. The first daemon of a
+// run is started with `make run` (its deps step skipped; BIN and SOCKET
+// pointed into a temporary directory), which builds compactd and the
+// plugins; the next ones reuse those files, and the descriptions of the
+// plugins the first one checked, and run the same recipe with make's
+// build steps marked done (-o build -o plugins). Each block runs
+// with bash -euo pipefail in a working directory of the doc's own that
+// looks like the checkout: bin/compactd, bin/plugins/, bin/compactd.sock,
+// and links to the repository's files (testdata/, docs/, …). The
+// environment is clean: SOCK=bin/compactd.sock, HOME a temporary
+// directory, no COMPACTD_*, XDG_* or provider variables, and bin/ first
+// on PATH. A failure names the doc and the example's line (docs/api.md:27).
 //
 // A block in another language runs with the interpreter the runners table
 // below names for its info string; add a line there for a new language
@@ -46,10 +56,11 @@
 //
 //	go test -run TestREADME -update .
 //
-// rewrites every output block that no longer matches with what the example
-// printed now, durations, timestamps and the temporary directory already
-// replaced by "…". Read the diff before committing it: the README is the
-// product's promise.
+// rewrites, in every doc, each output block that no longer matches with
+// what the example printed now, durations, timestamps and the temporary
+// directory already replaced by "…" (-run TestREADME/docs/cli.md for one
+// doc). Read the diff before committing it: the docs are the product's
+// promise.
 package compactd_test
 
 import (
@@ -58,10 +69,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -73,7 +86,7 @@ import (
 	"github.com/compactd/compactd/internal/testenv"
 )
 
-var update = flag.Bool("update", false, "rewrite README.md's output blocks that do not match what the examples print")
+var update = flag.Bool("update", false, "rewrite the docs' output blocks that do not match what their examples print")
 
 // runners maps a fenced block's language to the command that runs its
 // text (appended as the last argument).
@@ -90,7 +103,7 @@ var mustMark = regexp.MustCompile(`\bcompactd\b|\bcurl\b|\$SOCK\b|\bmake\b`)
 // slowest).
 const exampleTimeout = 5 * time.Minute
 
-// block is a fenced code block of README.md.
+// block is a fenced code block of a doc.
 type block struct {
 	line      int    // 1-based line of the opening fence
 	end       int    // 1-based line of the closing fence
@@ -103,27 +116,86 @@ type block struct {
 	isExample bool
 }
 
+// doc is a Markdown file whose examples TestREADME runs.
+type doc struct {
+	path     string // slash-separated, relative to the repository
+	text     string
+	examples []*block
+}
+
+// runnable reports whether any of the doc's examples is to be run.
+func (d *doc) runnable() bool {
+	for _, ex := range d.examples {
+		if ex.skip == "" {
+			return true
+		}
+	}
+	return false
+}
+
 func TestREADME(t *testing.T) {
 	testenv.Integration(t, "a daemon (make run)")
 	if testing.Short() {
-		t.Skip("starts the daemon with make run and runs every README example (skipped with -short)")
+		t.Skip("starts the daemon with make run and runs every example of the docs (skipped with -short)")
 	}
-	readme, err := os.ReadFile("README.md")
+	root, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
-	examples, err := parseExamples(string(readme))
+	paths, err := docFiles(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	work := newWorkDir(t)
-	startDaemon(t, work)
+	// Every doc's markers are checked before the first daemon starts.
+	var docs []*doc
+	var problems []string
+	for _, path := range paths {
+		text, err := os.ReadFile(filepath.FromSlash(path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		examples, err := parseExamples(path, string(text))
+		if err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		docs = append(docs, &doc{path: path, text: string(text), examples: examples})
+	}
+	if len(problems) > 0 {
+		t.Fatal(strings.Join(problems, "\n"))
+	}
+	// Short: the socket's path must fit in 108 bytes.
+	tmp, err := os.MkdirTemp("", "readme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	b := &builds{root: root}
+	for i, d := range docs {
+		t.Run(d.path, func(t *testing.T) {
+			runDoc(t, d, b, filepath.Join(tmp, strconv.Itoa(i)))
+		})
+	}
+}
+
+// runDoc runs a doc's examples in order against a fresh daemon and checks
+// their outputs (or, with -update, rewrites the outputs that differ).
+func runDoc(t *testing.T, d *doc, b *builds, dir string) {
+	if !d.runnable() {
+		for _, ex := range d.examples {
+			t.Logf("%s:%d: skipped: %s", d.path, ex.line, ex.skip)
+		}
+		t.Logf("%s has no example to run", d.path)
+		return
+	}
+	work := newWorkDir(t, b.root, dir)
+	startDaemon(t, work, b)
 
 	var updates []*block
 	actual := map[*block]string{}
 	ran := 0
-	for _, ex := range examples {
-		name := fmt.Sprintf("README.md:%d", ex.line)
+	for _, ex := range d.examples {
+		name := fmt.Sprintf("%s:%d", d.path, ex.line)
 		if ex.skip != "" {
 			t.Logf("%s: skipped: %s", name, ex.skip)
 			continue
@@ -149,22 +221,88 @@ func TestREADME(t *testing.T) {
 				updates = append(updates, ex.output)
 				continue
 			}
-			t.Errorf("%s: the output differs from README.md:%d (go test -run TestREADME -update . rewrites it)\n--- example\n%s--- README shows\n%s--- it printed\n%s",
-				name, ex.output.line, ex.text, ex.output.text, out)
+			t.Errorf("%s: the output differs from %s:%d (go test -run TestREADME -update . rewrites it)\n--- example\n%s--- %s shows\n%s--- it printed\n%s",
+				name, d.path, ex.output.line, ex.text, d.path, ex.output.text, out)
 		}
 	}
-	t.Logf("ran %d README examples", ran)
+	t.Logf("ran %d examples of %s", ran, d.path)
 	if len(updates) > 0 {
-		if err := rewriteOutputs("README.md", string(readme), updates, actual); err != nil {
+		if err := rewriteOutputs(filepath.Join(b.root, filepath.FromSlash(d.path)), d.text, updates, actual); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("rewrote %d output blocks of README.md", len(updates))
+		t.Logf("rewrote %d output blocks of %s", len(updates), d.path)
 	}
 }
 
-// parseExamples returns README's examples in order, checking the markers.
-func parseExamples(readme string) ([]*block, error) {
-	blocks, err := fencedBlocks(readme)
+// docFiles returns the docs whose examples TestREADME runs, as paths
+// relative to root: README.md, every docs/*.md, and every other Markdown
+// file under root that marks an example or an output (outside node_modules
+// and what builds write).
+func docFiles(root string) ([]string, error) {
+	docs := []string{"README.md"}
+	more, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(more)
+	for _, m := range more {
+		rel, _ := filepath.Rel(root, m)
+		docs = append(docs, filepath.ToSlash(rel))
+	}
+	seen := map[string]bool{}
+	for _, d := range docs {
+		seen[d] = true
+	}
+	all, err := markdownFiles(root)
+	if err != nil {
+		return nil, err
+	}
+	marker := regexp.MustCompile(`(?m)^\s*<!--\s*(example|output)\b`)
+	for _, rel := range all {
+		if seen[rel] {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(rel)))
+		if err != nil {
+			return nil, err
+		}
+		if marker.Match(b) {
+			docs = append(docs, rel)
+		}
+	}
+	return docs, nil
+}
+
+// markdownFiles returns the Markdown files under root as sorted
+// slash-separated relative paths, leaving out .git, node_modules and what
+// builds write.
+func markdownFiles(root string) ([]string, error) {
+	var out []string
+	err := filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if e.IsDir() {
+			switch e.Name() {
+			case ".git", "node_modules", "bin", "eval-out", "dist", "target":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(path, ".md") {
+			rel, _ := filepath.Rel(root, path)
+			out = append(out, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	sort.Strings(out)
+	return out, err
+}
+
+// parseExamples returns a doc's examples in order, checking the markers;
+// name is the doc's path, for the messages.
+func parseExamples(name, text string) ([]*block, error) {
+	blocks, err := fencedBlocks(name, text)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +310,7 @@ func parseExamples(readme string) ([]*block, error) {
 	var last *block
 	var problems []string
 	bad := func(b *block, format string, args ...any) {
-		problems = append(problems, fmt.Sprintf("README.md:%d: ", b.line)+fmt.Sprintf(format, args...))
+		problems = append(problems, fmt.Sprintf("%s:%d: ", name, b.line)+fmt.Sprintf(format, args...))
 	}
 	for _, b := range blocks {
 		m := b.marker
@@ -238,9 +376,10 @@ func isShell(lang string) bool {
 var fence = regexp.MustCompile("^(```+|~~~+)\\s*(.*)$")
 
 // fencedBlocks finds the fenced code blocks of a Markdown document, with
-// the HTML comment on the line before each.
-func fencedBlocks(doc string) ([]*block, error) {
-	lines := strings.Split(doc, "\n")
+// the HTML comment on the line before each; name is the document's path,
+// for the messages.
+func fencedBlocks(name, text string) ([]*block, error) {
+	lines := strings.Split(text, "\n")
 	var out []*block
 	for i := 0; i < len(lines); i++ {
 		m := fence.FindStringSubmatch(lines[i])
@@ -266,7 +405,7 @@ func fencedBlocks(doc string) ([]*block, error) {
 			body = append(body, lines[j])
 		}
 		if j == len(lines) {
-			return nil, fmt.Errorf("README.md:%d: code block never closed", i+1)
+			return nil, fmt.Errorf("%s:%d: code block never closed", name, i+1)
 		}
 		b.end = j + 1
 		if len(body) > 0 {
@@ -278,7 +417,7 @@ func fencedBlocks(doc string) ([]*block, error) {
 	return out, nil
 }
 
-// workDir is where the examples run: a directory that looks like the
+// workDir is where a doc's examples run: a directory that looks like the
 // checkout, with the daemon's files under bin/.
 type workDir struct {
 	t    *testing.T
@@ -287,17 +426,12 @@ type workDir struct {
 	root string // the repository
 }
 
-func newWorkDir(t *testing.T) *workDir {
-	root, err := os.Getwd()
-	if err != nil {
+// newWorkDir makes dir (which must not exist) a work directory for the
+// repository at root.
+func newWorkDir(t *testing.T, root, dir string) *workDir {
+	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// Short: the socket's path must fit in 108 bytes.
-	dir, err := os.MkdirTemp("", "readme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		t.Fatal(err)
@@ -340,13 +474,29 @@ func newWorkDir(t *testing.T) *workDir {
 	return w
 }
 
+// builds remembers, for one TestREADME run, where `make run` built
+// compactd and the plugins, so that later daemons reuse them.
+type builds struct {
+	root string // the repository
+	bin  string // the first daemon's BIN, once it served; "" before
+}
+
 // startDaemon starts `make run` with BIN and SOCKET in the work directory
 // and waits until the daemon answers; it is stopped (SIGTERM, as Ctrl-C
-// would) when the test ends.
-func startDaemon(t *testing.T, w *workDir) {
+// would) when the test ends. The first daemon of a run builds compactd
+// and the plugins; later ones get links to those files and run make with
+// its build steps marked done.
+func startDaemon(t *testing.T, w *workDir, b *builds) {
 	bin := filepath.Join(w.dir, "bin")
 	socket := filepath.Join(bin, "compactd.sock")
-	cmd := exec.Command("make", "-s", "-o", "deps", "run", "BIN="+bin, "SOCKET="+socket)
+	args := []string{"-s", "-o", "deps"}
+	if b.bin != "" {
+		if err := linkBuild(b.bin, bin); err != nil {
+			t.Fatalf("reusing the build of %s: %v", b.bin, err)
+		}
+		args = append(args, "-o", "build", "-o", "plugins")
+	}
+	cmd := exec.Command("make", append(args, "run", "BIN="+bin, "SOCKET="+socket)...)
 	cmd.Dir = w.root
 	cmd.Env = w.env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -373,7 +523,7 @@ func startDaemon(t *testing.T, w *workDir) {
 	for {
 		select {
 		case err := <-done:
-			t.Fatalf("make run exited (%v) before the daemon answered:\n%s", err, log.String())
+			t.Fatalf("make %s exited (%v) before the daemon answered:\n%s", strings.Join(args, " "), err, log.String())
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -383,6 +533,9 @@ func startDaemon(t *testing.T, w *workDir) {
 			if h.Status != "ok" {
 				t.Fatalf("the daemon is %s with %d policies:\n%s", h.Status, h.Policies, log.String())
 			}
+			if b.bin == "" {
+				b.bin = bin
+			}
 			return
 		}
 		if time.Now().After(deadline) {
@@ -390,6 +543,64 @@ func startDaemon(t *testing.T, w *workDir) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// linkBuild gives the BIN directory dst what `make build plugins` wrote
+// in src: the compactd binary and the plugins (hard links, copies where
+// links fail). Of the first daemon's state it copies only the plugins'
+// descriptions, which the registry keeps by their SHA-256 once they passed
+// the smoke test (state/described/), so that the daemon serves at once, as
+// after a restart, instead of checking every plugin again; conversations,
+// status and config start empty.
+func linkBuild(src, dst string) error {
+	wasm, err := filepath.Glob(filepath.Join(src, "plugins", "*.wasm"))
+	if err != nil {
+		return err
+	}
+	if len(wasm) == 0 {
+		return fmt.Errorf("no plugins in %s", filepath.Join(src, "plugins"))
+	}
+	if err := os.MkdirAll(filepath.Join(dst, "plugins"), 0o755); err != nil {
+		return err
+	}
+	files := []string{"compactd"}
+	for _, w := range wasm {
+		files = append(files, filepath.Join("plugins", filepath.Base(w)))
+	}
+	described, err := filepath.Glob(filepath.Join(src, "state", "described", "*.json"))
+	if err != nil {
+		return err
+	}
+	if len(described) > 0 {
+		if err := os.MkdirAll(filepath.Join(dst, "state", "described"), 0o755); err != nil {
+			return err
+		}
+	}
+	for _, d := range described {
+		files = append(files, filepath.Join("state", "described", filepath.Base(d)))
+	}
+	for _, f := range files {
+		from, to := filepath.Join(src, f), filepath.Join(dst, f)
+		if os.Link(from, to) == nil {
+			continue
+		}
+		if err := copyFile(from, to); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func copyFile(from, to string) error {
+	info, err := os.Stat(from)
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, info.Mode().Perm())
 }
 
 // run runs an example and returns its output (stdout and stderr
@@ -578,7 +789,7 @@ func TestParseExamples(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			examples, err := parseExamples(tt.doc)
+			examples, err := parseExamples("README.md", tt.doc)
 			if tt.problem != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.problem) {
 					t.Fatalf("err = %v, want %q", err, tt.problem)
@@ -590,7 +801,11 @@ func TestParseExamples(t *testing.T) {
 			}
 		})
 	}
-	examples, _ := parseExamples("<!-- example exit=3 -->\n```sh\nfalse\n```\n<!-- output -->\n```text\nno\n```\n")
+	// A problem names the doc and the line.
+	if _, err := parseExamples("docs/cli.md", "text\n```sh\nbin/compactd status\n```\n"); err == nil || !strings.HasPrefix(err.Error(), "docs/cli.md:2: ") {
+		t.Errorf("err = %v, want it to start with docs/cli.md:2:", err)
+	}
+	examples, _ := parseExamples("README.md", "<!-- example exit=3 -->\n```sh\nfalse\n```\n<!-- output -->\n```text\nno\n```\n")
 	if ex := examples[0]; ex.wantExit != 3 || ex.output == nil || ex.output.text != "no\n" || ex.text != "false\n" {
 		t.Errorf("parsed %+v", ex)
 	}
@@ -606,5 +821,38 @@ func TestGeneralize(t *testing.T) {
 	}
 	if !matchOutput(want, in) {
 		t.Error("the generalized output does not match what it came from")
+	}
+}
+
+func TestDocFiles(t *testing.T) {
+	root := t.TempDir()
+	files := map[string]string{
+		"README.md":                  "# x\n",
+		"docs/b.md":                  "no examples\n",
+		"docs/a.md":                  "<!-- example -->\n```sh\ntrue\n```\n",
+		"clients/x/README.md":        "<!-- example skip: elsewhere -->\n```sh\ncurl x\n```\n",
+		"kits/y/README.md":           "```sh\nmake\n```\n",
+		"node_modules/z/README.md":   "<!-- example -->\n```sh\ntrue\n```\n",
+		"docs/sub/c.md":              "nothing\n",
+		"plugins/p/notes.txt":        "<!-- example -->\n",
+		"internal/q/doc.md":          "  <!-- output -->\n```text\n```\n",
+		"internal/q/not-a-marker.md": "<!-- examples are below -->\n",
+	}
+	for name, text := range files {
+		p := filepath.Join(root, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := docFiles(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"README.md", "docs/a.md", "docs/b.md", "clients/x/README.md", "internal/q/doc.md"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("docFiles = %q, want %q", got, want)
 	}
 }

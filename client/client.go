@@ -20,10 +20,9 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
-
-	"github.com/compactd/compactd/internal/paths"
 )
 
 // Client calls a compactd daemon.
@@ -34,11 +33,34 @@ type Client struct {
 	token     string
 }
 
-// DefaultSocketPath is the daemon's default socket: $COMPACTD_SOCKET, else
-// $XDG_RUNTIME_DIR/compactd.sock, else ~/.local/state/compactd/compactd.sock
-// ($XDG_STATE_HOME/compactd/compactd.sock) — the path `compactd serve`
-// listens on without --socket.
-func DefaultSocketPath() string { return paths.Socket(os.Getenv) }
+// DefaultSocketPath is the daemon's default socket in this process's
+// environment: SocketPath(os.Getenv).
+func DefaultSocketPath() string { return SocketPath(os.Getenv) }
+
+// SocketPath is the daemon's default socket in the environment getenv
+// reads: $COMPACTD_SOCKET, else $XDG_RUNTIME_DIR/compactd.sock, else
+// $XDG_STATE_HOME/compactd/compactd.sock
+// (~/.local/state/compactd/compactd.sock; without a home, under the
+// temporary directory). It is the path `compactd serve` listens on
+// without --socket; the Python and TypeScript clients follow the same
+// rule.
+func SocketPath(getenv func(string) string) string {
+	if p := getenv("COMPACTD_SOCKET"); p != "" {
+		return p
+	}
+	if d := getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "compactd.sock")
+	}
+	state := getenv("XDG_STATE_HOME")
+	if state == "" {
+		home := getenv("HOME")
+		if home == "" {
+			home = os.TempDir()
+		}
+		state = filepath.Join(home, ".local", "state")
+	}
+	return filepath.Join(state, "compactd", "compactd.sock")
+}
 
 // Option configures a Client.
 type Option func(*options)

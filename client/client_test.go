@@ -2,26 +2,40 @@ package client
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/compactd/compactd/internal/config"
 )
 
-func TestDefaultSocketPathMatchesDaemon(t *testing.T) {
-	for _, env := range []map[string]string{
-		{"HOME": "/h"},
-		{"HOME": "/h", "XDG_STATE_HOME": "/st"},
-		{"HOME": "/h", "XDG_RUNTIME_DIR": "/run/user/7"},
-		{"HOME": "/h", "XDG_RUNTIME_DIR": "/run/user/7", "COMPACTD_SOCKET": "/x.sock"},
-	} {
-		for _, k := range []string{"HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR", "COMPACTD_SOCKET"} {
-			t.Setenv(k, env[k])
-		}
-		if got, want := DefaultSocketPath(), config.DefaultSocketPath(func(k string) string { return env[k] }); got != want {
-			t.Errorf("env %v: client %s, daemon %s", env, got, want)
-		}
+// TestSocketPath: the default socket's rule, which the daemon takes from
+// here (internal/paths.Socket) and the Python and TypeScript clients
+// follow.
+func TestSocketPath(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"home only", map[string]string{"HOME": "/h"}, "/h/.local/state/compactd/compactd.sock"},
+		{"state home", map[string]string{"HOME": "/h", "XDG_STATE_HOME": "/st"}, "/st/compactd/compactd.sock"},
+		{"runtime dir", map[string]string{"HOME": "/h", "XDG_STATE_HOME": "/st", "XDG_RUNTIME_DIR": "/run/user/7"}, "/run/user/7/compactd.sock"},
+		{"COMPACTD_SOCKET wins", map[string]string{"HOME": "/h", "XDG_RUNTIME_DIR": "/run/user/7", "COMPACTD_SOCKET": "/x.sock"}, "/x.sock"},
+		{"no home", map[string]string{}, filepath.Join(os.TempDir(), ".local/state/compactd/compactd.sock")},
 	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := SocketPath(func(k string) string { return tt.env[k] }); got != tt.want {
+				t.Errorf("SocketPath = %s, want %s", got, tt.want)
+			}
+		})
+	}
+	t.Run("DefaultSocketPath reads the process's environment", func(t *testing.T) {
+		t.Setenv("COMPACTD_SOCKET", "/env.sock")
+		if got := DefaultSocketPath(); got != "/env.sock" {
+			t.Errorf("DefaultSocketPath = %s, want /env.sock", got)
+		}
+	})
 }
 
 func TestEncodeKeepsMessageBytes(t *testing.T) {

@@ -304,7 +304,7 @@ type Usage struct {
 type ConfigDocument struct {
 	// File is the config file's path.
 	File string `json:"file"`
-	// Config is the running config, defaults included (see README.md).
+	// Config is the running config, defaults included (see docs/configuration.md).
 	Config json.RawMessage `json:"config"`
 	// RestartRequired names changed settings that apply only on restart.
 	RestartRequired []string `json:"restart_required,omitempty"`

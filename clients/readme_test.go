@@ -10,67 +10,76 @@ import (
 	"github.com/compactd/compactd/internal/testenv"
 )
 
-// readmeSections are the README sections whose examples this package's
-// clients own; TestREADMEExamples runs their shell blocks, in order.
-var readmeSections = []string{"## Use from Python", "## Use from TypeScript", "## The status page"}
+// clientsDoc is the doc whose client examples this package runs: the
+// shell blocks marked `<!-- example skip: run by clients/readme_test.go …
+// -->`, which the examples test at the top (readme_test.go) leaves to
+// this one, since they need the clients built.
+const clientsDoc = "docs/clients.md"
 
-// TestREADMEExamples runs the README's client and status page examples
-// against a real daemon ($SOCK is its socket, as after `make run`) and
-// checks each trailing comment (`code  # expected`, `code // expected`)
+// ownMarker starts the marker of the blocks this package runs.
+const ownMarker = "<!-- example skip: run by clients/readme_test.go"
+
+// TestREADMEExamples runs the client examples of docs/clients.md, in
+// order, against a real daemon ($SOCK is its socket, as after `make run`)
+// and checks each trailing comment (`code  # expected`, `code // expected`)
 // appears in the output, in order.
 func TestREADMEExamples(t *testing.T) {
 	testenv.Integration(t, "node and a daemon")
 	python(t)
 	need(t, "node", "node")
-	need(t, "curl", "curl")
 	root, _ := filepath.Abs("..")
 	if _, err := os.Stat(filepath.Join(root, "clients", "ts", "node_modules", "typescript")); err != nil && !testing.Short() {
 		t.Fatal("clients/ts/node_modules has no typescript: run `make deps`")
 	}
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	doc, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(clientsDoc)))
 	if err != nil {
 		t.Fatal(err)
 	}
+	blocks := ownBlocks(string(doc))
+	// The Python and the TypeScript example at least.
+	if len(blocks) < 2 {
+		t.Fatalf("%s has %d blocks marked %q, want at least 2", clientsDoc, len(blocks), ownMarker+" …")
+	}
 	d := startDaemon(t)
 	env := append(d.env(t), "SOCK="+d.socket)
-	blocks := 0
-	for _, section := range readmeSections {
-		body := sectionOf(string(readme), section)
-		if body == "" {
-			t.Fatalf("README.md has no section %q", section)
-		}
-		for _, block := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(body, -1) {
-			blocks++
-			script := block[1]
-			out := run(t, env, root, "bash", "-euo", "pipefail", "-c", script)
-			rest := out
-			for _, want := range expectations(script) {
-				i := strings.Index(rest, want)
-				if i < 0 {
-					t.Errorf("%s: the output lacks %q (in order):\n%s", section, want, out)
-					break
-				}
-				rest = rest[i+len(want):]
+	for _, b := range blocks {
+		out := run(t, env, root, "bash", "-euo", "pipefail", "-c", b.script)
+		rest := out
+		for _, want := range expectations(b.script) {
+			i := strings.Index(rest, want)
+			if i < 0 {
+				t.Errorf("%s:%d: the output lacks %q (in order):\n%s", clientsDoc, b.line, want, out)
+				break
 			}
+			rest = rest[i+len(want):]
 		}
-	}
-	if blocks < 3 {
-		t.Errorf("ran %d README blocks, want at least 3", blocks)
 	}
 }
 
-// sectionOf returns the text of the README section that starts with
-// heading, up to the next heading of the same level.
-func sectionOf(readme, heading string) string {
-	i := strings.Index(readme, "\n"+heading+"\n")
-	if i < 0 {
-		return ""
+// docBlock is a shell block of a doc: its script and the line of its
+// opening fence.
+type docBlock struct {
+	line   int
+	script string
+}
+
+// ownBlocks returns the ```sh blocks of doc right after an ownMarker line.
+func ownBlocks(doc string) []docBlock {
+	lines := strings.Split(doc, "\n")
+	var out []docBlock
+	for i := 1; i < len(lines); i++ {
+		if lines[i] != "```sh" || !strings.HasPrefix(strings.TrimSpace(lines[i-1]), ownMarker) {
+			continue
+		}
+		var body []string
+		j := i + 1
+		for ; j < len(lines) && lines[j] != "```"; j++ {
+			body = append(body, lines[j])
+		}
+		out = append(out, docBlock{line: i + 1, script: strings.Join(body, "\n") + "\n"})
+		i = j
 	}
-	rest := readme[i+1+len(heading):]
-	if j := strings.Index(rest, "\n## "); j >= 0 {
-		rest = rest[:j]
-	}
-	return rest
+	return out
 }
 
 // expectations returns the trailing comments of a script's lines.

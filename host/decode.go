@@ -5,12 +5,12 @@ import (
 	"fmt"
 
 	"github.com/compactd/compactd/abi"
-	"github.com/compactd/compactd/internal/chat"
-	"github.com/compactd/compactd/internal/jsonscan"
+	"github.com/compactd/compactd/chat"
+	"github.com/compactd/compactd/jsonscan"
 )
 
 // parseResult reads a plugin's CompactResult JSON in one pass
-// (internal/jsonscan): a result that keeps most of a long conversation is
+// (package jsonscan): a result that keeps most of a long conversation is
 // mostly {"ref":i} items, which encoding/json decoded one reflective
 // Unmarshal at a time. It accepts what the ABI describes (abi/README.md,
 // "Results and refs"): unknown fields are ignored, null reads as absent,

@@ -6,7 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/compactd/compactd/abi"
-	"github.com/compactd/compactd/internal/policyconfig"
+	"github.com/compactd/compactd/policyconfig"
 )
 
 // Limits on the strings of a description, which end up in logs, errors

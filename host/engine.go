@@ -26,8 +26,8 @@ import (
 	"sync/atomic"
 
 	"github.com/compactd/compactd/abi"
-	"github.com/compactd/compactd/internal/policyconfig"
-	"github.com/compactd/compactd/internal/wasminstr"
+	"github.com/compactd/compactd/host/internal/wasminstr"
+	"github.com/compactd/compactd/policyconfig"
 	extism "github.com/extism/go-sdk"
 	"github.com/hashicorp/go-hclog"
 	"github.com/tetratelabs/wazero"

@@ -67,75 +67,18 @@ func newExtismModule(ctx context.Context, wasm []byte, rc wazero.RuntimeConfig, 
 	return &extismModule{compiled: compiled, cache: cache, limits: limits, logger: logger, logs: logs}, nil
 }
 
-// extismHostFunctions are compactd's host functions for the Extism path.
-// Like the fast path's, they check a block's length before reading it.
+// extismHostFunctions are compactd's host functions (hostFuncs) for the
+// Extism path.
 func extismHostFunctions() []extism.HostFunction {
-	countTokensFn := extism.NewHostFunctionWithStack(abi.HostCountTokens,
-		func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
-			n, err := p.Length(stack[0])
-			if err != nil {
-				panic(fmt.Errorf("count_tokens: %w", err))
-			}
-			if n > abi.MaxHostInputBytes {
-				stack[0] = abi.CountTokensRefused
-				return
-			}
-			text, err := p.ReadBytes(stack[0])
-			if err != nil {
-				panic(fmt.Errorf("count_tokens: reading text: %w", err))
-			}
-			stack[0] = countTokens(ctx, callStateFrom(ctx), text)
-		}, []extism.ValueType{extism.ValueTypeI64}, []extism.ValueType{extism.ValueTypeI64})
-	countTokensFn.SetNamespace(abi.HostModule)
-	llmFn := extism.NewHostFunctionWithStack(abi.HostLLMComplete,
-		func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
-			n, err := p.Length(stack[0])
-			if err != nil {
-				panic(fmt.Errorf("llm_complete: %w", err))
-			}
-			var resp []byte
-			if n > abi.MaxHostInputBytes {
-				resp = llmTooLarge(n)
-			} else {
-				req, err := p.ReadBytes(stack[0])
-				if err != nil {
-					panic(fmt.Errorf("llm_complete: reading request: %w", err))
-				}
-				resp = llmComplete(ctx, callStateFrom(ctx), req)
-			}
-			off, err := p.WriteBytes(resp)
-			if err != nil {
-				panic(fmt.Errorf("llm_complete: writing response: %w", err))
-			}
-			stack[0] = off
-		}, []extism.ValueType{extism.ValueTypeI64}, []extism.ValueType{extism.ValueTypeI64})
-	llmFn.SetNamespace(abi.HostModule)
-	contentFn := extism.NewHostFunctionWithStack(abi.HostMessageContent,
-		func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
-			b, ok := messageContent(callStateFrom(ctx), stack[0])
-			if !ok || len(b) == 0 {
-				stack[0] = 0
-				return
-			}
-			off, err := p.WriteBytes(b)
-			if err != nil {
-				panic(fmt.Errorf("message_content: writing the content: %w", err))
-			}
-			stack[0] = off
-		}, []extism.ValueType{extism.ValueTypeI64}, []extism.ValueType{extism.ValueTypeI64})
-	contentFn.SetNamespace(abi.HostModule)
-	// The host cannot write to the plugin's own memory through Extism:
-	// the plugin falls back to message_content.
-	contentIntoFn := extism.NewHostFunctionWithStack(abi.HostMessageContentInto,
-		func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
-			if _, ok := messageContent(callStateFrom(ctx), stack[0]); !ok {
-				stack[0] = abi.ContentNoMessage
-				return
-			}
-			stack[0] = abi.ContentUnsupported
-		}, []extism.ValueType{extism.ValueTypeI64, extism.ValueTypeI64, extism.ValueTypeI64}, []extism.ValueType{extism.ValueTypeI64})
-	contentIntoFn.SetNamespace(abi.HostModule)
-	return []extism.HostFunction{countTokensFn, llmFn, contentFn, contentIntoFn}
+	var out []extism.HostFunction
+	for _, f := range hostFuncs() {
+		hf := extism.NewHostFunctionWithStack(f.name, func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
+			f.run(ctx, callStateFrom(ctx), hostMemory{plugin: p}, stack)
+		}, f.params, f.results)
+		hf.SetNamespace(abi.HostModule)
+		out = append(out, hf)
+	}
+	return out
 }
 
 // newInstance instantiates the module, running its start section (if it

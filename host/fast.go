@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/compactd/compactd/abi"
-	"github.com/compactd/compactd/internal/wasminstr"
+	"github.com/compactd/compactd/host/internal/wasminstr"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"

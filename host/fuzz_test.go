@@ -8,8 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/convo"
-	"github.com/compactd/compactd/internal/chat"
 )
 
 // FuzzDecodeResult feeds arbitrary plugin output to the result decoder

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/compactd/compactd/abi"
-	"github.com/compactd/compactd/internal/chat"
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/internal/wasmbuild"
 )
 

@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"unicode/utf8"
 	"unsafe"
 
 	"github.com/compactd/compactd/abi"
+	extism "github.com/extism/go-sdk"
+	"github.com/tetratelabs/wazero/api"
 )
 
 // Completer sends a chat completion to an LLM provider. Implementations
@@ -48,6 +51,137 @@ func callStateFrom(ctx context.Context) *callState {
 		return st
 	}
 	return &callState{}
+}
+
+// hostFunc is one compactd host function (module abi.HostModule),
+// declared once: its name, its Wasm signature and what it does. Both call
+// paths register every entry of hostFuncs, the fast path on wazero
+// (instantiateFastHostModules) and the Extism path (extismHostFunctions),
+// and the fast path accepts a module's imports by the same table
+// (fastImportsOK). The contract (abi/README.md, "Host functions"), the Go
+// PDK's and the kits' import declarations are checked against it
+// (TestHostFunctionDeclarations). docs/host-functions.md says how to add
+// one.
+type hostFunc struct {
+	name            string
+	params, results []api.ValueType
+	// call reads its arguments from stack and writes its results there,
+	// as wazero's and Extism's stack-based functions do. Blocks passed by
+	// offset are in mem. A panic traps the plugin's call.
+	call func(ctx context.Context, st *callState, mem hostMemory, stack []uint64)
+}
+
+// hostFuncs is the table of compactd's host functions.
+func hostFuncs() []hostFunc {
+	return []hostFunc{
+		{abi.HostCountTokens, []api.ValueType{i64}, []api.ValueType{i64}, func(ctx context.Context, st *callState, mem hostMemory, s []uint64) {
+			if mem.length(s[0]) > abi.MaxHostInputBytes {
+				s[0] = abi.CountTokensRefused
+				return
+			}
+			s[0] = countTokens(ctx, st, mem.read(s[0]))
+		}},
+		{abi.HostLLMComplete, []api.ValueType{i64}, []api.ValueType{i64}, func(ctx context.Context, st *callState, mem hostMemory, s []uint64) {
+			var resp []byte
+			if n := mem.length(s[0]); n > abi.MaxHostInputBytes {
+				resp = llmTooLarge(n)
+			} else {
+				resp = llmComplete(ctx, st, mem.read(s[0]))
+			}
+			s[0] = mem.write(resp)
+		}},
+		{abi.HostMessageContent, []api.ValueType{i64}, []api.ValueType{i64}, func(_ context.Context, st *callState, mem hostMemory, s []uint64) {
+			b, ok := messageContent(st, s[0])
+			if !ok || len(b) == 0 {
+				// No message, or an empty content: Extism's null block
+				// (0) reads as empty.
+				s[0] = 0
+				return
+			}
+			s[0] = mem.write(b)
+		}},
+		{abi.HostMessageContentInto, []api.ValueType{i64, i64, i64}, []api.ValueType{i64}, func(_ context.Context, st *callState, mem hostMemory, s []uint64) {
+			b, ok := messageContent(st, s[0])
+			switch {
+			case !ok:
+				s[0] = abi.ContentNoMessage
+				return
+			case mem.guest == nil:
+				// Through Extism the host cannot write to the plugin's
+				// own memory: the plugin falls back to message_content.
+				s[0] = abi.ContentUnsupported
+				return
+			}
+			ptr, capacity := s[1], s[2]
+			if uint64(len(b)) <= capacity && len(b) > 0 {
+				if ptr > math.MaxUint32 || !mem.guest.Write(uint32(ptr), b) {
+					panic(fmt.Sprintf("buffer of %d bytes at %d is outside the plugin's memory", capacity, ptr))
+				}
+			}
+			s[0] = uint64(len(b))
+		}},
+	}
+}
+
+// run calls f for the call st, naming f in the trap a panic becomes.
+func (f *hostFunc) run(ctx context.Context, st *callState, mem hostMemory, stack []uint64) {
+	defer func() {
+		if r := recover(); r != nil {
+			if err, ok := r.(error); ok {
+				panic(fmt.Errorf("%s: %w", f.name, err))
+			}
+			panic(fmt.Sprintf("%s: %v", f.name, r))
+		}
+	}()
+	f.call(ctx, st, mem, stack)
+}
+
+// hostMemory is where a host function finds the blocks it is passed and
+// puts the blocks it returns: Extism's kernel memory, which the fast path
+// implements itself (kernel) and the Extism path takes from the SDK
+// (plugin). On the fast path the host may also write straight into the
+// plugin's linear memory (guest). A failed access panics: the call traps.
+type hostMemory struct {
+	kernel *kernel               // the fast path's kernel; nil on the Extism path
+	guest  api.Memory            // the plugin's own memory; nil on the Extism path
+	plugin *extism.CurrentPlugin // the Extism path's kernel; nil on the fast path
+}
+
+// length returns the length of the block at off.
+func (m hostMemory) length(off uint64) uint64 {
+	if m.kernel != nil {
+		return m.kernel.length(off)
+	}
+	n, err := m.plugin.Length(off)
+	if err != nil {
+		panic(fmt.Errorf("block at offset %d: %w", off, err))
+	}
+	return n
+}
+
+// read returns the block at off, valid until the function's next write
+// (in place on the fast path, a copy through Extism).
+func (m hostMemory) read(off uint64) []byte {
+	if m.kernel != nil {
+		return m.kernel.view(off)
+	}
+	b, err := m.plugin.ReadBytes(off)
+	if err != nil {
+		panic(fmt.Errorf("reading the block at offset %d: %w", off, err))
+	}
+	return b
+}
+
+// write copies b into a new block and returns its offset.
+func (m hostMemory) write(b []byte) uint64 {
+	if m.kernel != nil {
+		return m.kernel.write(b)
+	}
+	off, err := m.plugin.WriteBytes(b)
+	if err != nil {
+		panic(fmt.Errorf("writing a block of %d bytes: %w", len(b), err))
+	}
+	return off
 }
 
 // countChunk is the most text count_tokens hands the tokenizer at once.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"math"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/hashicorp/go-hclog"
@@ -88,9 +87,6 @@ func (k *kernel) view(off uint64) []byte {
 	}
 	return k.mem[off : off+n : off+n]
 }
-
-// read returns a copy of the block at off.
-func (k *kernel) read(off uint64) []byte { return append([]byte(nil), k.view(off)...) }
 
 // write copies b into a new block and returns its offset.
 func (k *kernel) write(b []byte) uint64 {
@@ -188,22 +184,9 @@ func kernelFuncs() []kernelFunc {
 	}
 }
 
-// userFunc is a compactd host function in extism:host/user.
-type userFunc struct {
-	name            string
-	params, results []api.ValueType
-}
-
-// userFuncs are the compactd host functions, with their signatures.
-var userFuncSigs = []userFunc{
-	{abi.HostCountTokens, []api.ValueType{i64}, []api.ValueType{i64}},
-	{abi.HostLLMComplete, []api.ValueType{i64}, []api.ValueType{i64}},
-	{abi.HostMessageContent, []api.ValueType{i64}, []api.ValueType{i64}},
-	{abi.HostMessageContentInto, []api.ValueType{i64, i64, i64}, []api.ValueType{i64}},
-}
-
 // instantiateFastHostModules defines extism:host/env (the kernel above) and
-// extism:host/user in rt. Plugin log calls go to logger through limits.
+// extism:host/user (hostFuncs) in rt. Plugin log calls go to logger
+// through limits.
 func instantiateFastHostModules(ctx context.Context, rt wazero.Runtime, logger hclog.Logger, limits *logLimiter) error {
 	sink := logSink{logger: logger, limits: limits}
 	env := rt.NewHostModuleBuilder(abi.ExtismEnvModule)
@@ -221,53 +204,15 @@ func instantiateFastHostModules(ctx context.Context, rt wazero.Runtime, logger h
 		return fmt.Errorf("instantiating %s: %w", abi.ExtismEnvModule, err)
 	}
 	user := rt.NewHostModuleBuilder(abi.HostModule)
-	user.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, _ api.Module, stack []uint64) {
-		st := callStateFrom(ctx)
-		if st.kernel.length(stack[0]) > abi.MaxHostInputBytes {
-			stack[0] = abi.CountTokensRefused
-			return
-		}
-		stack[0] = countTokens(ctx, st, st.kernel.view(stack[0]))
-	}), userFuncSigs[0].params, userFuncSigs[0].results).Export(abi.HostCountTokens)
-	user.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, _ api.Module, stack []uint64) {
-		st := callStateFrom(ctx)
-		var resp []byte
-		if n := st.kernel.length(stack[0]); n > abi.MaxHostInputBytes {
-			resp = llmTooLarge(n)
-		} else {
-			resp = llmComplete(ctx, st, st.kernel.read(stack[0]))
-		}
-		stack[0] = st.kernel.write(resp)
-	}), userFuncSigs[1].params, userFuncSigs[1].results).Export(abi.HostLLMComplete)
-	user.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, _ api.Module, stack []uint64) {
-		st := callStateFrom(ctx)
-		b, ok := messageContent(st, stack[0])
-		if !ok {
-			stack[0] = 0
-			return
-		}
-		if len(b) == 0 {
-			// A block of no bytes: Extism's null block reads as empty.
-			stack[0] = 0
-			return
-		}
-		stack[0] = st.kernel.write(b)
-	}), userFuncSigs[2].params, userFuncSigs[2].results).Export(abi.HostMessageContent)
-	user.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
-		st := callStateFrom(ctx)
-		b, ok := messageContent(st, stack[0])
-		if !ok {
-			stack[0] = abi.ContentNoMessage
-			return
-		}
-		ptr, capacity := stack[1], stack[2]
-		if uint64(len(b)) <= capacity && len(b) > 0 {
-			if ptr > math.MaxUint32 || !mod.Memory().Write(uint32(ptr), b) {
-				panic(fmt.Sprintf("%s: buffer of %d bytes at %d is outside the plugin's memory", abi.HostMessageContentInto, capacity, ptr))
+	for _, f := range hostFuncs() {
+		user.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
+			st := callStateFrom(ctx)
+			if st.kernel == nil {
+				panic(f.name + " called outside a compactd call")
 			}
-		}
-		stack[0] = uint64(len(b))
-	}), userFuncSigs[3].params, userFuncSigs[3].results).Export(abi.HostMessageContentInto)
+			f.run(ctx, st, hostMemory{kernel: st.kernel, guest: mod.Memory()}, stack)
+		}), f.params, f.results).Export(f.name)
+	}
 	if _, err := user.Instantiate(ctx); err != nil {
 		return fmt.Errorf("instantiating %s: %w", abi.HostModule, err)
 	}
@@ -281,8 +226,8 @@ func fastImportsOK(compiled wazero.CompiledModule) bool {
 	for _, f := range kernelFuncs() {
 		env[f.name] = f
 	}
-	user := map[string]userFunc{}
-	for _, f := range userFuncSigs {
+	user := map[string]hostFunc{}
+	for _, f := range hostFuncs() {
 		user[f.name] = f
 	}
 	for _, imp := range compiled.ImportedFunctions() {

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/compactd/compactd/abi"
-	"github.com/compactd/compactd/internal/chat"
-	"github.com/compactd/compactd/internal/policyconfig"
+	"github.com/compactd/compactd/chat"
+	"github.com/compactd/compactd/policyconfig"
 	"github.com/hashicorp/go-hclog"
 )
 

@@ -6,8 +6,8 @@ import (
 	"fmt"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/convo"
-	"github.com/compactd/compactd/internal/chat"
 )
 
 // decodeResult parses a CompactResult, checks it against the input and

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/compactd/compactd/internal/chat"
+	"github.com/compactd/compactd/chat"
 )
 
 // TestDecodeResultContentParts: a message a plugin writes must be in

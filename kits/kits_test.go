@@ -22,9 +22,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/host"
-	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/dataset"
 	"github.com/compactd/compactd/internal/testenv"
 	"github.com/compactd/compactd/internal/tokens"

@@ -13,10 +13,10 @@ import (
 	"testing"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/host"
-	"github.com/compactd/compactd/internal/chat"
-	"github.com/compactd/compactd/internal/policyconfig"
 	"github.com/compactd/compactd/internal/wasmbuild"
+	"github.com/compactd/compactd/policyconfig"
 )
 
 func loadLastn(t *testing.T) *host.Plugin {

@@ -7,9 +7,9 @@
 // file when it is created, written, renamed into place or removed. Bursts
 // of events are debounced, and a file whose bytes did not change (same
 // SHA-256) is left alone. A new version is compiled, described and smoke
-// tested (conform.Smoke: one compact call on a built-in conversation)
-// before it is swapped in; until then, and if it fails, the old version
-// keeps serving. A failure is recorded with the file's hash (Policies shows
+// tested (Options.Smoke; the daemon's makes one compact call on a sample
+// conversation) before it is swapped in; until then, and if it fails, the
+// old version keeps serving. A failure is recorded with the file's hash (Policies shows
 // it) and the same bytes are not tried again. Two files claiming one
 // policy name is a conflict: the first keeps the name, the second is
 // reported; when the first goes away the second is tried again.
@@ -45,9 +45,6 @@ import (
 	"time"
 
 	"github.com/compactd/compactd/host"
-	"github.com/compactd/compactd/internal/compactor"
-	"github.com/compactd/compactd/internal/conform"
-	"github.com/compactd/compactd/internal/tokens"
 	"github.com/fsnotify/fsnotify"
 	"github.com/hashicorp/go-hclog"
 )
@@ -56,6 +53,9 @@ import (
 var (
 	// ErrNoDir is returned when the plugins directory does not exist.
 	ErrNoDir = errors.New("plugins directory not found")
+	// ErrUnknownPolicy: no loaded plugin serves the name (Acquire,
+	// Resolve).
+	ErrUnknownPolicy = errors.New("unknown policy")
 	// ErrConflict: a file describes a policy name another file serves.
 	ErrConflict = errors.New("policy name conflict")
 	// ErrSmoke: a plugin loaded but failed the smoke test.
@@ -81,8 +81,12 @@ type Options struct {
 	DefaultLimits host.Limits
 	// Limits override DefaultLimits field by field, per policy name.
 	Limits map[string]host.Limits
-	// Tokens counts tokens for the smoke test (a new Counter if nil).
-	Tokens *tokens.Counter
+	// Smoke, if set, checks every new version before it serves: a
+	// non-nil error refuses the version (ErrSmoke) and the old one keeps
+	// serving. It runs once per load, with the load's context. Nil checks
+	// nothing beyond loading and describe. The daemon passes a check that
+	// makes one compact call on a sample conversation.
+	Smoke func(ctx context.Context, p *host.Plugin) error
 	// Debounce is how long the directory must be quiet after an event
 	// before the registry acts on it (default 20ms: a file written in one
 	// go or renamed into place is complete by then; one written slowly
@@ -137,7 +141,6 @@ const DefaultMaxFileBytes = 64 << 20
 type Registry struct {
 	opts   Options
 	logger hclog.Logger
-	tok    *tokens.Tokenizer
 
 	loadMu sync.Mutex // one load at a time; held across compile and swap
 
@@ -221,9 +224,6 @@ func New(opts Options) *Registry {
 	if opts.IdleUnload == 0 {
 		opts.IdleUnload = DefaultIdleUnload
 	}
-	if opts.Tokens == nil {
-		opts.Tokens = tokens.New(tokens.Options{})
-	}
 	if opts.MaxFileBytes <= 0 {
 		opts.MaxFileBytes = DefaultMaxFileBytes
 	}
@@ -232,13 +232,12 @@ func New(opts Options) *Registry {
 	if r.logger == nil {
 		r.logger = hclog.NewNullLogger()
 	}
-	r.tok = opts.Tokens.ForModel("")
 	return r
 }
 
-var _ compactor.PolicySource = (*Registry)(nil)
-
-// Acquire implements compactor.PolicySource. The reference is taken under
+// Acquire returns the plugin serving name and a release function to call
+// when the caller's calls on it are over; it fails with an error wrapping
+// ErrUnknownPolicy when no plugin serves name. The reference is taken under
 // the registry's lock, so a version being replaced is closed only after
 // every caller that got it has called release. release may be called once;
 // further calls do nothing.
@@ -411,7 +410,7 @@ func (r *Registry) unknown(name string) error {
 	if len(failed) > 0 {
 		extra += "; files that failed to load: " + strings.Join(failed, "; ")
 	}
-	return fmt.Errorf("%w %q in %s%s", compactor.ErrUnknownPolicy, name, r.opts.Dir, extra)
+	return fmt.Errorf("%w %q in %s%s", ErrUnknownPolicy, name, r.opts.Dir, extra)
 }
 
 // LoadFile loads one file (which need not be in the plugins directory)
@@ -618,9 +617,11 @@ func (r *Registry) load(ctx context.Context, path string, wasm []byte, hash stri
 			return nil, limits, err
 		}
 	}
-	if err := conform.Smoke(ctx, p, r.tok); err != nil {
-		p.Close(ctx)
-		return nil, limits, fmt.Errorf("%w: %s@%s: %w", ErrSmoke, p.Name(), p.Version(), err)
+	if r.opts.Smoke != nil {
+		if err := r.opts.Smoke(ctx, p); err != nil {
+			p.Close(ctx)
+			return nil, limits, fmt.Errorf("%w: %s@%s: %w", ErrSmoke, p.Name(), p.Version(), err)
+		}
 	}
 	r.storeDescribed(hash, p.Description())
 	return p, limits, nil

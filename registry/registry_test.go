@@ -15,9 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/host"
-	"github.com/compactd/compactd/internal/chat"
-	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/conform"
 	"github.com/compactd/compactd/internal/tokens"
 	"github.com/compactd/compactd/internal/wasmbuild"
@@ -99,9 +98,14 @@ func waitFor(t testing.TB, what string, cond func() bool) time.Duration {
 	return time.Since(start)
 }
 
+// daemonSmoke is the smoke test the daemon gives its registry.
+func daemonSmoke() func(context.Context, *host.Plugin) error {
+	return conform.SmokeTest(tokens.New(tokens.Options{}).ForModel(""))
+}
+
 func newRegistry(t testing.TB, dir string) *Registry {
 	t.Helper()
-	r := New(Options{Dir: dir, Engine: newEngine(t), Debounce: 20 * time.Millisecond})
+	r := New(Options{Dir: dir, Engine: newEngine(t), Debounce: 20 * time.Millisecond, Smoke: daemonSmoke()})
 	t.Cleanup(func() { r.Close(bg) })
 	return r
 }
@@ -173,7 +177,7 @@ func TestLoadAllAndAcquire(t *testing.T) {
 	release()
 	release() // a second release does nothing
 	_, _, err = r.Acquire("nope")
-	if !errors.Is(err, compactor.ErrUnknownPolicy) || !strings.Contains(err.Error(), "available: lastn") || !strings.Contains(err.Error(), "broken.wasm") {
+	if !errors.Is(err, ErrUnknownPolicy) || !strings.Contains(err.Error(), "available: lastn") || !strings.Contains(err.Error(), "broken.wasm") {
 		t.Errorf("unknown policy error = %v", err)
 	}
 	if in, ok := r.Policy("lastn"); !ok || in.Plugin == nil {
@@ -196,6 +200,53 @@ func TestStartNoDir(t *testing.T) {
 		t.Errorf("Start = %v", err)
 	}
 	r.Close(bg)
+}
+
+// TestSmokeOption: Options.Smoke decides whether a loaded version serves.
+// Without one, a plugin that loads and describes serves (even one whose
+// compact traps); a check's error refuses the version with ErrSmoke and
+// keeps the check's own error.
+func TestSmokeOption(t *testing.T) {
+	t.Parallel()
+	trap := built(t, "host/testdata/hostile/hostile.c#HOSTILE_TRAP")
+	refused := errors.New("refused by the embedder's check")
+	var checked atomic.Int32
+	tests := []struct {
+		name    string
+		smoke   func(context.Context, *host.Plugin) error
+		wantErr []error // nil: the plugin serves
+	}{
+		{"no smoke test", nil, nil},
+		{"the daemon's smoke test", daemonSmoke(), []error{ErrSmoke, host.ErrTrap}},
+		{"a check that refuses", func(context.Context, *host.Plugin) error { checked.Add(1); return refused }, []error{ErrSmoke, refused}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			os.WriteFile(filepath.Join(dir, "trap.wasm"), trap, 0o644)
+			r := New(Options{Dir: dir, Engine: newEngine(t), Smoke: tt.smoke})
+			t.Cleanup(func() { r.Close(bg) })
+			r.LoadAll(bg)
+			in := fileInfo(r, filepath.Join(dir, "trap.wasm"))
+			if tt.wantErr == nil {
+				if in.Error != nil || in.Plugin == nil {
+					t.Fatalf("want the plugin serving, got error %v", in.Error)
+				}
+				return
+			}
+			if in.Plugin != nil {
+				t.Fatalf("a plugin that failed its smoke test serves (%s)", in.Name)
+			}
+			for _, want := range tt.wantErr {
+				if !errors.Is(in.Error, want) {
+					t.Errorf("load error %v; want it to wrap %v", in.Error, want)
+				}
+			}
+		})
+	}
+	if checked.Load() != 1 {
+		t.Errorf("the embedder's check ran %d times, want once", checked.Load())
+	}
 }
 
 // TestHotReload walks one file through the life of a plugin in a watched
@@ -278,7 +329,7 @@ func TestHotReload(t *testing.T) {
 	// Removal unloads.
 	os.Remove(path)
 	waitFor(t, "lastn unloaded", func() bool { return servingVersion(r, "lastn") == "" })
-	if _, _, err := r.Acquire("lastn"); !errors.Is(err, compactor.ErrUnknownPolicy) {
+	if _, _, err := r.Acquire("lastn"); !errors.Is(err, ErrUnknownPolicy) {
 		t.Errorf("Acquire after removal = %v", err)
 	}
 	if len(r.Policies()) != 0 {
@@ -378,7 +429,7 @@ func TestAcquireHammer(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "lastn.wasm")
 	os.WriteFile(path, lastnVersion(t, "0.0.0"), 0o644)
-	r := New(Options{Dir: dir, Engine: newEngine(t), Debounce: time.Millisecond})
+	r := New(Options{Dir: dir, Engine: newEngine(t), Debounce: time.Millisecond, Smoke: daemonSmoke()})
 	t.Cleanup(func() { r.Close(bg) })
 	if err := r.Start(bg); err != nil {
 		t.Fatal(err)
@@ -499,7 +550,7 @@ func TestDescribedCache(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "sliding.wasm"), built(t, "plugins/sliding"), 0o644)
 	os.WriteFile(filepath.Join(dir, "lastn.wasm"), built(t, "plugins/lastn/lastn.c"), 0o644)
 	start := func() *Registry {
-		r := New(Options{Dir: dir, Engine: newEngine(t), DescribedDir: described, Quick: true})
+		r := New(Options{Dir: dir, Engine: newEngine(t), DescribedDir: described, Quick: true, Smoke: daemonSmoke()})
 		if err := r.LoadAll(bg); err != nil {
 			t.Fatal(err)
 		}
@@ -531,7 +582,7 @@ func TestDescribedCache(t *testing.T) {
 		if p.Stats().Calls != 0 {
 			t.Errorf("%s: smoke-tested again (%d calls)", name, p.Stats().Calls)
 		}
-		if err := conform.Smoke(bg, p, tokens.New(tokens.Options{}).ForModel("")); err != nil {
+		if err := daemonSmoke()(bg, p); err != nil {
 			t.Errorf("%s from its description: %v", name, err)
 		}
 		release()

@@ -123,7 +123,7 @@ else
 fi
 
 # proxy_table turns BenchmarkProxyOverhead's metrics into the overhead
-# table (README.md, "Use it as a proxy"; target: at most 1 ms added).
+# table (docs/proxy.md; target: at most 1 ms added).
 proxy_table() {
 	cat <<'END'
 ## Proxy overhead
@@ -308,6 +308,7 @@ Run time of one \`compactd eval --policy P\` over every file, on
 \`--jobs\` = GOMAXPROCS = $cores workers, including reading the data, counting
 every message's tokens once, and writing the report:
 
+<!-- example skip: reads the full data set (../shared/data, not in the checkout); make bench runs it -->
 \`\`\`sh
 go build -o compactd ./cmd/compactd
 go run ./internal/wasmbuild/buildplugins -out plugins
@@ -322,8 +323,11 @@ EOF
 All policies in one run (the tables of \`summary.md\`):
 
 EOF
-		# The command eval recorded, without this run's temporary directory.
-		sed -e 's/^#### /### /' -e "s#$WORK/##g" "$WORK/eval-all/summary.md"
+		# The command eval recorded, without this run's temporary directory,
+		# marked for readme_test.go as an example it cannot run.
+		sed -e 's/^#### /### /' -e "s#$WORK/##g" \
+			-e '/^```sh$/i <!-- example skip: reads the full data set (../shared/data, not in the checkout); make bench runs it -->' \
+			"$WORK/eval-all/summary.md"
 		printf '\nCharts (tokens sent per request of one conversation per file, and cost per policy):\n\n'
 		for f in "$CHARTS"/tokens-*.svg; do
 			name=$(basename "$f" .svg)

@@ -22,15 +22,16 @@ wabt binaryen
 gcc libc6-dev
 curl
 chromium
-python3 python3-pytest python3-setuptools python3-pip
+python3 python3-pytest python3-pip python3-venv
 rustc cargo libstd-rust-dev-wasm32 librust-serde-json-dev
 "
 # clang lld wasi-libc libclang-rt-14-dev-wasm32: C plugins (plugins/lastn, the hostile test plugins)
 # wabt binaryen: wat2wasm and wasm-opt for hand-written test modules
 # gcc libc6-dev: cgo, which `go test -race` needs
-# curl: the README's API examples, which readme_test.go runs
+# curl: the examples of README.md and docs/, which readme_test.go runs
 # chromium: the status page's browser test
-# python3-*: the Python client's tests (pytest) and its offline install (setuptools, pip)
+# python3-*: the Python client's tests (pytest), its install with pip, and the
+#   test that installs it in a fresh venv (python3-venv: ensurepip)
 # rustc cargo libstd-rust-dev-wasm32 librust-serde-json-dev: the Rust kit (kits/rust), offline
 
 # Node.js and npm run the TypeScript client's tests (node >= 18) and the
@@ -68,7 +69,7 @@ debs_ok() {
 	[ -e /usr/include/stdio.h ] || return 1
 	[ -x /usr/bin/rustc ] && [ -x /usr/bin/cargo ] && [ -d /usr/lib/rustlib/wasm32-wasi ] || return 1
 	ls /usr/share/cargo/registry 2>/dev/null | grep -q '^serde_json-' || return 1
-	/usr/bin/python3 -c 'import pytest, setuptools, pip' >/dev/null 2>&1 || return 1
+	/usr/bin/python3 -c 'import pytest, pip, ensurepip' >/dev/null 2>&1 || return 1
 	return 0
 }
 

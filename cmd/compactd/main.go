@@ -1,5 +1,5 @@
 // Command compactd keeps LLM conversations inside their context budget.
-// See `compactd help` and README.md.
+// See `compactd help` and docs/cli.md.
 package main
 
 import (

@@ -26,7 +26,7 @@ import (
 	"fmt"
 
 	"github.com/compactd/compactd/abi"
-	"github.com/compactd/compactd/internal/chat"
+	"github.com/compactd/compactd/chat"
 )
 
 // ErrMalformed wraps every conversion error: the request is not the

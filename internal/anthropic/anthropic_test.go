@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/compactd/compactd/abi"
-	"github.com/compactd/compactd/internal/chat"
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/internal/dataset"
 )
 

@@ -2,7 +2,7 @@
 // packages together and maps failures to exit codes. cmd/compactd only
 // calls Main.
 //
-// Conventions every command keeps (README.md, "Command line"): flags go
+// Conventions every command keeps (docs/cli.md): flags go
 // before or after positional arguments (`--` ends the flags); -h and
 // --help print the command's usage on stdout and exit 0; an error is
 // printed once, on stderr, as one line starting with "compactd: "; an
@@ -21,16 +21,18 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/host"
-	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/compactor"
+	"github.com/compactd/compactd/internal/conform"
 	"github.com/compactd/compactd/internal/paths"
-	"github.com/compactd/compactd/internal/policyconfig"
+	"github.com/compactd/compactd/internal/tokens"
+	"github.com/compactd/compactd/policyconfig"
 	"github.com/compactd/compactd/registry"
 	"github.com/hashicorp/go-hclog"
 )
 
-// Exit codes. They are part of the CLI's contract (README.md).
+// Exit codes. They are part of the CLI's contract (docs/cli.md, "Exit codes").
 const (
 	ExitOK           = 0
 	ExitFailure      = 1 // anything not listed below (e.g. no daemon answering)
@@ -259,7 +261,8 @@ func (c *commonFlags) openRegistry(logger hclog.Logger) (*host.Engine, *registry
 	if err != nil {
 		return nil, nil, err
 	}
-	reg := registry.New(registry.Options{Dir: c.plugins, Engine: engine, Logger: logger})
+	smoke := conform.SmokeTest(tokens.New(tokens.Options{}).ForModel(""))
+	reg := registry.New(registry.Options{Dir: c.plugins, Engine: engine, Logger: logger, Smoke: smoke})
 	return engine, reg, nil
 }
 
@@ -300,7 +303,7 @@ func exitFor(err error) int {
 	case errors.Is(err, chat.ErrMalformed), errors.Is(err, chat.ErrInvalid), errors.Is(err, chat.ErrUnsupportedFormat),
 		errors.Is(err, os.ErrNotExist):
 		return ExitInput
-	case errors.Is(err, compactor.ErrUnknownPolicy), errors.Is(err, registry.ErrNoDir),
+	case errors.Is(err, registry.ErrUnknownPolicy), errors.Is(err, registry.ErrNoDir),
 		errors.Is(err, policyconfig.ErrInvalid), errors.Is(err, compactor.ErrBadRequest):
 		return ExitPolicy
 	case errors.As(err, &pe):

@@ -73,7 +73,7 @@ func daemonFailure(env *Env, socket string, err error) int {
 	return env.errorf(ExitFailure, "talking to the daemon on %s: %v", socket, err)
 }
 
-// exitForCode maps the daemon's error codes (README.md, "API") to the
+// exitForCode maps the daemon's error codes (docs/api.md, "Errors") to the
 // CLI's exit codes, as a local run would exit.
 func exitForCode(code string) int {
 	switch code {

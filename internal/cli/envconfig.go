@@ -2,7 +2,7 @@ package cli
 
 import (
 	"github.com/compactd/compactd/internal/config"
-	"github.com/compactd/compactd/internal/policyconfig"
+	"github.com/compactd/compactd/policyconfig"
 )
 
 // envConfig is the one-shot CLI's config source: environment defaults only

@@ -12,8 +12,8 @@ import (
 	"github.com/compactd/compactd/host"
 	"github.com/compactd/compactd/internal/dataset"
 	"github.com/compactd/compactd/internal/eval"
-	"github.com/compactd/compactd/internal/policyconfig"
 	"github.com/compactd/compactd/internal/tokens"
+	"github.com/compactd/compactd/policyconfig"
 	"github.com/compactd/compactd/registry"
 )
 

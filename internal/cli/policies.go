@@ -8,8 +8,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/client"
-	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/conform"
 	"github.com/compactd/compactd/internal/dataset"
 	"github.com/compactd/compactd/internal/tokens"

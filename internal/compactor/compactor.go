@@ -21,27 +21,27 @@ import (
 	"time"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/convo"
 	"github.com/compactd/compactd/host"
-	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/models"
-	"github.com/compactd/compactd/internal/policyconfig"
 	"github.com/compactd/compactd/internal/tokens"
+	"github.com/compactd/compactd/policyconfig"
 	"github.com/hashicorp/go-hclog"
 )
 
 // Errors for requests that cannot be served. They wrap more detail; test
 // with errors.Is. A failing plugin is not one of them: it is a warning.
 var (
-	ErrUnknownPolicy = errors.New("unknown policy")
-	ErrBadRequest    = errors.New("bad compaction request")
+	ErrBadRequest = errors.New("bad compaction request")
 )
 
 // PolicySource resolves a policy name to the plugin currently serving it.
 type PolicySource interface {
 	// Acquire returns the plugin for name and a release function the
 	// caller must call when its call is over. It fails with an error
-	// wrapping ErrUnknownPolicy when no plugin has that name.
+	// wrapping registry.ErrUnknownPolicy when no plugin has that name
+	// (*registry.Registry is the daemon's source).
 	Acquire(name string) (*host.Plugin, func(), error)
 }
 

@@ -11,14 +11,15 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/host"
-	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/dataset"
-	"github.com/compactd/compactd/internal/policyconfig"
 	"github.com/compactd/compactd/internal/tokens"
 	"github.com/compactd/compactd/internal/wasmbuild"
+	"github.com/compactd/compactd/policyconfig"
+	"github.com/compactd/compactd/registry"
 )
 
 // The plugins these tests run, built from source and loaded once per test
@@ -40,7 +41,7 @@ var _ compactor.PolicySource = source(nil)
 func (s source) Acquire(name string) (*host.Plugin, func(), error) {
 	p, ok := s[name]
 	if !ok {
-		return nil, nil, fmt.Errorf("%w %q", compactor.ErrUnknownPolicy, name)
+		return nil, nil, fmt.Errorf("%w %q", registry.ErrUnknownPolicy, name)
 	}
 	return p, func() {}, nil
 }
@@ -311,8 +312,8 @@ func TestRequestErrors(t *testing.T) {
 	}{
 		{"no conversation", compactor.Request{Pipeline: []string{"sliding"}}, compactor.ErrBadRequest},
 		{"no policy", compactor.Request{Conversation: conv}, compactor.ErrBadRequest},
-		{"unknown policy", compactor.Request{Conversation: conv, Pipeline: []string{"nope"}}, compactor.ErrUnknownPolicy},
-		{"unknown policy later in the pipeline", compactor.Request{Conversation: conv, Pipeline: []string{"sliding", "nope"}}, compactor.ErrUnknownPolicy},
+		{"unknown policy", compactor.Request{Conversation: conv, Pipeline: []string{"nope"}}, registry.ErrUnknownPolicy},
+		{"unknown policy later in the pipeline", compactor.Request{Conversation: conv, Pipeline: []string{"sliding", "nope"}}, registry.ErrUnknownPolicy},
 		{"config of the wrong type", compactor.Request{Conversation: conv, Pipeline: []string{"recap"}, Overrides: map[string]map[string]any{"recap": {"batch_size": "four"}}}, policyconfig.ErrInvalid},
 		{"config out of range", compactor.Request{Conversation: conv, Pipeline: []string{"sliding", "deterministic"}, Overrides: map[string]map[string]any{"deterministic": {"step": 0}}}, policyconfig.ErrInvalid},
 		{"unknown config key", compactor.Request{Conversation: conv, Pipeline: []string{"hierarchical"}, Overrides: map[string]map[string]any{"hierarchical": {"window": 3}}}, policyconfig.ErrInvalid},

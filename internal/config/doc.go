@@ -5,7 +5,7 @@
 // settings (docker-compose, GitHub Actions, Kubernetes, LiteLLM's proxy
 // config); JSON is valid YAML, so a JSON file works too. Unknown keys are
 // errors naming the key and its line. Durations are written "300ms",
-// "10s", "2m". README.md ("Run the daemon") is the reference.
+// "10s", "2m". docs/configuration.md is the reference.
 //
 // A Manager holds the running config: Reload reads the file again (the
 // daemon calls it on SIGHUP) and Update applies a partial update and writes

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/compactd/compactd/internal/policyconfig"
+	"github.com/compactd/compactd/policyconfig"
 )
 
 // ErrInvalidEnv is wrapped by CheckEnv's errors.
@@ -29,7 +29,7 @@ type envVar struct {
 
 // envVars are the environment variables compactd reads as config defaults.
 // They sit above a plugin's own defaults and below the config file and the
-// request (README.md, "Configuration precedence"). The LLM_COMPACTION_*
+// request (docs/configuration.md, "A policy's config"). The LLM_COMPACTION_*
 // names are the Playbooks framework's, so its users' settings carry over
 // (plugins/recap/README.md).
 var envVars = []envVar{

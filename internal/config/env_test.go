@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/compactd/compactd/internal/policyconfig"
+	"github.com/compactd/compactd/policyconfig"
 )
 
 func getenv(vars map[string]string) func(string) string {

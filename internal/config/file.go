@@ -14,7 +14,7 @@ import (
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/host"
-	"github.com/compactd/compactd/internal/policyconfig"
+	"github.com/compactd/compactd/policyconfig"
 	"gopkg.in/yaml.v3"
 )
 
@@ -22,7 +22,7 @@ import (
 var ErrInvalid = errors.New("invalid config")
 
 // Config is the daemon's config file. A zero field takes its documented
-// default (see Defaults and README.md, "Run the daemon"); the file holds
+// default (see Defaults and docs/configuration.md, "Where things live"); the file holds
 // only what the user set. A *Config returned by a Manager is shared and must
 // not be modified.
 type Config struct {

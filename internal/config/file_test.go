@@ -13,7 +13,7 @@ import (
 
 	"github.com/compactd/compactd/host"
 	"github.com/compactd/compactd/internal/compactor"
-	"github.com/compactd/compactd/internal/policyconfig"
+	"github.com/compactd/compactd/policyconfig"
 )
 
 var _ compactor.ConfigSource = (*Manager)(nil)
@@ -500,25 +500,26 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// TestREADMEExample parses the config file example of README.md ("Run the
-// daemon"), so the reference stays true.
-func TestREADMEExample(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+// TestConfigDocExample parses the config file example of
+// docs/configuration.md ("The config file"), so the reference stays true.
+func TestConfigDocExample(t *testing.T) {
+	const doc = "docs/configuration.md"
+	b, err := os.ReadFile("../../" + doc)
 	if err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
 	text := string(b)
-	i := strings.Index(text, "### Config file")
+	i := strings.Index(text, "\n## The config file\n")
 	if i < 0 {
-		t.Fatal("README.md has no \"### Config file\" section")
+		t.Fatalf("%s has no \"## The config file\" section", doc)
 	}
 	start := strings.Index(text[i:], "```yaml\n")
 	if start < 0 {
-		t.Fatal("no yaml block after \"### Config file\"")
+		t.Fatalf("%s: no yaml block after \"## The config file\"", doc)
 	}
 	block := text[i+start+len("```yaml\n"):]
 	block = block[:strings.Index(block, "```")]
-	cfg, err := Parse([]byte(block), "README.md")
+	cfg, err := Parse([]byte(block), doc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,6 +529,6 @@ func TestREADMEExample(t *testing.T) {
 		t.Errorf("~ not expanded: %s, %s", eff.PluginsDir, eff.TCP.TokenFile)
 	}
 	if eff.Limits.WriteTimeout.D() != 150*time.Second || eff.State.TTL.D() != DefaultStateTTL || eff.Limits.MaxBodyBytes != DefaultMaxBodyBytes {
-		t.Errorf("the README's values are not the defaults it claims: %+v", eff.Limits)
+		t.Errorf("%s's values are not the defaults it claims: %+v", doc, eff.Limits)
 	}
 }

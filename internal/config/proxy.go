@@ -9,8 +9,7 @@ import (
 	"github.com/compactd/compactd/abi"
 )
 
-// Proxy configures the provider-compatible proxy (README.md, "Use it as a
-// proxy"): POST /v1/chat/completions and POST /v1/messages are forwarded
+// Proxy configures the provider-compatible proxy (docs/proxy.md): POST /v1/chat/completions and POST /v1/messages are forwarded
 // to an upstream per provider, compacted on the way when a conversation
 // passes its trigger. A provider whose upstream is unset (here and in the
 // environment) is not proxied.
@@ -66,7 +65,7 @@ const (
 	EnvAnthropicUpstream = "COMPACTD_ANTHROPIC_UPSTREAM"
 )
 
-// Proxy defaults and bounds (README.md documents them).
+// Proxy defaults and bounds (docs/configuration.md documents them).
 const (
 	DefaultProxyThreshold      = 0.8
 	DefaultProxyTimeout        = 10 * time.Minute

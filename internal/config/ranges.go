@@ -13,8 +13,8 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// RangeError is a setting outside its documented range (README.md, "Config
-// file"). Its message names the key, the value and the range.
+// RangeError is a setting outside its documented range
+// (docs/configuration.md, "The config file"). Its message names the key, the value and the range.
 type RangeError struct {
 	// Key is the setting's dotted path, e.g. "limits.plugin.max_instances".
 	Key string
@@ -35,7 +35,7 @@ func (e *RangeError) Error() string {
 }
 
 // Ranges of the settings, for values other than 0 (which means "the
-// default"). README.md documents each.
+// default"). docs/configuration.md documents each.
 const (
 	MinBodyBytes       = 1 << 10
 	MaxBodyBytes       = 1 << 30
@@ -136,8 +136,8 @@ func (c *Config) checkRanges() error {
 	return nil
 }
 
-// checkRanges checks the proxy block's numbers (README.md, "Use it as a
-// proxy").
+// checkRanges checks the proxy block's numbers (docs/configuration.md,
+// "The config file"; docs/proxy.md).
 func (p *Proxy) checkRanges() error {
 	if t := p.Threshold; t != 0 && !(t > 0 && t <= 1) {
 		return &RangeError{Key: "proxy.threshold", Value: strconv.FormatFloat(t, 'g', -1, 64), Allowed: "a ratio above 0 and at most 1"}

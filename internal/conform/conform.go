@@ -12,8 +12,8 @@ import (
 	"fmt"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/host"
-	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/tokens"
 )
 
@@ -86,6 +86,11 @@ func Smoke(ctx context.Context, p *host.Plugin, tok *tokens.Tokenizer) error {
 	}
 	_, err = p.Compact(ctx, &host.Request{Conversation: convs[3], Config: cfg, Env: host.CallEnv{CountTokens: tok.Count}})
 	return err
+}
+
+// SmokeTest is Smoke with tok, in the form registry.Options.Smoke takes.
+func SmokeTest(tok *tokens.Tokenizer) func(context.Context, *host.Plugin) error {
+	return func(ctx context.Context, p *host.Plugin) error { return Smoke(ctx, p, tok) }
 }
 
 // Run checks p on the samples and on extra conversations (e.g. real data

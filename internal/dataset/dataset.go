@@ -15,7 +15,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/compactd/compactd/internal/chat"
+	"github.com/compactd/compactd/chat"
 )
 
 // Conversation is one line of a data file.

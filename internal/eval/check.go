@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/convo"
-	"github.com/compactd/compactd/internal/chat"
 )
 
 // Check re-checks a compacted request against the request it came from,

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/compactd/compactd/internal/chat"
+	"github.com/compactd/compactd/chat"
 )
 
 // conv builds a conversation from message JSON, keeping the bytes.

@@ -30,9 +30,9 @@ import (
 	"time"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/convo"
 	"github.com/compactd/compactd/host"
-	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/dataset"
 	"github.com/compactd/compactd/internal/models"

@@ -1,29 +1,25 @@
 // Package paths holds compactd's default locations: where the daemon
 // listens, keeps its state, reads its config and plugins, and caches
-// compiled modules. It is the one place that knows them, so the daemon
-// (`compactd serve`), the CLI's daemon commands and the Go client always
-// agree on, say, the socket. Every function reads the environment through
-// getenv (os.Getenv in production), so tests can pass their own.
+// compiled modules. The daemon (`compactd serve`) and the CLI take them
+// from here. The socket's rule is the client's (client.SocketPath, a
+// public package, as clients in other languages follow it too); Socket
+// hands it on, so the daemon and every client agree. Every function reads
+// the environment through getenv (os.Getenv in production), so tests can
+// pass their own.
 package paths
 
 import (
 	"os"
 	"path/filepath"
+
+	"github.com/compactd/compactd/client"
 )
 
 // Socket is the Unix socket the daemon listens on and clients connect to
-// when no path is given: $COMPACTD_SOCKET, else
+// when no path is given (client.SocketPath): $COMPACTD_SOCKET, else
 // $XDG_RUNTIME_DIR/compactd.sock, else StateDir/compactd.sock
 // (~/.local/state/compactd/compactd.sock).
-func Socket(getenv func(string) string) string {
-	if p := getenv("COMPACTD_SOCKET"); p != "" {
-		return p
-	}
-	if d := getenv("XDG_RUNTIME_DIR"); d != "" {
-		return filepath.Join(d, "compactd.sock")
-	}
-	return filepath.Join(StateDir(getenv), "compactd.sock")
-}
+func Socket(getenv func(string) string) string { return client.SocketPath(getenv) }
 
 // StateDir holds the daemon's store, state.db: $XDG_STATE_HOME/compactd
 // (~/.local/state/compactd).

@@ -1,6 +1,10 @@
 package paths
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
 
 func TestDefaults(t *testing.T) {
 	tests := []struct {
@@ -28,6 +32,13 @@ func TestDefaults(t *testing.T) {
 			config: "/h/.config/compactd/config.yaml", plugins: "/h/.local/share/compactd/plugins", cache: "/h/.cache/compactd/wazero",
 		},
 		{
+			name:   "no home",
+			env:    map[string]string{},
+			socket: filepath.Join(os.TempDir(), ".local/state/compactd/compactd.sock"), state: filepath.Join(os.TempDir(), ".local/state/compactd"),
+			config: filepath.Join(os.TempDir(), ".config/compactd/config.yaml"), plugins: filepath.Join(os.TempDir(), ".local/share/compactd/plugins"),
+			cache: filepath.Join(os.TempDir(), ".cache/compactd/wazero"),
+		},
+		{
 			name: "compactd variables win",
 			env: map[string]string{"HOME": "/h", "XDG_RUNTIME_DIR": "/run/user/1", "COMPACTD_SOCKET": "/x.sock",
 				"COMPACTD_CONFIG": "/c.yaml", "COMPACTD_PLUGINS": "/p"},
@@ -47,6 +58,13 @@ func TestDefaults(t *testing.T) {
 			} {
 				if c.got != c.want {
 					t.Errorf("%s = %s, want %s", c.what, c.got, c.want)
+				}
+			}
+			// Without a runtime dir the socket is in the state directory:
+			// the client's rule and StateDir's must agree.
+			if tt.env["COMPACTD_SOCKET"] == "" && tt.env["XDG_RUNTIME_DIR"] == "" {
+				if dir := filepath.Dir(Socket(getenv)); dir != StateDir(getenv) {
+					t.Errorf("the socket's directory %s is not StateDir %s", dir, StateDir(getenv))
 				}
 			}
 		})

@@ -44,7 +44,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/compactd/compactd/abi"
-	"github.com/compactd/compactd/internal/chat"
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/models"

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/internal/anthropic"
-	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/dataset"
 	"github.com/compactd/compactd/internal/proxy"
 )

@@ -14,17 +14,17 @@ import (
 	"unicode/utf8"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/client"
-	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/config"
-	"github.com/compactd/compactd/internal/jsonscan"
 	"github.com/compactd/compactd/internal/models"
 	"github.com/compactd/compactd/internal/proxy"
 	"github.com/compactd/compactd/internal/store"
+	"github.com/compactd/compactd/jsonscan"
 )
 
-// Limits of a compaction request (README.md, "POST /v1/compact").
+// Limits of a compaction request (docs/api.md, "POST /v1/compact").
 const (
 	// maxConversationID caps a caller's conversation_id, in bytes.
 	maxConversationID = 256

@@ -13,10 +13,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/host"
-	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/config"
+	"github.com/compactd/compactd/internal/conform"
 	"github.com/compactd/compactd/internal/llm"
 	"github.com/compactd/compactd/internal/proxy"
 	"github.com/compactd/compactd/internal/store"
@@ -138,7 +139,7 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 	}
 	counter := tokens.New(tokens.Options{})
 	ropts := registry.Options{
-		Dir: cfg.PluginsDir, Engine: d.engine, DefaultLimits: p.pluginDefault, Limits: p.pluginLimits, Tokens: counter,
+		Dir: cfg.PluginsDir, Engine: d.engine, DefaultLimits: p.pluginDefault, Limits: p.pluginLimits, Smoke: conform.SmokeTest(counter.ForModel("")),
 		Debounce: opts.Debounce, Logger: d.logger.Named("registry"), StateDir: cfg.StateDir, Quick: !opts.CompileFirst,
 		IdleUnload: cfg.Limits.PluginIdleUnload.D(),
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/compactd/compactd/internal/chat"
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/internal/compactor"
 )
 

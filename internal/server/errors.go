@@ -6,14 +6,15 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/client"
-	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/config"
-	"github.com/compactd/compactd/internal/policyconfig"
+	"github.com/compactd/compactd/policyconfig"
+	"github.com/compactd/compactd/registry"
 )
 
-// Error codes: the stable "code" of an error answer. README.md lists them.
+// Error codes: the stable "code" of an error answer. docs/api.md, "Errors", lists them.
 const (
 	CodeBadRequest          = "bad_request"          // 400: the request is not what the endpoint takes
 	CodeInvalidJSON         = "invalid_json"         // 400: the body is not the JSON the endpoint takes
@@ -64,7 +65,7 @@ func toAPIError(err error) *APIError {
 		return &APIError{Status: http.StatusBadRequest, Code: CodeUnsupportedFormat, Message: err.Error(), Err: err}
 	case errors.Is(err, chat.ErrMalformed), errors.Is(err, chat.ErrInvalid):
 		return &APIError{Status: http.StatusBadRequest, Code: CodeInvalidConversation, Message: err.Error(), Err: err}
-	case errors.Is(err, compactor.ErrUnknownPolicy):
+	case errors.Is(err, registry.ErrUnknownPolicy):
 		return &APIError{Status: http.StatusNotFound, Code: CodeUnknownPolicy, Message: err.Error(), Err: err}
 	case errors.Is(err, policyconfig.ErrInvalid), errors.Is(err, config.ErrInvalid):
 		return &APIError{Status: http.StatusBadRequest, Code: CodeInvalidConfig, Message: err.Error(), Err: err}

@@ -19,7 +19,7 @@ import (
 	"github.com/compactd/compactd/internal/dataset"
 )
 
-var screenshots = flag.String("screenshots", "", "write the status page's screenshots to this directory (docs/ for the README)")
+var screenshots = flag.String("screenshots", "", "write the status page's screenshots to this directory (docs/, for docs/operations.md)")
 
 const pluginToolresult = "plugins/toolresult"
 

@@ -6,9 +6,9 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/internal/anthropic"
-	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/proxy"

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/internal/anthropic"
-	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/dataset"
 	"github.com/compactd/compactd/internal/proxy"
 	"github.com/compactd/compactd/internal/proxy/upstreamtest"

@@ -3,7 +3,7 @@
 // daemon that wires the API to the registry, the compactor, the store and
 // the config (Daemon, started by `compactd serve`).
 //
-// Endpoints (README.md, "Run the daemon", has examples):
+// Endpoints (docs/api.md has examples):
 //
 //	POST /v1/compact            compact a conversation
 //	GET  /v1/policies           plugin files and the policies they serve
@@ -36,7 +36,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/compactd/compactd/internal/chat"
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/llm"

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/client"
-	"github.com/compactd/compactd/internal/chat"
 )
 
 func TestCompactRealConversation(t *testing.T) {

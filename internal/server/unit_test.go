@@ -10,8 +10,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/client"
-	"github.com/compactd/compactd/internal/chat"
 )
 
 // TestPanicIsA500: a handler that panics answers 500 with the error

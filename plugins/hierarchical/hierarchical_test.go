@@ -9,8 +9,8 @@ import (
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
+	"github.com/compactd/compactd/internal/plugtest"
 	"github.com/compactd/compactd/pdk"
-	"github.com/compactd/compactd/plugins/internal/plugtest"
 )
 
 // seed is the config of rlm-code's own behaviour, where every entry, the

@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/host"
-	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/dataset"
+	"github.com/compactd/compactd/internal/plugtest"
 	"github.com/compactd/compactd/internal/tokens"
 	"github.com/compactd/compactd/internal/wasmbuild"
-	"github.com/compactd/compactd/plugins/internal/plugtest"
 )
 
 // benchConversation returns the conversation of a data file whose size is

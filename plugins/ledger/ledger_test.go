@@ -9,7 +9,7 @@ import (
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
-	"github.com/compactd/compactd/plugins/internal/plugtest"
+	"github.com/compactd/compactd/internal/plugtest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")

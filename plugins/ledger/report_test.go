@@ -8,10 +8,10 @@ import (
 	"testing"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/convo"
-	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/eval"
-	"github.com/compactd/compactd/plugins/internal/plugtest"
+	"github.com/compactd/compactd/internal/plugtest"
 )
 
 var replayConfig = flag.String("cfg", "", "config overrides for -replay, as JSON")

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/compactd/compactd/internal/plugtest"
 	"github.com/compactd/compactd/pdk"
-	"github.com/compactd/compactd/plugins/internal/plugtest"
 )
 
 // TestGolden runs the policy through its JSON encoding (pdk.Call, exactly

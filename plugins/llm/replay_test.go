@@ -18,9 +18,9 @@ import (
 	"github.com/compactd/compactd/convo"
 	"github.com/compactd/compactd/host"
 	llmclient "github.com/compactd/compactd/internal/llm"
+	"github.com/compactd/compactd/internal/plugtest"
 	"github.com/compactd/compactd/internal/tokens"
 	"github.com/compactd/compactd/pdk"
-	"github.com/compactd/compactd/plugins/internal/plugtest"
 )
 
 // stubProvider is a local OpenAI-compatible server whose summaries are a

@@ -9,13 +9,13 @@ import (
 	"testing"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/host"
-	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/dataset"
 	llmclient "github.com/compactd/compactd/internal/llm"
-	"github.com/compactd/compactd/internal/policyconfig"
 	"github.com/compactd/compactd/internal/tokens"
 	"github.com/compactd/compactd/internal/wasmbuild"
+	"github.com/compactd/compactd/policyconfig"
 )
 
 // TestWasmWithProvider runs llm.wasm in the real host, on both call paths,

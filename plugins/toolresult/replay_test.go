@@ -6,7 +6,7 @@ import (
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
-	"github.com/compactd/compactd/plugins/internal/plugtest"
+	"github.com/compactd/compactd/internal/plugtest"
 )
 
 var replayReport = flag.Bool("replay", false, "TestReplayMiniSWE: replay every mini-swe-agent conversation and log the figures")

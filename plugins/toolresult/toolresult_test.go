@@ -11,8 +11,8 @@ import (
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
+	"github.com/compactd/compactd/internal/plugtest"
 	"github.com/compactd/compactd/pdk"
-	"github.com/compactd/compactd/plugins/internal/plugtest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")

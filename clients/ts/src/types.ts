@@ -172,7 +172,7 @@ export interface CompactionRow {
 }
 
 /**
- * the running config, defaults filled in (README, "Config file").
+ * the running config, defaults filled in (docs/configuration.md, "The config file").
  * Every number has a range, given here as `minimum` and `maximum`
  * (durations: in their descriptions); in the file and in an update,
  * 0 or an absent key means the default.
@@ -216,7 +216,7 @@ export interface Config {
   log_level: "trace" | "debug" | "info" | "warn" | "error" | "off";
   plugins_dir: string;
   /**
-   * the OpenAI- and Anthropic-compatible proxy (README, "Use it as a proxy")
+   * the OpenAI- and Anthropic-compatible proxy (docs/proxy.md)
    */
   proxy: {
     anthropic: ProxyUpstream;
@@ -278,7 +278,7 @@ export interface Config {
     turn_threshold?: number;
   };
   /**
-   * the LLM provider block (README, "LLM summarization")
+   * the LLM provider block (docs/configuration.md, "The LLM provider")
    */
   llm?: Record<string, unknown> | null;
   pipeline?: string[];

@@ -35,8 +35,8 @@ import (
 	"time"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/internal/anthropic"
-	"github.com/compactd/compactd/internal/chat"
 	"github.com/compactd/compactd/internal/tokens"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/compactd/compactd/internal/jsonscan"
+	"github.com/compactd/compactd/jsonscan"
 )
 
 // body builds a request body holding msgs.

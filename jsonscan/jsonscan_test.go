@@ -202,7 +202,7 @@ func BenchmarkSkip(b *testing.B) {
 // BenchmarkData validates the messages of the fixture data files.
 func BenchmarkData(b *testing.B) {
 	for _, name := range []string{"mini_swe_agent_deepseek_swebench.jsonl", "tau_bench_gpt4o_airline.jsonl"} {
-		data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "conversations", name))
+		data, err := os.ReadFile(filepath.Join("..", "testdata", "conversations", name))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -10,7 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/compactd/compactd/abi"
-	"github.com/compactd/compactd/internal/jsonscan"
+	"github.com/compactd/compactd/jsonscan"
 )
 
 // DefaultMemoryBytes bounds a Memory when MemoryOptions.MaxBytes is 0.

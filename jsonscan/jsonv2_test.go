@@ -15,10 +15,10 @@ import (
 // encoding/json/jsontext (Go's experimental json v2), for RATIONALE.md's
 // comparison:
 //
-//	GOEXPERIMENT=jsonv2 go test -run '^$' -bench 'Data|JSONv2' ./internal/jsonscan/
+//	GOEXPERIMENT=jsonv2 go test -run '^$' -bench 'Data|JSONv2' ./jsonscan/
 func BenchmarkJSONv2(b *testing.B) {
 	for _, name := range []string{"mini_swe_agent_deepseek_swebench.jsonl", "tau_bench_gpt4o_airline.jsonl"} {
-		data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "conversations", name))
+		data, err := os.ReadFile(filepath.Join("..", "testdata", "conversations", name))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-// Package chat reads a caller's conversation in one pass (internal/jsonscan):
+// Package chat reads a caller's conversation in one pass (package jsonscan):
 // it keeps each message's original JSON bytes (so preserved messages go
 // back byte for byte) next to its parsed form (so the host can count,
 // validate and describe it), the parsed form viewing the same bytes rather
@@ -15,7 +15,7 @@ import (
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
-	"github.com/compactd/compactd/internal/jsonscan"
+	"github.com/compactd/compactd/jsonscan"
 )
 
 // Errors Parse returns, wrapped with detail. Test with errors.Is.

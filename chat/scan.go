@@ -8,7 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/compactd/compactd/abi"
-	"github.com/compactd/compactd/internal/jsonscan"
+	"github.com/compactd/compactd/jsonscan"
 )
 
 // The parser: one pass over the caller's bytes with jsonscan, which

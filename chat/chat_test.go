@@ -183,7 +183,7 @@ func TestScanMessageFields(t *testing.T) {
 
 // TestScanMatchesEncodingJSON parses every fixture conversation both ways.
 func TestScanMatchesEncodingJSON(t *testing.T) {
-	files, err := filepath.Glob("../../testdata/conversations/*.jsonl")
+	files, err := filepath.Glob("../testdata/conversations/*.jsonl")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("fixtures: %v", err)
 	}
