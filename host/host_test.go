@@ -423,10 +423,13 @@ func TestHostileC(t *testing.T) {
 	}{
 		{mode: "LOOP", limits: Limits{CallTimeout: 500 * time.Millisecond}, kind: ErrTimeout, want: "time limit of 500ms"},
 		{mode: "ALLOC", limits: Limits{MaxMemoryPages: 1024}, kind: ErrMemoryLimit, want: "64 MiB"},
-		// HUGE writes 65 MiB through Extism's kernel eight bytes per host
-		// call: seconds, and many more under -race on a busy machine.
-		{mode: "HUGE", limits: Limits{MaxOutputBytes: 16 << 20, CallTimeout: 2 * time.Minute}, kind: ErrOutputTooLarge},
-		{mode: "HUGE", limits: Limits{MaxMemoryPages: 512, CallTimeout: 2 * time.Minute}, kind: ErrMemoryLimit},
+		// HUGE writes its output through Extism's kernel eight bytes per
+		// host call: 65 MiB take seconds, and a minute under -race on a
+		// busy machine, so the output limit is tried on a 2 MiB one
+		// against a 1 MiB limit (the same check). The 65 MiB block does
+		// not fit in 32 MiB of kernel memory: alloc fails at once.
+		{mode: "HUGE#HUGE_MIB=2", limits: Limits{MaxOutputBytes: 1 << 20, CallTimeout: 10 * time.Minute}, kind: ErrOutputTooLarge},
+		{mode: "HUGE", limits: Limits{MaxMemoryPages: 512, CallTimeout: 10 * time.Minute}, kind: ErrMemoryLimit},
 		{mode: "BADJSON", kind: ErrInvalidOutput, want: "not a JSON CompactResult"},
 		{mode: "BADREF", kind: ErrInvalidResult, want: "out of range"},
 		{mode: "SPLIT", kind: ErrInvalidResult, want: "tool"},
@@ -441,7 +444,7 @@ func TestHostileC(t *testing.T) {
 			if p.Path() != "extism" {
 				t.Fatalf("path = %s", p.Path())
 			}
-			name := "hostile-" + strings.ToLower(tt.mode)
+			name := "hostile-" + strings.ToLower(strings.Split(tt.mode, "#")[0])
 			c := testConversation(t)
 			before := snapshot(c)
 			_, err := p.Compact(context.Background(), &Request{Conversation: c})
@@ -683,7 +686,9 @@ func TestDescribedLoad(t *testing.T) {
 // TestCloseDuringBackgroundCompile: closing a quickly loaded plugin and
 // the engine while the compiler works leaves nothing running.
 func TestCloseDuringBackgroundCompile(t *testing.T) {
-	wasm, err := os.ReadFile(wasmbuild.ForTest(t, "plugins/sliding"))
+	// A module on the fast path, the cache empty: the compile takes a
+	// while (lastn's, a second under -race; a Go plugin's, ten).
+	wasm, err := os.ReadFile(wasmbuild.ForTest(t, "plugins/lastn/lastn.c"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -769,7 +774,13 @@ func TestCloseReleasesMemory(t *testing.T) {
 		{"extism", "plugins/lastn/lastn.c", "0.2.0", true, 20, 2 << 20},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newTestEngine(t, tt.disable, Limits{})
+			// No file cache: every version is new to it, and would stay
+			// in the shared one for good.
+			e, err := NewEngine(Config{DisableFastPath: tt.disable})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close(context.Background())
 			wasm, err := os.ReadFile(wasmbuild.ForTest(t, tt.rel))
 			if err != nil {
 				t.Fatal(err)

@@ -610,10 +610,16 @@ func TestIdenticalCallsInFlightShareOneProviderCall(t *testing.T) {
 			results[i] = resp
 		}()
 	}
-	for len(f.requests()) == 0 {
+	// The first call is at the provider; the others wait for it.
+	for waiting := 0; waiting < n-1; {
 		time.Sleep(time.Millisecond)
+		c.flightMu.Lock()
+		waiting = 0
+		for _, fc := range c.flight {
+			waiting += fc.waiters
+		}
+		c.flightMu.Unlock()
 	}
-	time.Sleep(20 * time.Millisecond) // let the others join
 	close(release)
 	wg.Wait()
 	if got := len(f.requests()); got != 1 {

@@ -243,6 +243,12 @@ func mustJSON(t testing.TB, v any) string {
 	return string(b)
 }
 
+// waitInFlight waits until the daemon is serving an API request.
+func (td *testDaemon) waitInFlight(t testing.TB) {
+	t.Helper()
+	waitFor(t, "a request in flight", 2*time.Minute, func() bool { return td.server.metrics.inflight.Load() > 0 })
+}
+
 func waitFor(t testing.TB, what string, limit time.Duration, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()

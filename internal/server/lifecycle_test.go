@@ -181,11 +181,12 @@ func TestTCP(t *testing.T) {
 }
 
 // TestShutdownDrains: a request in flight when shutdown starts finishes
-// and gets its answer; new connections are refused.
+// and gets its answer, and Shutdown returns only then; new connections
+// are refused.
 func TestShutdownDrains(t *testing.T) {
-	// gohostile's "loop" mode runs until the plugin's call limit (500ms)
+	// gohostile's "loop" mode runs until the plugin's call limit (1s)
 	// cuts it off: a slow request that still answers 200.
-	td := startDaemon(t, "limits:\n  plugins:\n    gohostile: {call_timeout: 500ms}\n", pluginGohostile)
+	td := startDaemon(t, "limits:\n  plugins:\n    gohostile: {call_timeout: 1s}\n", pluginGohostile)
 	var wg sync.WaitGroup
 	var resp *client.CompactResponse
 	var err error
@@ -194,17 +195,16 @@ func TestShutdownDrains(t *testing.T) {
 		defer wg.Done()
 		resp, err = td.c.Compact(bg, &client.CompactRequest{Policy: "gohostile", Config: map[string]any{"mode": "loop"}, Messages: chatMessages(2)})
 	}()
-	time.Sleep(150 * time.Millisecond) // the request is in the plugin
-	start := time.Now()
+	td.waitInFlight(t)
 	if err := td.Shutdown(bg); err != nil {
 		t.Errorf("Shutdown: %v", err)
+	}
+	if n := td.server.metrics.inflight.Load(); n != 0 {
+		t.Errorf("Shutdown returned with %d requests still being served", n)
 	}
 	wg.Wait()
 	if err != nil || len(resp.Messages) != 6 || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "time limit") {
 		t.Fatalf("in-flight request: %+v, %v", resp, err)
-	}
-	if took := time.Since(start); took < 200*time.Millisecond {
-		t.Errorf("Shutdown returned after %v, before the request finished", took)
 	}
 	if _, err := client.New(td.Socket()).Health(bg); err == nil {
 		t.Error("the daemon still answers after Shutdown")
@@ -212,18 +212,18 @@ func TestShutdownDrains(t *testing.T) {
 }
 
 // TestShutdownDeadline: a request that outlives shutdown_timeout is cut
-// off and Shutdown returns anyway.
+// off and Shutdown returns anyway, long before the request would end.
 func TestShutdownDeadline(t *testing.T) {
-	td := startDaemon(t, "limits:\n  shutdown_timeout: 100ms\n  plugins:\n    gohostile: {call_timeout: 20s}\n", pluginGohostile)
+	td := startDaemon(t, "limits:\n  shutdown_timeout: 100ms\n  plugins:\n    gohostile: {call_timeout: 2m}\n", pluginGohostile)
 	done := make(chan error, 1)
 	go func() {
 		_, err := td.c.Compact(bg, &client.CompactRequest{Policy: "gohostile", Config: map[string]any{"mode": "loop"}, Messages: chatMessages(2)})
 		done <- err
 	}()
-	time.Sleep(150 * time.Millisecond)
+	td.waitInFlight(t)
 	start := time.Now()
 	err := td.Shutdown(bg)
-	if took := time.Since(start); took > 5*time.Second {
+	if took := time.Since(start); took > time.Minute {
 		t.Errorf("Shutdown took %v with a 100ms deadline", took)
 	}
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
@@ -231,19 +231,21 @@ func TestShutdownDeadline(t *testing.T) {
 	}
 	select {
 	case <-done:
-	case <-time.After(5 * time.Second):
+	case <-time.After(time.Minute):
 		t.Error("the cut-off request never returned")
 	}
 }
 
+// TestRequestTimeout: request_timeout ends a request whose plugin runs
+// on, long before the plugin's own limit would.
 func TestRequestTimeout(t *testing.T) {
-	td := startDaemon(t, "limits:\n  request_timeout: 200ms\n", pluginGohostile)
+	td := startDaemon(t, "limits:\n  request_timeout: 200ms\n  plugins:\n    gohostile: {call_timeout: 2m}\n", pluginGohostile)
 	start := time.Now()
 	resp, err := td.c.Compact(bg, &client.CompactRequest{Policy: "gohostile", Config: map[string]any{"mode": "loop"}, Messages: chatMessages(2)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(start); took > 3*time.Second || len(resp.Messages) != 6 || len(resp.Warnings) != 1 {
+	if took := time.Since(start); took > time.Minute || len(resp.Messages) != 6 || len(resp.Warnings) != 1 {
 		t.Errorf("after %v: %d messages, warnings %v", took, len(resp.Messages), resp.Warnings)
 	}
 }

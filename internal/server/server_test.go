@@ -476,7 +476,7 @@ func TestHealthDegradedWithoutPolicies(t *testing.T) {
 		t.Fatalf("health with no plugins = %+v, %v", h, err)
 	}
 	td.addPlugin(t, pluginLastn, "")
-	waitFor(t, "the plugin to load", 30*time.Second, func() bool {
+	waitFor(t, "the plugin to load", 2*time.Minute, func() bool {
 		h, err := td.c.Health(bg)
 		return err == nil && h.Status == "ok" && h.Policies == 1
 	})
