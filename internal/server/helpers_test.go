@@ -72,9 +72,10 @@ func setup(t testing.TB, cfg string, plugins ...string) *testDaemon {
 		Version:    "test",
 		Debounce:   10 * time.Millisecond,
 		StoreFlush: 10 * time.Millisecond,
-		// Compiled from the shared compilation cache at once: the
-		// interpreter tier is what TestQuickLoads and the zoo's child
-		// daemon (the daemon's own defaults) test.
+		// Compiled from the shared compilation cache at once. The
+		// daemon's own way, the interpreter first, is what TestQuickLoads,
+		// TestHotReloadHammer (whose versions are all new) and the zoo's
+		// child daemon run.
 		CompileFirst: true,
 	}
 	return td

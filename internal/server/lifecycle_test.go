@@ -21,6 +21,7 @@ import (
 )
 
 func TestSocket(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, "", pluginLastn)
 	st, err := os.Stat(td.Socket())
 	if err != nil || st.Mode()&os.ModeSocket == 0 || st.Mode().Perm() != 0o600 {
@@ -64,6 +65,7 @@ func TestSocket(t *testing.T) {
 }
 
 func TestStaleSocket(t *testing.T) {
+	t.Parallel()
 	td := setup(t, "", pluginLastn)
 	sock := td.opts.Defaults.Socket
 	// A crashed daemon leaves its socket file behind.
@@ -80,6 +82,7 @@ func TestStaleSocket(t *testing.T) {
 }
 
 func TestSocketInUse(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		prepare func(t *testing.T, path string)
@@ -110,6 +113,7 @@ func TestSocketInUse(t *testing.T) {
 }
 
 func TestStartErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, config string
 		env          map[string]string
@@ -142,6 +146,7 @@ func TestStartErrors(t *testing.T) {
 }
 
 func TestTCP(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
 	os.WriteFile(tokenFile, []byte("s3cret-token\n"), 0o600)
@@ -184,6 +189,7 @@ func TestTCP(t *testing.T) {
 // and gets its answer, and Shutdown returns only then; new connections
 // are refused.
 func TestShutdownDrains(t *testing.T) {
+	t.Parallel()
 	// gohostile's "loop" mode runs until the plugin's call limit (1s)
 	// cuts it off: a slow request that still answers 200.
 	td := startDaemon(t, "limits:\n  plugins:\n    gohostile: {call_timeout: 1s}\n", pluginGohostile)
@@ -214,6 +220,7 @@ func TestShutdownDrains(t *testing.T) {
 // TestShutdownDeadline: a request that outlives shutdown_timeout is cut
 // off and Shutdown returns anyway, long before the request would end.
 func TestShutdownDeadline(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, "limits:\n  shutdown_timeout: 100ms\n  plugins:\n    gohostile: {call_timeout: 2m}\n", pluginGohostile)
 	done := make(chan error, 1)
 	go func() {
@@ -239,6 +246,7 @@ func TestShutdownDeadline(t *testing.T) {
 // TestRequestTimeout: request_timeout ends a request whose plugin runs
 // on, long before the plugin's own limit would.
 func TestRequestTimeout(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, "limits:\n  request_timeout: 200ms\n  plugins:\n    gohostile: {call_timeout: 2m}\n", pluginGohostile)
 	start := time.Now()
 	resp, err := td.c.Compact(bg, &client.CompactRequest{Policy: "gohostile", Config: map[string]any{"mode": "loop"}, Messages: chatMessages(2)})
@@ -259,6 +267,7 @@ func (f fakeLLM) Complete(_ context.Context, req abi.LLMRequest) (abi.LLMRespons
 }
 
 func TestLLMProviderHook(t *testing.T) {
+	t.Parallel()
 	var calls, builds atomic.Int64
 	td := setup(t, "llm:\n  provider: fake\n", pluginGohostile)
 	td.opts.LLM = func(cfg *config.Config, st *store.Store) (func() host.Completer, error) {
@@ -301,6 +310,7 @@ func TestLLMProviderHook(t *testing.T) {
 // and the compiled module takes over when the compiler is done. The
 // compilation cache starts empty, so the compiler takes a while.
 func TestQuickLoads(t *testing.T) {
+	t.Parallel()
 	td := setup(t, "", pluginLastn)
 	td.opts.CompileFirst = false
 	td.opts.Defaults.CacheDir = t.TempDir()

@@ -104,6 +104,7 @@ func openAIBody(msgs []json.RawMessage, extra string) []byte {
 }
 
 func TestProxyOpenAIPassesThrough(t *testing.T) {
+	t.Parallel()
 	td, up := proxyDaemon(t, "", pluginSliding)
 	msgs := chatMessages(2)
 	body := openAIBody(msgs, `,"temperature":0.2,"x_vendor":{"keep":[1,2]}`)
@@ -157,6 +158,7 @@ func sseEvents(t *testing.T, body []byte) []string {
 }
 
 func TestProxyOpenAIStream(t *testing.T) {
+	t.Parallel()
 	td, up := proxyDaemon(t, "", pluginSliding)
 	msgs := chatMessages(1)
 	for _, tc := range []struct {
@@ -220,6 +222,7 @@ func TestProxyOpenAIStream(t *testing.T) {
 // as it arrives: with the upstream pausing between events, the client
 // reads the first one before the upstream has sent the second.
 func TestProxyStreamsEventByEvent(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -279,6 +282,7 @@ func tauMessages(t *testing.T, chars int) ([]json.RawMessage, int) {
 }
 
 func TestProxyCompactsWhenThePreflightCountPassesTheThreshold(t *testing.T) {
+	t.Parallel()
 	msgs, n := tauMessages(t, 12000)
 	td, up := proxyDaemon(t, fmt.Sprintf("  context_window: %d\n", n), pluginSliding)
 	body := openAIBody(msgs, "")
@@ -328,6 +332,7 @@ func TestProxyCompactsWhenThePreflightCountPassesTheThreshold(t *testing.T) {
 // tool definitions compactd does not count) flags the conversation, and
 // the next request is compacted.
 func TestProxyDeferredTrigger(t *testing.T) {
+	t.Parallel()
 	msgs, n := tauMessages(t, 24000)
 	tools := `,"tools":[{"type":"function","function":{"name":"lookup","description":"` + strings.Repeat("a ", n) + `","parameters":{"type":"object"}}}]`
 	window := n * 8 / 5 // the messages alone are 62%: no pre-flight trigger; with the tools, 94%
@@ -391,6 +396,7 @@ func anthropicBody(t *testing.T, raw []json.RawMessage, extra string) ([]byte, [
 }
 
 func TestProxyAnthropic(t *testing.T) {
+	t.Parallel()
 	raw, n := tauMessages(t, 12000)
 	td, up := proxyDaemon(t, fmt.Sprintf("  context_window: %d\n", n*3), pluginSliding)
 	body, msgs := anthropicBody(t, raw, "")
@@ -440,6 +446,7 @@ func TestProxyAnthropic(t *testing.T) {
 }
 
 func TestProxyFailedCompactionForwardsUncompacted(t *testing.T) {
+	t.Parallel()
 	msgs, n := tauMessages(t, 6000)
 	for _, tc := range []struct{ name, extra, warning string }{
 		{"plugin traps", "  policy: gohostile\n", "gohostile"},
@@ -464,6 +471,7 @@ func TestProxyFailedCompactionForwardsUncompacted(t *testing.T) {
 }
 
 func TestProxyUpstreamFailures(t *testing.T) {
+	t.Parallel()
 	td, _ := proxyDaemon(t, "  timeout: 1s\n", pluginSliding)
 	body := openAIBody(chatMessages(1), "")
 
@@ -517,6 +525,7 @@ func TestProxyUpstreamFailures(t *testing.T) {
 }
 
 func TestProxyTCPAuth(t *testing.T) {
+	t.Parallel()
 	td, up := proxyDaemon(t, "", pluginSliding)
 	base := "http://" + td.TCPAddr()
 	tcp := tcpHTTP(t)
@@ -574,6 +583,7 @@ func TestProxyTCPAuth(t *testing.T) {
 }
 
 func TestProxyForwardsOtherPaths(t *testing.T) {
+	t.Parallel()
 	td, up := proxyDaemon(t, "", pluginSliding)
 	code, body, h := td.rawWith(t, "GET", "/v1/models?limit=5", "", map[string]string{"Authorization": "Bearer " + upstreamtest.OpenAIKey})
 	if code != 200 || !strings.Contains(string(body), `"gpt-4o"`) || up.Last().Path != "/v1/models" || h.Get(proxy.HeaderUpstream) != proxy.OpenAI {
@@ -615,6 +625,7 @@ func (td *testDaemon) rawWith(t *testing.T, method, path, body string, h map[str
 }
 
 func TestProxyManualCompaction(t *testing.T) {
+	t.Parallel()
 	raw, _ := tauMessages(t, 12000)
 	td, up := proxyDaemon(t, "", pluginSliding)
 	for _, tc := range []struct {
@@ -669,6 +680,7 @@ func TestProxyManualCompaction(t *testing.T) {
 }
 
 func TestProxyBadRequestsAreForwarded(t *testing.T) {
+	t.Parallel()
 	td, up := proxyDaemon(t, "", pluginSliding)
 	for _, body := range []string{`{"model":"gpt-4o","messages":"nope"}`, `not json`, `{"model":"gpt-4o","messages":[{"role":"tool","content":"x"}]}`} {
 		resp, got := td.post(t, proxy.RouteOpenAI, []byte(body), nil)
@@ -692,6 +704,7 @@ func TestProxyBadRequestsAreForwarded(t *testing.T) {
 // TestCompactAnthropicFormat: /v1/compact takes an Anthropic conversation
 // with "format": "anthropic" and answers in that format.
 func TestCompactAnthropicFormat(t *testing.T) {
+	t.Parallel()
 	raw, _ := tauMessages(t, 12000)
 	td, _ := proxyDaemon(t, "", pluginSliding)
 	body, msgs := anthropicBody(t, raw, "")
@@ -733,6 +746,7 @@ func TestCompactAnthropicFormat(t *testing.T) {
 // configured summarizer model (llm.model), not the model the agent's
 // request names — the original llms extension sent them to the latter.
 func TestProxySummarizerModel(t *testing.T) {
+	t.Parallel()
 	provider := &fakeOpenAI{}
 	srv := httptest.NewServer(provider)
 	defer srv.Close()
