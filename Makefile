@@ -39,15 +39,17 @@ run: build plugins
 # busy loops). test-short runs the quick variant of each test, without
 # -race. test-unit leaves out the tests that start a daemon, a browser or
 # node (they skip themselves when COMPACTD_TEST=unit, see
-# internal/testenv): about a minute.
+# internal/testenv): about a minute. TESTFLAGS go to go test (-json, -v,
+# -run ...).
+TESTFLAGS ?=
 test: deps
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 $(TESTFLAGS) ./...
 
 test-short: deps
-	$(GO) test -short -count=1 ./...
+	$(GO) test -short -count=1 $(TESTFLAGS) ./...
 
 test-unit: deps
-	COMPACTD_TEST=unit $(GO) test -short -count=1 ./...
+	COMPACTD_TEST=unit $(GO) test -short -count=1 $(TESTFLAGS) ./...
 
 # bench runs every benchmark and `compactd eval` on the full data set
 # ($COMPACTD_DATA, default ../shared/data) and rewrites docs/benchmarks.md
