@@ -15,6 +15,7 @@ import (
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/chat"
+	"github.com/compactd/compactd/internal/testenv"
 	"github.com/compactd/compactd/internal/wasmbuild"
 )
 
@@ -155,6 +156,7 @@ func TestRefsAreByteIdentical(t *testing.T) {
 
 // TestHostileGo runs the Go misbehaving plugin on both paths.
 func TestHostileGo(t *testing.T) {
+	testenv.Long(t, "a Go plugin run out of memory, time and output, on both paths")
 	// A Go guest takes a few seconds to die of memory exhaustion (its
 	// runtime collects and retries before it gives up), hence the limit;
 	// under -race on a loaded 2-core machine (load average 17 seen) the
@@ -414,6 +416,7 @@ var foreignImportModule = []byte{
 // TestHostileC runs the C misbehaving plugins (testdata/hostile), which
 // take the Extism path like any plugin not built with our PDK.
 func TestHostileC(t *testing.T) {
+	testenv.Long(t, "C plugins run to their limits")
 	tests := []struct {
 		mode   string
 		limits Limits
@@ -764,6 +767,7 @@ func TestReleaseIdle(t *testing.T) {
 // of sliding on the fast path, many of the small C plugin on the Extism
 // path, so the test stays short under -race.)
 func TestCloseReleasesMemory(t *testing.T) {
+	testenv.Long(t, "two dozen modules compiled cold")
 	for _, tt := range []struct {
 		name, rel, version string
 		disable            bool

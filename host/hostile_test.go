@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/internal/testenv"
 	"github.com/compactd/compactd/internal/tokens"
 	"github.com/compactd/compactd/internal/wasmbuild"
 	"github.com/hashicorp/go-hclog"
@@ -65,6 +66,7 @@ func TestHostileLoads(t *testing.T) {
 // TestHostileCalls: modules that load and then misbehave in compact. The
 // host answers each call with the right error, and keeps serving.
 func TestHostileCalls(t *testing.T) {
+	testenv.Long(t, "hostile modules run to their limits")
 	tok := tokens.New(tokens.Options{}).ForModel("gpt-4o")
 	tests := []struct {
 		file, name string

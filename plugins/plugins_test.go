@@ -21,6 +21,7 @@ import (
 	"github.com/compactd/compactd/internal/cli"
 	"github.com/compactd/compactd/internal/conform"
 	"github.com/compactd/compactd/internal/dataset"
+	"github.com/compactd/compactd/internal/testenv"
 	"github.com/compactd/compactd/internal/tokens"
 	"github.com/compactd/compactd/internal/wasmbuild"
 )
@@ -193,6 +194,7 @@ func checkRefs(t *testing.T, id string, in []json.RawMessage, inMsgs []abi.Messa
 // invalid request or drop the task. A policy told to drop the task
 // (recap's keep_task: false, the Playbooks design) fails the check.
 func TestEvalCheckFixtures(t *testing.T) {
+	testenv.Long(t, "compactd eval with every built-in on every fixture, twice")
 	dir := t.TempDir()
 	for _, rel := range builtins(t) {
 		src := wasmbuild.ForTest(t, rel)

@@ -12,12 +12,14 @@ import (
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/internal/dataset"
+	"github.com/compactd/compactd/internal/testenv"
 	"github.com/compactd/compactd/internal/wasmbuild"
 )
 
 // compactdBinary returns the real binary (see wasmbuild.CompactdForTest).
 func compactdBinary(t testing.TB) string {
 	t.Helper()
+	testenv.Integration(t, "the compactd binary")
 	return wasmbuild.CompactdForTest(t)
 }
 

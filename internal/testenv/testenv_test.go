@@ -1,8 +1,10 @@
 package testenv
 
-import "testing"
+import (
+	"testing"
+)
 
-func TestIntegrationSkipsOnlyInUnitRuns(t *testing.T) {
+func TestSkipsOnlyInUnitRuns(t *testing.T) {
 	for _, tt := range []struct {
 		env  string
 		skip bool
@@ -12,13 +14,15 @@ func TestIntegrationSkipsOnlyInUnitRuns(t *testing.T) {
 			if Unit() != tt.skip {
 				t.Errorf("Unit() = %v", Unit())
 			}
-			ran := false
-			t.Run("inner", func(t *testing.T) {
-				Integration(t, "a daemon")
-				ran = true
-			})
-			if ran == tt.skip {
-				t.Errorf("the test ran: %v, want %v", ran, !tt.skip)
+			for name, skip := range map[string]func(testing.TB, string){"Integration": Integration, "Long": Long} {
+				ran := false
+				t.Run(name, func(t *testing.T) {
+					skip(t, "a reason")
+					ran = true
+				})
+				if ran == tt.skip {
+					t.Errorf("%s: the test ran: %v, want %v", name, ran, !tt.skip)
+				}
 			}
 		})
 	}
