@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/compactd/compactd/abi"
@@ -177,13 +178,27 @@ func FromRaw(raw []json.RawMessage) (*Conversation, error) {
 	return c, nil
 }
 
-// Validate checks the conversation with convo.Check.
+// Validate checks the conversation with convo.Check. Its error wraps
+// ErrInvalid and the *convo.StructureError.
 func (c *Conversation) Validate() error {
 	if err := convo.Check(c.Messages); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
+		return invalidError{err}
 	}
 	return nil
 }
+
+// invalidError is ErrInvalid with convo's reason. convo's errors already
+// say "invalid conversation: …", so it says so once.
+type invalidError struct{ err error }
+
+func (e invalidError) Error() string {
+	if msg := e.err.Error(); strings.HasPrefix(msg, ErrInvalid.Error()+":") {
+		return msg
+	}
+	return ErrInvalid.Error() + ": " + e.err.Error()
+}
+
+func (e invalidError) Unwrap() []error { return []error{ErrInvalid, e.err} }
 
 // Len returns the number of messages.
 func (c *Conversation) Len() int { return len(c.Raw) }

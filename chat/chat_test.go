@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/convo"
 )
 
 func TestParse(t *testing.T) {
@@ -80,8 +81,14 @@ func TestEncodeKeepsEnvelope(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	c, _ := Parse([]byte(`[{"role":"tool","tool_call_id":"x","content":"r"}]`))
-	if err := c.Validate(); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "message 0") {
+	err := c.Validate()
+	var se *convo.StructureError
+	if !errors.Is(err, ErrInvalid) || !errors.As(err, &se) || se.Index != 0 {
 		t.Fatalf("err = %v", err)
+	}
+	// convo's reason already says "invalid conversation": once is enough.
+	if want := "invalid conversation: message 0: "; !strings.HasPrefix(err.Error(), want) || strings.Count(err.Error(), "invalid conversation") != 1 {
+		t.Errorf("err = %q, want it to start %q, once", err, want)
 	}
 }
 

@@ -191,8 +191,17 @@ func checkRefs(t *testing.T, id string, in []json.RawMessage, inMsgs []abi.Messa
 
 // TestEvalCheckFixtures runs `compactd eval --check --policy all` on the
 // fixture conversations with every built-in plugin: no policy may send an
-// invalid request or drop the task. A policy told to drop the task
-// (recap's keep_task: false, the Playbooks design) fails the check.
+// invalid request or drop the task, the uncompressed baseline keeps every
+// probe (eval's self-check), and the default policy, ledger, keeps at
+// least ledgerFloor of the facts of each request's history on every file.
+// A policy told to drop the task (recap's keep_task: false, the Playbooks
+// design) fails the check.
+// ledgerFloor is the share of probes ledger must keep on every fixture
+// file. It guards what ledger keeps today (50% on the mini-swe-agent
+// fixture, 78% on swe-agent and tau-bench); issue 23 asks for 85% on
+// mini-swe-agent and 95% elsewhere, and the floor rises with ledger.
+const ledgerFloor = "45%"
+
 func TestEvalCheckFixtures(t *testing.T) {
 	testenv.Long(t, "compactd eval with every built-in on every fixture, twice")
 	dir := t.TempDir()
@@ -216,7 +225,7 @@ func TestEvalCheckFixtures(t *testing.T) {
 		code := cli.Main(args, strings.NewReader(""), &stdout, &stderr)
 		return code, stdout.String() + stderr.String()
 	}
-	code, out := eval("--policy", "all")
+	code, out := eval("--policy", "all", "--min-retention", "ledger="+ledgerFloor)
 	if code != cli.ExitOK {
 		t.Fatalf("eval --check --policy all: exit %d\n%s", code, out)
 	}

@@ -21,6 +21,10 @@
 #               (its section says so); the test suite part runs make test
 #               three times, once to warm the caches, then quiet and beside
 #               busy loops (half an hour or more)
+#   ONLY_EVAL=1  rerun only the eval part and replace its section in the
+#               existing OUT, keeping the other sections (after a policy or
+#               eval change; the section says when and at which commit)
+#   ONLY_SUITE=1  the same for the test suite part
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -28,6 +32,15 @@ ROOT=$(pwd)
 OUT=${OUT:-docs/benchmarks.md}
 BENCHTIME=${BENCHTIME:-1s}
 DATA=${COMPACTD_DATA:-../shared/data}
+if [ -n "${ONLY_SUITE:-}" ]; then
+	if [ -n "${SKIP_SUITE:-}" ] || [ ! -f "$OUT" ]; then
+		printf 'benchmarks: ONLY_SUITE=1 replaces (or adds) the test suite section of an existing %s (and needs the suite part)\n' "$OUT" >&2
+		exit 1
+	fi
+	SKIP_BENCH=1
+	SKIP_LOAD=1
+	SKIP_EVAL=1
+fi
 # The eval part needs the full data set; say where it was looked for before
 # minutes of benchmarks, not after.
 if [ -z "${SKIP_EVAL:-}" ] && ! ls "$DATA"/*.jsonl >/dev/null 2>&1; then
@@ -36,6 +49,15 @@ if [ -z "${SKIP_EVAL:-}" ] && ! ls "$DATA"/*.jsonl >/dev/null 2>&1; then
 	printf 'Set COMPACTD_DATA to the directory holding them, or SKIP_EVAL=1 to run only the Go benchmarks\n' >&2
 	printf '(which skip, saying so, the ones that need the full data).\n' >&2
 	exit 1
+fi
+if [ -n "${ONLY_EVAL:-}" ]; then
+	if [ -n "${SKIP_EVAL:-}" ] || ! grep -q '^## compactd eval$' "$OUT" 2>/dev/null; then
+		printf 'benchmarks: ONLY_EVAL=1 replaces the eval section of an existing %s (and needs the eval part)\n' "$OUT" >&2
+		exit 1
+	fi
+	SKIP_BENCH=1
+	SKIP_LOAD=1
+	SKIP_SUITE=1
 fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/compactd-bench.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
@@ -352,8 +374,118 @@ if [ -z "${SKIP_SUITE:-}" ]; then
 else
 	echo "_Skipped in this run (SKIP_SUITE=1)._" >>"$suite_md"
 fi
+# eval_section prints the "compactd eval" section, up to the next one.
+eval_section() {
+	cat <<EOF
+## compactd eval
+
+EOF
+	if [ -n "${ONLY_EVAL:-}" ]; then
+		cat <<EOF
+_This section was regenerated alone (\`ONLY_EVAL=1 scripts/benchmarks.sh\`)
+on $started at commit $commit, load average $load_start / $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?');
+the rest of the page is from the run its header describes._
+
+EOF
+	fi
+	cat <<EOF
+Every conversation of every file of \`../shared/data\` replayed turn by turn
+through each policy (\`docs/eval.md\` explains the replay and every figure).
+\`retention\` is what each request still holds of the files, symbols, ids,
+numbers, errors and constraints of its own history — early, middle and
+late, not the task, which every policy keeps — and the retention table
+splits it by the third of the history a fact was last seen in and by kind
+([Retention probes](eval.md#retention-probes)).
+Run time of one \`compactd eval --policy P\` over every file, on
+\`--jobs\` = GOMAXPROCS = $cores workers, including reading the data, counting
+every message's tokens once, and writing the report:
+
+<!-- example skip: reads the full data set (../shared/data, not in the checkout); make bench runs it -->
+\`\`\`sh
+go build -o compactd ./cmd/compactd
+go run ./internal/wasmbuild/buildplugins -out plugins
+compactd eval --plugins plugins --data ../shared/data --policy P --out eval-P
+\`\`\`
+
+EOF
+	cat "$eval_md"
+	if [ -z "${SKIP_EVAL:-}" ]; then
+		cat <<EOF
+
+All policies in one run (the tables of \`summary.md\`):
+
+EOF
+		# The command eval recorded, without this run's temporary directory,
+		# marked for readme_test.go as an example it cannot run.
+		sed -e 's/^#### /### /' -e "s#$WORK/##g" \
+			-e '/^```sh$/i <!-- example skip: reads the full data set (../shared/data, not in the checkout); make bench runs it -->' \
+			"$WORK/eval-all/summary.md"
+		printf '\nCharts (tokens sent per request of the longest conversation of each file, and cost per policy):\n\n'
+		for f in "$CHARTS"/tokens-*.svg; do
+			name=$(basename "$f" .svg)
+			name=${name#tokens-}
+			printf -- '- %s: [tokens](benchmarks/tokens-%s.svg) · [cost](benchmarks/cost-%s.svg)\n' "$name" "$name" "$name"
+		done
+		printf '\n![tokens per request, mini-swe-agent](benchmarks/tokens-mini_swe_agent_deepseek_swebench.svg)\n\n'
+		printf '![cost per policy, mini-swe-agent](benchmarks/cost-mini_swe_agent_deepseek_swebench.svg)\n'
+	fi
+}
+
+# suite_section prints the "Test suite" section.
+suite_section() {
+	cat <<END
+## Test suite
+
+END
+	if [ -n "${ONLY_SUITE:-}" ]; then
+		cat <<END
+_This section was regenerated alone (\`ONLY_SUITE=1 scripts/benchmarks.sh\`)
+on $started at commit $commit; the rest of the page is from the run its
+header describes._
+
+END
+	fi
+	cat <<END
+How long the tests take (issue 20: \`make test\` within 8 minutes on 2 cores,
+no package over 5 minutes, passing beside busy loops too; \`make test-unit\`
+within 90 seconds). Each run is the make target with \`TESTFLAGS=-json\`,
+after a first \`make test\` that warms the caches (Go's build cache, and
+the plugins and compiled modules the tests share under \`\$TMPDIR\`). The
+busy run is \`scripts/test-busy.sh\`: \`make test\` beside 2 × nproc
+busy loops.
+
+END
+	cat "$suite_md"
+}
 
 # --- the document ------------------------------------------------------------
+if [ -n "${ONLY_SUITE:-}" ]; then
+	# Replace the test suite section (its heading up to the next "## ",
+	# or the end), or add it at the end, and keep everything else.
+	suite_section >"$WORK/suite-section.md"
+	awk -v section="$WORK/suite-section.md" '
+		/^## Test suite$/ { while ((getline line < section) > 0) print line; skip = 1; done = 1; next }
+		skip && /^## / { skip = 0 }
+		!skip { print }
+		END { if (!done) { print ""; while ((getline line < section) > 0) print line } }
+	' "$OUT" >"$WORK/out.md"
+	mv "$WORK/out.md" "$OUT"
+	log "replaced the test suite section of $OUT"
+	exit 0
+fi
+if [ -n "${ONLY_EVAL:-}" ]; then
+	# Replace the eval section (its heading up to the next "## ") and keep
+	# everything else.
+	{ eval_section; echo; } >"$WORK/eval-section.md"
+	awk -v section="$WORK/eval-section.md" '
+		/^## compactd eval$/ { while ((getline line < section) > 0) print line; skip = 1; next }
+		skip && /^## / { skip = 0 }
+		!skip { print }
+	' "$OUT" >"$WORK/out.md"
+	mv "$WORK/out.md" "$OUT"
+	log "replaced the eval section of $OUT; wrote $CHARTS/"
+	exit 0
+fi
 {
 	cat <<EOF
 # Benchmarks
@@ -397,45 +529,8 @@ $load_cmd
 
 EOF
 	cat "$load_md"
-	cat <<EOF
-
-## compactd eval
-
-Every conversation of every file of \`../shared/data\` replayed turn by turn
-through each policy (\`docs/eval.md\` explains the replay and every figure).
-Run time of one \`compactd eval --policy P\` over every file, on
-\`--jobs\` = GOMAXPROCS = $cores workers, including reading the data, counting
-every message's tokens once, and writing the report:
-
-<!-- example skip: reads the full data set (../shared/data, not in the checkout); make bench runs it -->
-\`\`\`sh
-go build -o compactd ./cmd/compactd
-go run ./internal/wasmbuild/buildplugins -out plugins
-compactd eval --plugins plugins --data ../shared/data --policy P --out eval-P
-\`\`\`
-
-EOF
-	cat "$eval_md"
-	if [ -z "${SKIP_EVAL:-}" ]; then
-		cat <<EOF
-
-All policies in one run (the tables of \`summary.md\`):
-
-EOF
-		# The command eval recorded, without this run's temporary directory,
-		# marked for readme_test.go as an example it cannot run.
-		sed -e 's/^#### /### /' -e "s#$WORK/##g" \
-			-e '/^```sh$/i <!-- example skip: reads the full data set (../shared/data, not in the checkout); make bench runs it -->' \
-			"$WORK/eval-all/summary.md"
-		printf '\nCharts (tokens sent per request of one conversation per file, and cost per policy):\n\n'
-		for f in "$CHARTS"/tokens-*.svg; do
-			name=$(basename "$f" .svg)
-			name=${name#tokens-}
-			printf -- '- %s: [tokens](benchmarks/tokens-%s.svg) · [cost](benchmarks/cost-%s.svg)\n' "$name" "$name" "$name"
-		done
-		printf '\n![tokens per request, mini-swe-agent](benchmarks/tokens-mini_swe_agent_deepseek_swebench.svg)\n\n'
-		printf '![cost per policy, mini-swe-agent](benchmarks/cost-mini_swe_agent_deepseek_swebench.svg)\n'
-	fi
+	echo
+	eval_section
 	echo
 	if [ -s "$WORK/proxy.txt" ]; then proxy_table "$WORK/proxy.txt"; fi
 	cat <<EOF
@@ -451,19 +546,7 @@ Extism path (RATIONALE.md, "Two paths into a plugin").
 EOF
 	cat "$bench_md"
 	coverage
-	cat <<EOF
-
-## Test suite
-
-How long the tests take (issue 20: \`make test\` within 8 minutes on 2 cores,
-no package over 5 minutes, passing beside busy loops too; \`make test-unit\`
-within 90 seconds). Each run is the make target with \`TESTFLAGS=-json\`,
-after a first \`make test\` that warms the caches (Go's build cache, and
-the plugins and compiled modules the tests share under \`\$TMPDIR\`). The
-busy run is \`scripts/test-busy.sh\`: \`make test\` beside 2 × nproc
-busy loops.
-
-EOF
-	cat "$suite_md"
+	echo
+	suite_section
 } >"$OUT"
 log "wrote $OUT and $CHARTS/"

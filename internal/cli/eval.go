@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/compactd/compactd/host"
@@ -29,6 +32,53 @@ func (l *listFlag) Set(v string) error {
 	return nil
 }
 
+// retentionFlag collects --min-retention: SHARE for every policy, or
+// POLICY=SHARE; a share is a fraction (0.85) or a percentage (85%).
+type retentionFlag map[string]float64
+
+func (r retentionFlag) String() string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(r)) {
+		if k == "" {
+			out = append(out, fmt.Sprint(r[k]))
+		} else {
+			out = append(out, fmt.Sprintf("%s=%v", k, r[k]))
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+func (r retentionFlag) Set(v string) error {
+	policy, value, named := strings.Cut(v, "=")
+	if !named {
+		policy, value = "", v
+	} else if policy == "" {
+		return fmt.Errorf("%q: want SHARE or POLICY=SHARE", v)
+	}
+	pct := strings.HasSuffix(value, "%")
+	f, err := strconv.ParseFloat(strings.TrimSuffix(value, "%"), 64)
+	if err != nil {
+		return fmt.Errorf("%q: want a share such as 0.85 or 85%%", v)
+	}
+	if pct {
+		f /= 100
+	}
+	if f < 0 || f > 1 {
+		return fmt.Errorf("%q: a share is between 0 and 1 (0%% and 100%%)", v)
+	}
+	r[policy] = f
+	return nil
+}
+
+// of returns the threshold for a policy, and whether there is one.
+func (r retentionFlag) of(policy string) (float64, bool) {
+	if f, ok := r[policy]; ok {
+		return f, true
+	}
+	f, ok := r[""]
+	return f, ok
+}
+
 // repeatFlag collects a repeatable flag as given.
 type repeatFlag []string
 
@@ -39,8 +89,9 @@ const evalAbout = `
 Replays each conversation turn by turn as a stateless agent sends it, through
 the same compaction path as the daemon, and reports for every policy (and the
 uncompressed baseline "none"): tokens sent, validity, prompt-cache reuse,
-session cost, retention of early facts and compaction latency. Prints tables
-on stdout and writes report.json, summary.md and SVG charts to --out.
+session cost, retention (the facts of each request's history its compacted
+form still holds, early, middle and late) and compaction latency. Prints
+tables on stdout and writes report.json, summary.md and SVG charts to --out.
 docs/eval.md explains every figure.
 
 Without --data it reads the full data set: $COMPACTD_DATA, else a
@@ -71,7 +122,10 @@ func runEval(ctx context.Context, env *Env, args []string) int {
 	jobs := fs.Int("jobs", 0, "conversations replayed at once (default GOMAXPROCS)")
 	progress := fs.Bool("progress", false, "draw a progress bar on stderr even when it is not a terminal")
 	breakpoints := fs.Bool("cache-breakpoints", true, "requests ask for the policies' cache breakpoints, and Anthropic-style caches are priced with them (false: the agent marks only its system prompt and each request's end)")
-	check := fs.Bool("check", false, "exit 4 when a policy drops the task (the first user message) from a request, as well as when it sends an invalid one")
+	check := fs.Bool("check", false, "exit 4 when a policy drops the task (the first user message) from a request, as well as when it sends an invalid one; exit 1 when the uncompressed baseline loses a probe (a bug in eval)")
+	minRetention := retentionFlag{}
+	fs.Var(minRetention, "min-retention", "exit 4 when a policy keeps less than `SHARE` of its probes on a file (0.85 or 85%; POLICY=SHARE for one policy; repeatable)")
+	chart := fs.String("chart-conversation", "", "the conversation `ID` the tokens chart shows (default: each file's longest)")
 	llm := fs.String("llm", "none", "what answers plugins' llm_complete: none (every call fails with no_provider) or stub (offline fixed-ratio summaries, for call counts and cost only)")
 	pos, code, ok := fs.parse(env, args)
 	if !ok {
@@ -165,6 +219,7 @@ func runEval(ctx context.Context, env *Env, args []string) int {
 		Policies: reg, Tokens: tok, Config: envConfig{getenv: env.Getenv}, Logger: logger, LLM: completer,
 		Specs: specs, Model: *model, ContextWindow: *window, TargetTokens: *target, CacheBreakpoints: *breakpoints,
 		Pricing: table, CostModels: costModels, MaxConversations: *maxConvs, Workers: *jobs,
+		ChartConversation: *chart,
 	}
 	if *progress || isTerminal(env.Stderr) {
 		opts.Progress = env.Stderr
@@ -191,18 +246,56 @@ func runEval(ctx context.Context, env *Env, args []string) int {
 		}
 		fmt.Fprintf(env.Stderr, "wrote %s\n", strings.Join(written, ", "))
 	}
-	code = ExitOK
+	return evalVerdict(env, rep, *check, minRetention)
+}
+
+// evalVerdict prints what fails in a report and returns the exit code
+// (the last failure's): invalid requests; with check, a dropped task or a
+// baseline that lost a probe (eval's own bug); a policy under its
+// --min-retention floor; a data file with no conversation evaluated.
+func evalVerdict(env *Env, rep *eval.Report, check bool, floors retentionFlag) int {
+	code := ExitOK
 	for _, f := range rep.Files {
 		for _, p := range f.Policies {
 			if p.Validity.Valid < p.Validity.Turns {
 				code = env.errorf(ExitPluginFailed, "%s sent %d invalid requests on %s", p.Policy, p.Validity.Turns-p.Validity.Valid, f.File)
 			}
-			if *check && p.Task.Kept < p.Task.Turns {
+			if check && p.Task.Kept < p.Task.Turns {
 				code = env.errorf(ExitPluginFailed, "%s dropped the task from %d of %d requests on %s", p.Policy, p.Task.Turns-p.Task.Kept, p.Task.Turns, f.File)
+			}
+			r := p.Retention
+			if floor, ok := floors.of(p.Policy); ok && p.Policy != eval.Baseline && r.Probes > 0 && r.Share < floor {
+				code = env.errorf(ExitPluginFailed, "%s kept %.1f%% of its probes on %s (%d of %d), under the %.1f%% required", p.Policy, r.Share*100, f.File, r.Retained, r.Probes, floor*100)
+			}
+			if check && p.Policy == eval.Baseline && r.Retained < r.Probes {
+				code = env.errorf(ExitFailure, "the uncompressed baseline lost %d of %d probes on %s: eval's probes are wrong", r.Probes-r.Retained, r.Probes, f.File)
 			}
 		}
 	}
+	// A run that evaluated nothing has no figures, whatever the tables
+	// would say: the data was wrong.
+	evaluated := 0
+	for _, f := range rep.Files {
+		evaluated += f.Conversations
+		if f.Conversations == 0 {
+			code = env.errorf(ExitInput, "%s: no conversation evaluated (%s)", f.File, skipSummary(f.Skipped))
+		}
+	}
+	if evaluated == 0 && len(rep.Files) > 1 {
+		code = env.errorf(ExitInput, "no conversation evaluated in any of %d data files", len(rep.Files))
+	}
 	return code
+}
+
+// skipSummary says why a file's conversations were all skipped.
+func skipSummary(skipped []eval.Skip) string {
+	switch len(skipped) {
+	case 0:
+		return "the file holds no conversation"
+	case 1:
+		return fmt.Sprintf("its one conversation was skipped: %s", skipped[0].Reason)
+	}
+	return fmt.Sprintf("all %d skipped, e.g. %s: %s", len(skipped), skipped[0].Conversation, skipped[0].Reason)
 }
 
 // dataFiles expands --data values (files or directories of .jsonl files);

@@ -159,12 +159,27 @@ func TestEvalUsage(t *testing.T) {
 	if err := os.WriteFile(malformed, []byte(`{"id":"a","messages":[{"role":"user","content":"hi"}]}`+"\n{\"id\": oops\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	allSkipped := filepath.Join(t.TempDir(), "skipped.jsonl")
+	if err := os.WriteFile(allSkipped, []byte(`{"id":"a","messages":[{"role":"tool","tool_call_id":"x","content":"r"},{"role":"assistant","content":"ok"}]}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(t.TempDir(), "empty.jsonl")
+	if err := os.WriteFile(empty, []byte(`{"messages": []}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		args []string
 		code int
 		msg  string
 	}{
+		{"all skipped", []string{"--data", allSkipped, "--policy", "sliding"}, cli.ExitInput, "skipped.jsonl: no conversation evaluated (its one conversation was skipped: invalid conversation: message 0: "},
+		{"no messages", []string{"--data", empty, "--policy", "sliding"}, cli.ExitInput, "empty.jsonl: no conversation evaluated (its one conversation was skipped: invalid conversation: no messages)"},
+		{"nothing anywhere", []string{"--data", empty, "--data", allSkipped, "--policy", "sliding"}, cli.ExitInput, "no conversation evaluated in any of 2 data files"},
+		{"unknown chart conversation", []string{"--data", tau, "--policy", "sliding", "--max-conversations", "1", "--chart-conversation", "nosuch"}, cli.ExitUsage, `chart conversation "nosuch" is in no data file`},
+		{"bad min retention", []string{"--data", tau, "--policy", "sliding", "--min-retention", "high"}, cli.ExitUsage, "want a share"},
+		{"min retention over 1", []string{"--data", tau, "--policy", "sliding", "--min-retention", "sliding=120%"}, cli.ExitUsage, "between 0 and 1"},
+		{"retention under the floor", []string{"--data", tau, "--policy", "sliding", "--max-conversations", "1", "--min-retention", "sliding=99%"}, cli.ExitPluginFailed, "under the 99.0% required"},
 		{"no policy", []string{"--data", tau}, cli.ExitUsage, "--policy or --pipeline is required"},
 		{"unknown policy", []string{"--data", tau, "--policy", "nosuch"}, cli.ExitPolicy, "unknown policy"},
 		{"baseline named", []string{"--data", tau, "--policy", "none"}, cli.ExitUsage, "baseline"},
@@ -184,7 +199,18 @@ func TestEvalUsage(t *testing.T) {
 			}
 		})
 	}
-	code, stdout, _ := runCLI(t, "eval", "--print-pricing")
+	// The skip message says "invalid conversation" once, and the tables
+	// do not claim 100% of nothing.
+	_, stdout, _ := runCLI(t, append(append([]string{}, common...), "--data", empty, "--policy", "sliding")...)
+	if !strings.Contains(stdout, "NO CONVERSATION EVALUATED") || strings.Contains(stdout, "100.0%") || strings.Contains(stdout, "invalid conversation: invalid conversation") {
+		t.Errorf("a run that evaluated nothing:\n%s", stdout)
+	}
+	// A floor the policy clears passes.
+	code, stdout, stderr := runCLI(t, append(append([]string{}, common...), "--data", tau, "--policy", "sliding", "--max-conversations", "1", "--min-retention", "0.05", "--check")...)
+	if code != cli.ExitOK {
+		t.Errorf("--check --min-retention 0.05: exit %d\n%s%s", code, stdout, stderr)
+	}
+	code, stdout, _ = runCLI(t, "eval", "--print-pricing")
 	if code != cli.ExitOK || !strings.Contains(stdout, `"claude-sonnet-4"`) {
 		t.Errorf("--print-pricing: exit %d, %q", code, stdout)
 	}

@@ -104,6 +104,10 @@ type Options struct {
 	Workers int
 	// Probes tunes retention probes.
 	Probes ProbeOptions
+	// ChartConversation names the conversation a file's tokens chart
+	// shows (default: the file's longest). Run fails when no data file
+	// has it.
+	ChartConversation string
 	// Progress, if set, receives a progress bar (carriage returns, one
 	// line) while the run lasts.
 	Progress io.Writer
@@ -166,6 +170,9 @@ func Run(ctx context.Context, opts Options, files []string) (*Report, error) {
 		}
 		data[i] = df
 	}
+	if id := opts.ChartConversation; id != "" && !hasConversation(data, id) {
+		return nil, fmt.Errorf("%w: chart conversation %q is in no data file", ErrOptions, id)
+	}
 	if err := r.replayAll(ctx, data); err != nil {
 		return nil, err
 	}
@@ -173,6 +180,17 @@ func Run(ctx context.Context, opts Options, files []string) (*Report, error) {
 	rep.Started = start.UTC()
 	rep.DurationNS = time.Since(start)
 	return rep, nil
+}
+
+func hasConversation(data []*dataFile, id string) bool {
+	for _, df := range data {
+		for _, c := range df.convs {
+			if c.ID == id {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func newRunner(opts Options) (*runner, error) {
@@ -322,8 +340,9 @@ type Skip struct {
 
 // ConvResult is one conversation replayed under one spec.
 type ConvResult struct {
-	ID        string    `json:"id"`
-	Turns     []Turn    `json:"turns"`
+	ID    string `json:"id"`
+	Turns []Turn `json:"turns"`
+	// Retention sums the probes of every request.
 	Retention Retention `json:"retention"`
 }
 
@@ -365,6 +384,10 @@ type Turn struct {
 	// Bills is the request billed under each cost model, in the order of
 	// Report.CostModels, counted with that model's tokenizer.
 	Bills []Usage `json:"bills"`
+	// Probes are the facts of the request's history checked against the
+	// request as sent (see ProbeSet.Draw); ProbesKept how many it holds.
+	Probes     int `json:"probes,omitempty"`
+	ProbesKept int `json:"probes_kept,omitempty"`
 }
 
 // sent is the previous request as sent, for prefix comparisons.
@@ -401,10 +424,16 @@ func (r *runner) replayConversation(ctx context.Context, df *dataFile, ci int) e
 			cm.tok.CountMessages(slices.Clone(c.Chat.Messages))
 		}
 	}
-	probes := ExtractProbes(c.Chat.Messages[:turns[len(turns)-1]], r.opts.Probes)
+	// Every spec is checked against the same probes: drawn once per
+	// request.
+	ps := newProbeSet(c.Chat, c.ID, r.opts.Probes)
+	probes := make([][]Probe, len(turns))
+	for ti, at := range turns {
+		probes[ti] = ps.Draw(at)
+	}
 
 	for si, spec := range r.specs {
-		res, err := r.replay(ctx, c, turns, spec, probes)
+		res, err := r.replay(ctx, c, turns, spec, ps, probes)
 		if errors.Is(err, chat.ErrInvalid) {
 			skip(fmt.Sprintf("%s: %v", spec.Name, err))
 			return nil
@@ -418,7 +447,7 @@ func (r *runner) replayConversation(ctx context.Context, df *dataFile, ci int) e
 }
 
 // replay sends every turn of one conversation through one spec.
-func (r *runner) replay(ctx context.Context, c dataset.Conversation, turns []int, spec Spec, probes []Probe) (*ConvResult, error) {
+func (r *runner) replay(ctx context.Context, c dataset.Conversation, turns []int, spec Spec, ps *ProbeSet, probes [][]Probe) (*ConvResult, error) {
 	res := &ConvResult{ID: c.ID, Turns: make([]Turn, 0, len(turns))}
 	var compact compactFunc
 	llm := &meter{inner: r.opts.LLM}
@@ -476,10 +505,11 @@ func (r *runner) replay(ctx context.Context, c dataset.Conversation, turns []int
 		t.Tokens = r.countSent(out)
 		t.TaskKept = TaskKept(in, out)
 		prev = r.bill(&t, prev, ti == 0, out, marks, &c.Chat.Messages[at])
+		ret := ps.retainSent(probes[ti], out)
+		t.Probes, t.ProbesKept = ret.Probes, ret.Retained
+		res.Retention.Add(ret)
+		res.Retention.keepLost(ret.Lost)
 		res.Turns = append(res.Turns, t)
-		if ti == len(turns)-1 {
-			res.Retention = Retain(probes, out.Messages)
-		}
 	}
 	return res, nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/xml"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -342,6 +343,9 @@ func TestQuantile(t *testing.T) {
 	if thousands(1234567) != "1,234,567" || thousands(-1000) != "-1,000" || thousands(12) != "12" {
 		t.Error("thousands")
 	}
+	if pct(0.99996) != "99.9%" || pct(1) != "100.0%" || pct(0.00001) != "0.1%" || pct(0) != "0.0%" || pct(0.5) != "50.0%" {
+		t.Errorf("pct: %s %s %s %s", pct(0.99996), pct(1), pct(0.00001), pct(0))
+	}
 	if money(1234.5) != "$1,234.50" || money(0.01234) != "$0.0123" {
 		t.Errorf("money: %s %s", money(1234.5), money(0.01234))
 	}
@@ -384,5 +388,117 @@ func TestSummarizerCostAndMeter(t *testing.T) {
 	}
 	if u := none.take(); u.Calls != 1 || u.Failed != 1 || len(u.ByModel) != 0 {
 		t.Errorf("no provider: %+v", u)
+	}
+}
+
+// TestNothingEvaluated: a file whose conversations were all skipped has
+// no figures (not 100% everywhere), says why once, and gets no charts.
+func TestNothingEvaluated(t *testing.T) {
+	f := &fake{tok: tokens.New(tokens.Options{})}
+	bad := writeData(t, []string{mUser, mRes1, mText}, nil)
+	good := writeData(t, []string{mSys, mUser, mCall1, mRes1, mText})
+	rep, err := Run(context.Background(), fakeOptions(f), []string{bad, good})
+	if err != nil {
+		t.Fatal(err)
+	}
+	none, some := rep.Files[0], rep.Files[1]
+	if none.Conversations != 0 || len(none.Skipped) != 2 || some.Conversations != 1 {
+		t.Fatalf("conversations %d (skipped %+v) and %d", none.Conversations, none.Skipped, some.Conversations)
+	}
+	for _, s := range none.Skipped {
+		if strings.Count(s.Reason, "invalid conversation") != 1 {
+			t.Errorf("skip reason %q: say it once", s.Reason)
+		}
+	}
+	var text, md bytes.Buffer
+	rep.WriteText(&text)
+	rep.WriteMarkdown(&md)
+	section := text.String()[:strings.Index(text.String(), "data.jsonl: 1 conversations")]
+	if !strings.Contains(section, "NO CONVERSATION EVALUATED: all 2 were skipped") || strings.Contains(section, "100.0%") {
+		t.Errorf("the empty file's section:\n%s", section)
+	}
+	if !strings.Contains(md.String(), "NO CONVERSATION EVALUATED") {
+		t.Errorf("summary.md:\n%s", md.String())
+	}
+	written, err := rep.Write(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// report.json, summary.md, and the charts of the one file with figures.
+	if len(written) != 4 {
+		t.Errorf("wrote %v", written)
+	}
+}
+
+func TestExampleConversation(t *testing.T) {
+	long := []string{mSys, mUser, mCall1, mRes1, mText, mUser2, mCall2, mRes2, mText}
+	short := []string{mSys, mUser, mText}
+	path := writeData(t, short, long, short)
+	run := func(named string) (*Report, error) {
+		opts := fakeOptions(&fake{tok: tokens.New(tokens.Options{})})
+		opts.ChartConversation = named
+		return Run(context.Background(), opts, []string{path})
+	}
+	rep, err := run("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := rep.Files[0]; f.Example != "c1" || f.ExampleNamed {
+		t.Errorf("example %q (named %v), want the longest, c1", f.Example, f.ExampleNamed)
+	}
+	if !strings.Contains(string(TokensChart(&rep.Files[0])), "c1 (the file&#39;s longest: 4 requests)") {
+		t.Errorf("the chart does not say which conversation it shows:\n%s", TokensChart(&rep.Files[0]))
+	}
+	if rep, err = run("c2"); err != nil {
+		t.Fatal(err)
+	}
+	if f := rep.Files[0]; f.Example != "c2" || !f.ExampleNamed {
+		t.Errorf("example %q (named %v), want c2", f.Example, f.ExampleNamed)
+	}
+	if _, err := run("c9"); !errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), `"c9"`) {
+		t.Errorf("an unknown chart conversation: %v", err)
+	}
+}
+
+// TestRetentionPerRequest: every request is checked against probes of
+// its own history, and the fake (which keeps only the last unit) loses
+// what came before.
+func TestRetentionPerRequest(t *testing.T) {
+	f := &fake{tok: tokens.New(tokens.Options{})}
+	var msgs []string
+	msgs = append(msgs, mSys, mUser)
+	for i := 0; i < 6; i++ {
+		msgs = append(msgs,
+			fmt.Sprintf(`{"role":"assistant","content":"","tool_calls":[{"id":"c%d","type":"function","function":{"name":"bash","arguments":"{\"cmd\":\"cat src/file_%d.py\"}"}}]}`, i, i),
+			fmt.Sprintf(`{"role":"tool","tool_call_id":"c%d","content":"def handler_%d(x): return %d"}`, i, i, 4000+i))
+	}
+	msgs = append(msgs, mText)
+	rep, err := Run(context.Background(), fakeOptions(f), []string{writeData(t, msgs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	none, fk := rep.Files[0].Policies[0], rep.Files[0].Policies[1]
+	if none.Retention.Probes == 0 || none.Retention.Share != 1 || fk.Retention.Probes != none.Retention.Probes {
+		t.Fatalf("retention: none %+v, fake %+v", none.Retention.Retention, fk.Retention.Retention)
+	}
+	if fk.Retention.Retained != 0 || fk.Retention.ByPosition[PositionFirst][0] == 0 || len(fk.Retention.LostExamples) == 0 {
+		t.Errorf("the fake keeps nothing of the history: %+v", fk.Retention)
+	}
+	probes := 0
+	for i, tr := range fk.Conversations[0].Turns {
+		probes += tr.Probes
+		if i == 0 && tr.Probes != 0 {
+			t.Errorf("the first request (system and task) has %d probes", tr.Probes)
+		}
+	}
+	if probes != fk.Retention.Probes {
+		t.Errorf("turns hold %d probes, the total is %d", probes, fk.Retention.Probes)
+	}
+	var text bytes.Buffer
+	rep.WriteText(&text)
+	for _, want := range []string{"compacted", "first third", "lost by fake, e.g.:"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("the tables lack %q:\n%s", want, text.String())
+		}
 	}
 }

@@ -11,8 +11,8 @@ import (
 
 // Write writes the report into dir (created if needed): report.json
 // (every figure), summary.md (the tables in Markdown), and two SVG charts
-// per data file, tokens-NAME.svg and cost-NAME.svg. It returns the paths
-// written.
+// per data file with an evaluated conversation, tokens-NAME.svg and
+// cost-NAME.svg. It returns the paths written.
 func (rep *Report) Write(dir string) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -40,6 +40,9 @@ func (rep *Report) Write(dir string) ([]string, error) {
 	}
 	for i := range rep.Files {
 		f := &rep.Files[i]
+		if f.Conversations == 0 {
+			continue // nothing to draw
+		}
 		base := ChartName(f.File)
 		if err := put("tokens-"+base+".svg", TokensChart(f)); err != nil {
 			return written, err

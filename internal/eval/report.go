@@ -8,8 +8,11 @@ import (
 	"time"
 )
 
-// ReportVersion is the version of the JSON report's shape.
-const ReportVersion = 1
+// ReportVersion is the version of the JSON report's shape. Version 2:
+// retention is measured on every request, from probes drawn across its
+// whole history (ProbeSet), with counts by position; turns carry their
+// probe counts.
+const ReportVersion = 2
 
 // Report is every figure of a run. It is written as report.json.
 type Report struct {
@@ -69,9 +72,12 @@ type FileReport struct {
 	Turns         int            `json:"turns"`
 	Skipped       []Skip         `json:"skipped,omitempty"`
 	Policies      []PolicyReport `json:"policies"`
-	// Example is the conversation the token chart shows: the one with the
-	// median number of turns.
-	Example string `json:"example,omitempty"`
+	// Example is the conversation the token chart shows: the one named by
+	// Options.ChartConversation (ExampleNamed), else the longest one (the
+	// most requests, then the most tokens), where compaction had the
+	// most to do.
+	Example      string `json:"example,omitempty"`
+	ExampleNamed bool   `json:"example_named,omitempty"`
 }
 
 // PolicyReport is one spec's figures on one file.
@@ -181,11 +187,14 @@ func (c CostReport) InputUSDTotal() float64 {
 	return c.InputUSD + c.CacheReadUSD + c.CacheWriteUSD + c.SummarizerUSD
 }
 
-// RetentionReport sums the probes of every conversation.
+// RetentionReport sums the probes of every request of every
+// conversation (see ProbeSet.Draw).
 type RetentionReport struct {
 	Retention
+	// Share is Retained/Probes (1 when there are no probes).
 	Share float64 `json:"share"`
-	// LostExamples are up to 40 lost probes, a few per conversation.
+	// LostExamples are up to 40 lost probes, a few per conversation (the
+	// latest requests' of each position).
 	LostExamples []LostProbe `json:"lost_examples,omitempty"`
 }
 
@@ -243,7 +252,7 @@ func (r *runner) report(data []*dataFile) *Report {
 		if len(fr.Policies) > 0 {
 			fr.Conversations = len(fr.Policies[0].Conversations)
 			fr.Turns = fr.Policies[0].Tokens.Turns
-			fr.Example = exampleConversation(fr.Policies[0].Conversations)
+			fr.Example, fr.ExampleNamed = exampleConversation(fr.Policies[0].Conversations, r.opts.ChartConversation)
 		}
 		rep.Files = append(rep.Files, fr)
 	}
@@ -259,25 +268,35 @@ func skippedConv(skipped []Skip, id string) bool {
 	return false
 }
 
-// exampleConversation returns the id of the conversation with the median
-// number of turns (the first such one).
-func exampleConversation(convs []*ConvResult) string {
-	if len(convs) == 0 {
-		return ""
+// exampleConversation returns the conversation a tokens chart shows:
+// named, if it is one of convs, else the longest (the most requests, then
+// the largest uncompressed last request; the first of equals).
+func exampleConversation(convs []*ConvResult, named string) (string, bool) {
+	var best *ConvResult
+	size := func(c *ConvResult) (int, int) {
+		if len(c.Turns) == 0 {
+			return 0, 0
+		}
+		return len(c.Turns), c.Turns[len(c.Turns)-1].TokensIn
 	}
-	lens := make([]int, len(convs))
-	for i, c := range convs {
-		lens[i] = len(c.Turns)
-	}
-	sorted := slices.Clone(lens)
-	slices.Sort(sorted)
-	med := sorted[(len(sorted)-1)/2]
-	for i, n := range lens {
-		if n == med {
-			return convs[i].ID
+	for _, c := range convs {
+		if named != "" && c.ID == named {
+			return c.ID, true
+		}
+		if best == nil {
+			best = c
+			continue
+		}
+		n, t := size(c)
+		bn, bt := size(best)
+		if n > bn || n == bn && t > bt {
+			best = c
 		}
 	}
-	return convs[0].ID
+	if best == nil {
+		return "", false
+	}
+	return best.ID, false
 }
 
 // aggregate sums one spec's conversations. base is the baseline's report
@@ -342,7 +361,7 @@ func (r *runner) aggregate(spec Spec, convs []*ConvResult, base *PolicyReport) P
 		pr.Tokens.Peak = max(pr.Tokens.Peak, peak)
 		pr.Retention.Add(c.Retention)
 		for i, p := range c.Retention.Lost {
-			if i >= 3 || len(pr.Retention.LostExamples) >= 40 {
+			if i >= 6 || len(pr.Retention.LostExamples) >= 40 {
 				break
 			}
 			pr.Retention.LostExamples = append(pr.Retention.LostExamples, LostProbe{Conversation: c.ID, Probe: p})

@@ -81,7 +81,8 @@ func shortNumber(v float64) string {
 }
 
 // TokensChart draws the tokens sent per request of the file's example
-// conversation, one line per policy, against the uncompressed line.
+// conversation (FileReport.Example: its longest, or the one the user
+// named), one line per policy, against the uncompressed line.
 func TokensChart(f *FileReport) []byte {
 	const W, H = 860, 460
 	const left, right, top, bottom = 70.0, 190.0, 50.0, 50.0
@@ -117,7 +118,11 @@ func TokensChart(f *FileReport) []byte {
 	if r := []rune(id); len(r) > 64 {
 		id = "…" + string(r[len(r)-63:])
 	}
-	d.text(W/2, 40, "middle", ` fill="#555"`, fmt.Sprintf("conversation %s (median length: %d requests)", id, maxX))
+	which := "the file's longest"
+	if f.ExampleNamed {
+		which = "chosen with --chart-conversation"
+	}
+	d.text(W/2, 40, "middle", ` fill="#555"`, fmt.Sprintf("conversation %s (%s: %d requests)", id, which, maxX))
 
 	step := niceStep(float64(maxY), 6)
 	top2 := math.Ceil(float64(maxY)/step) * step

@@ -43,7 +43,7 @@ func (t *table) markdown(w io.Writer) {
 
 // mainTable is tokens, validity, cache reuse, retention and latency.
 func mainTable(f *FileReport) *table {
-	t := &table{head: []string{"policy", "tokens sent", "ratio", "median", "peak", "valid", "task kept", "prefix reuse", "prev kept", "retention", "p50", "p99", "llm calls"}}
+	t := &table{head: []string{"policy", "tokens sent", "ratio", "median", "peak", "invalid", "task kept", "compacted", "prefix reuse", "prev kept", "retention", "p50", "p99", "llm calls"}}
 	for _, p := range f.Policies {
 		p50, p99, calls := "-", "-", "-"
 		if p.Policy != Baseline {
@@ -54,8 +54,8 @@ func mainTable(f *FileReport) *table {
 			}
 		}
 		t.add(p.Policy, thousands(p.Tokens.Sent), fmt.Sprintf("%.3f", p.Tokens.Ratio), fmt.Sprintf("%.3f", p.Tokens.MedianTurnRatio),
-			thousands(p.Tokens.Peak), pct(p.Validity.Share), pct(p.Task.Share), pct(p.Prefix.Share), pct(p.Prefix.KeptShare),
-			pct(p.Retention.Share), p50, p99, calls)
+			thousands(p.Tokens.Peak), thousands(p.Validity.Turns-p.Validity.Valid), share(p.Task.Kept, p.Task.Turns), share(p.CompactedTurns, p.Tokens.Turns),
+			pct(p.Prefix.Share), pct(p.Prefix.KeptShare), share(p.Retention.Retained, p.Retention.Probes), p50, p99, calls)
 	}
 	return t
 }
@@ -87,15 +87,33 @@ func costTable(f *FileReport, models []CostModelInfo) *table {
 	return t
 }
 
-// retentionTable is retention by probe kind.
+// retentionTable is retention overall, by position in the history and by
+// kind: a first row with the probes' counts, then each policy's share
+// kept.
 func retentionTable(f *FileReport) *table {
-	t := &table{head: []string{"policy", "all"}}
+	t := &table{head: []string{"policy", "all", "first third", "middle third", "last third"}}
 	t.head = append(t.head, ProbeKinds...)
+	if len(f.Policies) == 0 {
+		return t
+	}
+	base := f.Policies[0].Retention
+	row := []string{"(probes)", thousands(base.Probes)}
+	for _, pos := range Positions {
+		row = append(row, thousands(base.ByPosition[pos][0]))
+	}
+	for _, k := range ProbeKinds {
+		row = append(row, thousands(base.ByKind[k][0]))
+	}
+	t.add(row...)
 	for _, p := range f.Policies {
-		row := []string{p.Policy, fmt.Sprintf("%s/%s", thousands(p.Retention.Retained), thousands(p.Retention.Probes))}
+		row := []string{p.Policy, share(p.Retention.Retained, p.Retention.Probes)}
+		for _, pos := range Positions {
+			v := p.Retention.ByPosition[pos]
+			row = append(row, share(v[1], v[0]))
+		}
 		for _, k := range ProbeKinds {
 			v := p.Retention.ByKind[k]
-			row = append(row, fmt.Sprintf("%d/%d", v[1], v[0]))
+			row = append(row, share(v[1], v[0]))
 		}
 		t.add(row...)
 	}
@@ -110,17 +128,35 @@ func fileTitle(f *FileReport) string {
 	return s
 }
 
+// nothingEvaluated says why a file has no figures.
+func nothingEvaluated(f *FileReport) string {
+	if len(f.Skipped) > 0 {
+		return fmt.Sprintf("NO CONVERSATION EVALUATED: all %d were skipped", len(f.Skipped))
+	}
+	return "NO CONVERSATION EVALUATED: the file holds none"
+}
+
+// retentionNote explains the retention table in one line.
+const retentionNote = "retention: probes kept, by the third of each request's history they were last seen in, and by kind:"
+
 // WriteText writes the report as tables for a terminal.
 func (rep *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "compactd eval: %s; tokens %s; pricing %q (%s); %s\n", rep.describeModel(), rep.Tokenizer, rep.Pricing.Name, rep.Pricing.AsOf, rep.DurationNS.Round(time.Millisecond))
 	for i := range rep.Files {
 		f := &rep.Files[i]
 		fmt.Fprintf(w, "\n%s\n\n", fileTitle(f))
+		if f.Conversations == 0 {
+			fmt.Fprintln(w, nothingEvaluated(f))
+			for _, s := range f.Skipped {
+				fmt.Fprintf(w, "skipped %s: %s\n", s.Conversation, s.Reason)
+			}
+			continue
+		}
 		mainTable(f).text(w)
 		fmt.Fprintln(w)
 		costTable(f, rep.CostModels).text(w)
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "retention (kept/probes):")
+		fmt.Fprintln(w, retentionNote)
 		retentionTable(f).text(w)
 		for _, p := range f.Policies {
 			var fails []string
@@ -159,10 +195,15 @@ func (rep *Report) WriteMarkdown(w io.Writer) {
 	for i := range rep.Files {
 		f := &rep.Files[i]
 		fmt.Fprintf(w, "\n#### %s\n\n", fileTitle(f))
+		if f.Conversations == 0 {
+			fmt.Fprintf(w, "**%s.**\n", nothingEvaluated(f))
+			continue
+		}
 		mainTable(f).markdown(w)
 		fmt.Fprintln(w)
 		costTable(f, rep.CostModels).markdown(w)
 		fmt.Fprintln(w)
+		fmt.Fprintf(w, "%s\n\n", strings.TrimSuffix(strings.ToUpper(retentionNote[:1])+retentionNote[1:], ":")+".")
 		retentionTable(f).markdown(w)
 		for _, p := range f.Policies {
 			if ex := lostExamples(p, 3); ex != "" {
@@ -179,15 +220,20 @@ func (rep *Report) describeModel() string {
 	return rep.Model
 }
 
+// lostExamples describes up to n lost probes, one per position (the
+// earliest first) and then per kind.
 func lostExamples(p PolicyReport, n int) string {
 	var out []string
 	seen := map[string]bool{}
-	for _, l := range p.Retention.LostExamples {
-		if seen[l.Kind] {
-			continue
+	for _, pos := range Positions {
+		for _, l := range p.Retention.LostExamples {
+			if l.Position != pos || seen[l.Kind] {
+				continue
+			}
+			seen[l.Kind] = true
+			out = append(out, fmt.Sprintf("%s %q (%s third, request %d)", l.Kind, clip(l.Text, 60), l.Position, l.At))
+			break
 		}
-		seen[l.Kind] = true
-		out = append(out, fmt.Sprintf("%s %q", l.Kind, clip(l.Text, 60)))
 		if len(out) == n {
 			break
 		}
@@ -195,7 +241,28 @@ func lostExamples(p PolicyReport, n int) string {
 	return strings.Join(out, ", ")
 }
 
-func pct(f float64) string { return fmt.Sprintf("%.1f%%", f*100) }
+// share formats kept/total as a percentage, "-" when there is nothing
+// to count.
+func share(kept, total int) string {
+	if total == 0 {
+		return "-"
+	}
+	return pct(float64(kept) / float64(total))
+}
+
+// pct formats a share with one decimal, never rounding an incomplete share
+// up to 100.0% or a non-zero one down to 0.0% (4,999 of 5,000 requests
+// that kept the task are not all of them).
+func pct(f float64) string {
+	s := fmt.Sprintf("%.1f%%", f*100)
+	switch {
+	case f < 1 && s == "100.0%":
+		return "99.9%"
+	case f > 0 && s == "0.0%":
+		return "0.1%"
+	}
+	return s
+}
 
 func ms(d time.Duration) string {
 	return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))

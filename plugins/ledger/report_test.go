@@ -20,8 +20,8 @@ var replayFiles = flag.String("replay", "", "replay these files of the full data
 
 // TestReplayFull is a quick native measurement for tuning (the numbers
 // that count are `compactd eval`'s): tokens sent against the uncompressed
-// requests, and retention of eval's probes at each conversation's last
-// request. Run with -replay all (needs the full data set).
+// requests, and retention of eval's probes on every request, by position
+// and kind. Run with -replay all (needs the full data set).
 func TestReplayFull(t *testing.T) {
 	if *replayFiles == "" {
 		t.Skip("pass -replay FILES")
@@ -45,7 +45,7 @@ func TestReplayFull(t *testing.T) {
 		var ret eval.Retention
 		var kept, turns int
 		var fixed, ledgerTok, tailTok int
-		last := map[string]*plugtest.Turn{}
+		sets := map[string]*eval.ProbeSet{}
 		var cfg map[string]any
 		if *replayConfig != "" {
 			if err := json.Unmarshal([]byte(*replayConfig), &cfg); err != nil {
@@ -68,25 +68,27 @@ func TestReplayFull(t *testing.T) {
 			if convoTask(tr.Request.Messages, tr.Out) {
 				kept++
 			}
-			cp := *tr
-			last[tr.Conv.ID] = &cp
+			// Every request against probes of its own history, as eval
+			// checks them.
+			ps := sets[tr.Conv.ID]
+			if ps == nil {
+				ps = eval.NewProbeSet(tr.Conv.Messages, tr.Conv.ID, eval.ProbeOptions{})
+				sets[tr.Conv.ID] = ps
+			}
+			ret.Add(ps.Retain(ps.Draw(tr.N), tr.Out))
 		})
-		for i := range cs {
-			c := &cs[i]
-			tr := last[c.ID]
-			turnsOf := plugtest.TurnPrefixes(c.Messages)
-			n := turnsOf[len(turnsOf)-1]
-			probes := eval.ExtractProbes(c.Messages[:n], eval.ProbeOptions{})
-			ret.Add(eval.Retain(probes, tr.Out))
+		var by string
+		for _, pos := range eval.Positions {
+			v := ret.ByPosition[pos]
+			by += fmt.Sprintf(" %s %d/%d", pos, v[1], v[0])
 		}
-		kinds := ""
 		for _, k := range eval.ProbeKinds {
 			v := ret.ByKind[k]
-			kinds += fmt.Sprintf(" %s %d/%d", k, v[1], v[0])
+			by += fmt.Sprintf(" %s %d/%d", k, v[1], v[0])
 		}
 		t.Logf("%s: tokens %.3f (of the uncompressed: pinned %.3f, ledger %.3f, verbatim turns %.3f), extended %.1f%%, task %d/%d, retention %.1f%% (%s)", f,
 			float64(st.TokensAfter)/float64(st.TokensBefore), float64(fixed)/float64(st.TokensBefore), float64(ledgerTok)/float64(st.TokensBefore), float64(tailTok)/float64(st.TokensBefore),
-			100*st.Unchanged(), kept, turns, 100*ret.Share(), kinds)
+			100*st.Unchanged(), kept, turns, 100*ret.Share(), by)
 	}
 }
 
