@@ -154,6 +154,10 @@ type Limits struct {
 	CallTimeout    string `json:"call_timeout"`
 	MaxOutputBytes int    `json:"max_output_bytes"`
 	MaxInstances   int    `json:"max_instances"`
+	// WorkBudget and StartWorkBudget are the steps (loop iterations and
+	// calls) one call and one instantiation may take.
+	WorkBudget      uint64 `json:"work_budget"`
+	StartWorkBudget uint64 `json:"start_work_budget"`
 }
 
 // LoadError is a failed load of a plugin file.
@@ -173,6 +177,39 @@ type Status struct {
 	Totals        Totals          `json:"totals"`
 	Conversations []Conversation  `json:"conversations"`
 	Store         StoreDescriptor `json:"store"`
+	// Proxy is where the proxy forwards, and who moved it.
+	Proxy ProxyStatus `json:"proxy"`
+}
+
+// ProxyStatus is where the proxy forwards each provider's requests, and
+// the upstream changes made while the daemon ran (PUT /v1/config,
+// SIGHUP): an agent's provider key goes wherever its upstream points.
+type ProxyStatus struct {
+	// Upstreams are the running upstreams ("" when not proxied).
+	Upstreams ProxyUpstreams `json:"upstreams"`
+	// AllowUpstreamChange is proxy.allow_upstream_change: false when a
+	// running daemon refuses to change its upstreams.
+	AllowUpstreamChange bool `json:"allow_upstream_change"`
+	// UpstreamChanges are the changes since the daemon started, oldest
+	// first (the last 16).
+	UpstreamChanges []UpstreamChange `json:"upstream_changes"`
+}
+
+// ProxyUpstreams are the base URLs requests go to.
+type ProxyUpstreams struct {
+	OpenAI    string `json:"openai"`
+	Anthropic string `json:"anthropic"`
+}
+
+// UpstreamChange is one change of a provider's upstream.
+type UpstreamChange struct {
+	Provider string    `json:"provider"` // "openai" or "anthropic"
+	Old      string    `json:"old"`      // "" when it was not proxied
+	New      string    `json:"new"`      // "" when it is no longer proxied
+	At       time.Time `json:"at"`
+	// By says how: "PUT /v1/config on the Unix socket", "PUT /v1/config
+	// on the TCP listener from 127.0.0.1:PORT" or "SIGHUP".
+	By string `json:"by"`
 }
 
 // PolicyCounts count the plugin files.

@@ -1,11 +1,11 @@
 // Package host runs compaction policy plugins: WebAssembly modules that
 // follow compactd's ABI (see package abi). It compiles each module once,
 // serves calls from a pool of instances (one call per instance at a time),
-// enforces per-plugin limits (memory, time, output size), provides the host
-// functions (count_tokens, llm_complete), and checks every result before it
-// reaches a caller: a plugin that traps, loops, allocates without bound or
-// returns garbage yields a *PluginError naming it, never a crash and never
-// a lost message.
+// enforces per-plugin limits (memory, work, time, output size), provides
+// the host functions (count_tokens, llm_complete), and checks every result
+// before it reaches a caller: a plugin that traps, loops, allocates without
+// bound or returns garbage yields a *PluginError naming it, never a crash
+// and never a lost message.
 //
 // Plugins built with compactd's Go PDK take a fast path on wazero directly
 // (cached function handles, requests written straight into the plugin's
@@ -24,6 +24,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/host/internal/wasminstr"
@@ -68,6 +69,9 @@ type Engine struct {
 	pending     atomic.Int64  // background compiles not done
 	logsMu      sync.Mutex
 	logs        map[string]*logLimiter // per plugin file name
+	// minStartTimeout is MinStartTimeout (tests shorten it to see the
+	// wall-clock backstop at work).
+	minStartTimeout time.Duration
 
 	closeOnce sync.Once
 }
@@ -78,7 +82,8 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if err := cfg.Limits.Validate(); err != nil {
 		return nil, fmt.Errorf("host limits: %w", err)
 	}
-	e := &Engine{cfg: cfg, logger: cfg.Logger, logs: map[string]*logLimiter{}, compileSlot: make(chan struct{}, 1), done: make(chan struct{})}
+	e := &Engine{cfg: cfg, logger: cfg.Logger, logs: map[string]*logLimiter{}, compileSlot: make(chan struct{}, 1), done: make(chan struct{}),
+		minStartTimeout: MinStartTimeout}
 	if e.logger == nil {
 		e.logger = hclog.NewNullLogger()
 	}
@@ -153,10 +158,12 @@ const (
 // Load compiles wasm, instantiates it once and asks it to describe itself.
 // It fails with a *PluginError of kind ErrInvalidModule, ErrMemoryLimit,
 // ErrABIMismatch or ErrInvalidDescription (or whatever describe did wrong,
-// ErrTimeout included) for a module that cannot serve. Everything it runs
-// in the module runs under the plugin's call timeout and memory limit, and
-// a panic anywhere in loading (in compactd or a library) is recovered,
-// logged with its stack, and returned as ErrPanic: no module can take the
+// ErrTimeout and ErrWorkLimit included) for a module that cannot serve.
+// Everything it runs in the module runs under the plugin's work budgets,
+// wall-clock limits and memory limit; a load that fails on the wall clock
+// alone is tried once more, compiled, before it is reported. A panic
+// anywhere in loading (in compactd or a library) is recovered, logged
+// with its stack, and returned as ErrPanic: no module can take the
 // process down.
 func (e *Engine) Load(ctx context.Context, wasm []byte, opts LoadOptions) (p *Plugin, err error) {
 	label := opts.Source
@@ -213,30 +220,51 @@ func (e *Engine) Load(ctx context.Context, wasm []byte, opts LoadOptions) (p *Pl
 		return p, nil
 	}
 
-	b, err := e.build(ctx, wasm, label, limits, pluginLogger, logs, opts.Quick)
-	if err != nil {
-		return nil, err
+	// A load that fails on the wall clock alone (a busy machine, or the
+	// interpreter's slowness) is tried once more, compiled, before it is
+	// reported; one that used up its work budget is not: it would do the
+	// same again.
+	quick := opts.Quick
+	for attempt := 1; ; attempt++ {
+		b, err := e.build(ctx, wasm, label, limits, pluginLogger, logs, quick)
+		if err != nil {
+			return nil, err
+		}
+		p = newPlugin(b.mod, limits, pluginLogger)
+		p.source, p.sha256, p.initialPages, p.logs = opts.Source, hex.EncodeToString(sum[:]), b.initialPages, logs
+		// After ReleaseIdle, the module is compiled again from its file.
+		if opts.Source != "" {
+			p.lazyPath = b.mod.path()
+			p.loadModule = e.reloader(opts.Source, nil, sum, label, limits, pluginLogger, logs, opts.Compiling)
+		}
+		for name := range b.exports {
+			p.exportNames[name] = true
+		}
+		p.desc.Name = label
+		if err := p.describe(ctx); err != nil {
+			p.Close(ctx)
+			p = nil
+			if attempt == 1 && errors.Is(err, ErrTimeout) && ctx.Err() == nil {
+				e.logger.Warn("loading the plugin ran past a wall-clock limit; trying once more, compiled", "plugin", label, "tier", tierOf(b), "error", err)
+				quick = false
+				continue
+			}
+			return nil, err
+		}
+		p.logger = e.logger.Named(p.desc.Name)
+		if b.interpreted {
+			e.compileLater(p, wasm, label, limits, pluginLogger, logs, opts.Compiling)
+		}
+		return p, nil
 	}
-	p = newPlugin(b.mod, limits, pluginLogger)
-	p.source, p.sha256, p.initialPages, p.logs = opts.Source, hex.EncodeToString(sum[:]), b.initialPages, logs
-	// After ReleaseIdle, the module is compiled again from its file.
-	if opts.Source != "" {
-		p.lazyPath = b.mod.path()
-		p.loadModule = e.reloader(opts.Source, nil, sum, label, limits, pluginLogger, logs, opts.Compiling)
-	}
-	for name := range b.exports {
-		p.exportNames[name] = true
-	}
-	p.desc.Name = label
-	if err := p.describe(ctx); err != nil {
-		p.Close(ctx)
-		return nil, err
-	}
-	p.logger = e.logger.Named(p.desc.Name)
+}
+
+// tierOf names the tier a module was built for.
+func tierOf(b *built) string {
 	if b.interpreted {
-		e.compileLater(p, wasm, label, limits, pluginLogger, logs, opts.Compiling)
+		return TierInterpreted
 	}
-	return p, nil
+	return TierCompiled
 }
 
 // reloader returns a plugin's loadModule: it compiles the module from
@@ -396,38 +424,39 @@ func (e *Engine) build(ctx context.Context, wasm []byte, label string, limits Li
 		// tracker enforces ours, so that it sees (and can report) a
 		// refused growth, which wazero's limit would refuse silently.
 		WithMemoryLimitPages(MaxMemoryPages)
-	// A module for the fast path is made interruptible by our own
-	// instrumentation (package wasminstr), much cheaper than wazero's
-	// checks; one the instrumenter refuses keeps wazero's checks.
-	// wazero's checks sit on loop headers only: a module that keeps them
-	// gets an empty loop at each function's entry, so that recursion
-	// which loops nowhere is interrupted as well (wasminstr.EntryLoops).
-	checked := wasm
-	if w, err := wasminstr.EntryLoops(wasm); err == nil {
-		checked = w
-	} else {
-		e.logger.Debug("no termination checks at function entries", "plugin", label, "reason", err)
-	}
-	code, fastRC, interpreted := checked, rc, false
-	var guard *wasminstr.Result
+	// Every module is instrumented (package wasminstr) to count its work
+	// against limits.WorkBudget, on both paths and both tiers. A module
+	// for the fast path, compiled, is also made interruptible by the
+	// instrumentation, much cheaper than wazero's checks; the others
+	// (interpreted, Extism, and modules the instrumenter refuses) keep
+	// wazero's checks for the wall clock. wazero's checks sit on loop
+	// headers only: a module that keeps them gets an empty loop at each
+	// function's entry, so that recursion which loops nowhere is
+	// interrupted as well (wasminstr.EntryLoops).
+	fast := false
 	if !e.cfg.DisableFastPath {
-		if fns, err := wasminstr.FunctionExports(wasm); err == nil && fns[abi.ExportFastAlloc] && fns[abi.ExportFastCall] {
-			if quick {
-				// The interpreter reads globals in Go code, where the stop
-				// flag the host sets from another goroutine would be a
-				// data race: the few seconds it serves, wazero's own
-				// checks keep the guest interruptible.
-				fastRC = wazero.NewRuntimeConfigInterpreter().
-					WithCloseOnContextDone(true).
-					WithMemoryLimitPages(MaxMemoryPages)
-				interpreted = true
-			} else if res, err := wasminstr.Instrument(wasm); err == nil {
-				guard, code = res, res.Module
-				fastRC = rc.WithCloseOnContextDone(false)
-			} else {
-				e.logger.Debug("fast path keeps wazero's termination checks", "plugin", label, "reason", err)
-			}
+		fns, err := wasminstr.FunctionExports(wasm)
+		fast = err == nil && fns[abi.ExportFastAlloc] && fns[abi.ExportFastCall]
+	}
+	code, fastRC, interpreted := []byte(nil), rc, false
+	var guard *wasminstr.Result
+	switch {
+	case fast && quick:
+		// The interpreter reads globals in Go code, where the stop flag
+		// the host sets from another goroutine would be a data race: the
+		// few seconds it serves, wazero's own checks keep the guest
+		// interruptible, and the budget counts its work.
+		fastRC = wazero.NewRuntimeConfigInterpreter().
+			WithCloseOnContextDone(true).
+			WithMemoryLimitPages(MaxMemoryPages)
+		interpreted = true
+		guard, code = e.instrument(wasm, label, limits.instrumentOptions(false), true)
+	case fast:
+		if guard, code = e.instrument(wasm, label, limits.instrumentOptions(false), false); guard != nil {
+			fastRC = rc.WithCloseOnContextDone(false)
 		}
+	default:
+		guard, code = e.instrument(wasm, label, limits.instrumentOptions(true), true)
 	}
 	rt := wazero.NewRuntimeWithConfig(ctx, fastRC)
 	compiled, err := rt.CompileModule(ctx, code)
@@ -461,6 +490,9 @@ func (e *Engine) build(ctx context.Context, wasm []byte, label string, limits Li
 		merr.Plugin, merr.Export = label, "load"
 		return nil, merr
 	}
+	if guard == nil {
+		e.logger.Warn("the plugin cannot be instrumented: it has no work budget, only the wall clock bounds it (see the debug log for why)", "plugin", label)
+	}
 	_, hasAlloc := exports[abi.ExportFastAlloc]
 	_, hasCall := exports[abi.ExportFastCall]
 
@@ -472,14 +504,51 @@ func (e *Engine) build(ctx context.Context, wasm []byte, label string, limits Li
 			return nil, loadErr(ErrInvalidModule, "%v", err)
 		}
 		kept = true
-		return &built{mod: &fastModule{rt: rt, compiled: compiled, limits: limits, guard: guard, interp: interpreted},
+		return &built{mod: &fastModule{rt: rt, compiled: compiled, limits: limits, startLimit: e.startLimit(limits), guard: guard, work: newWorkBudget(guard, limits), interp: interpreted},
 			exports: exports, interpreted: interpreted, initialPages: initialPages}, nil
 	}
-	em, err := newExtismModule(ctx, checked, rc, e.cfg.CacheDir, limits, logger, logs)
+	if fast {
+		// Fast-path exports, but imports the fast path does not provide:
+		// the Extism path runs it, with the start section in place.
+		guard, code = e.instrument(wasm, label, limits.instrumentOptions(true), true)
+	}
+	em, err := newExtismModule(ctx, code, rc, e.cfg.CacheDir, limits, e.startLimit(limits), logger, logs, newWorkBudget(guard, limits))
 	if err != nil {
 		return nil, loadErr(ErrInvalidModule, "%v", err)
 	}
 	return &built{mod: em, exports: exports, initialPages: initialPages}, nil
+}
+
+// startLimit is the wall-clock limit of an instantiation with limits: a
+// backstop behind the start work budget, never shorter than a minute.
+func (e *Engine) startLimit(limits Limits) time.Duration {
+	return max(limits.CallTimeout, e.minStartTimeout)
+}
+
+// instrument returns the module instrumented with opts and, if
+// checked (it keeps wazero's termination checks), with an empty loop at
+// each function's entry. A module the instrumenter refuses has no work
+// budget (guard is nil): it keeps wazero's checks, and the wall clock
+// alone bounds it.
+func (e *Engine) instrument(wasm []byte, label string, opts wasminstr.Options, checked bool) (guard *wasminstr.Result, code []byte) {
+	code = wasm
+	if res, err := wasminstr.Instrument(wasm, opts); err == nil {
+		guard, code = res, res.Module
+	} else {
+		// Logged once the module compiles (bytes that are not Wasm at
+		// all are refused with a better reason).
+		e.logger.Debug("the plugin cannot be instrumented", "plugin", label, "reason", err)
+		checked = true
+	}
+	if !checked {
+		return guard, code
+	}
+	if w, err := wasminstr.EntryLoops(code); err == nil {
+		code = w
+	} else {
+		e.logger.Debug("no termination checks at function entries", "plugin", label, "reason", err)
+	}
+	return guard, code
 }
 
 // checkMemory checks the module's linear memory: defined by the module

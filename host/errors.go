@@ -17,8 +17,14 @@ var (
 	ErrABIMismatch = errors.New("unsupported plugin ABI version")
 	// ErrInvalidDescription: describe returned something unusable.
 	ErrInvalidDescription = errors.New("invalid plugin description")
-	// ErrTimeout: a call ran past its time limit.
+	// ErrTimeout: a call (or an instantiation) ran past its wall-clock
+	// time limit (Limits.CallTimeout).
 	ErrTimeout = errors.New("plugin call timed out")
+	// ErrWorkLimit: a call (or an instantiation) used up its work budget
+	// (Limits.WorkBudget). Unlike ErrTimeout, it does not depend on the
+	// machine: the same call on the same input fails the same way
+	// anywhere.
+	ErrWorkLimit = errors.New("plugin used up its work budget")
 	// ErrCanceled: the caller canceled the call.
 	ErrCanceled = errors.New("plugin call canceled")
 	// ErrMemoryLimit: the plugin hit its memory limit.

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/host/internal/wasminstr"
 	extism "github.com/extism/go-sdk"
 	"github.com/hashicorp/go-hclog"
 	"github.com/tetratelabs/wazero"
@@ -22,8 +24,13 @@ type extismModule struct {
 	// closing this cache releases them.
 	cache  wazero.CompilationCache
 	limits Limits
-	logger hclog.Logger
-	logs   *logLimiter
+	// startLimit is the wall-clock limit of an instantiation.
+	startLimit time.Duration
+	logger     hclog.Logger
+	logs       *logLimiter
+	// work is the module's work budget (nil if the instrumenter refused
+	// it: wazero's checks and the wall clock bound it then).
+	work   *workBudget
 	closed atomic.Bool
 }
 
@@ -42,7 +49,7 @@ func (m *extismModule) close(ctx context.Context) error {
 	return err
 }
 
-func newExtismModule(ctx context.Context, wasm []byte, rc wazero.RuntimeConfig, cacheDir string, limits Limits, logger hclog.Logger, logs *logLimiter) (*extismModule, error) {
+func newExtismModule(ctx context.Context, wasm []byte, rc wazero.RuntimeConfig, cacheDir string, limits Limits, startLimit time.Duration, logger hclog.Logger, logs *logLimiter, work *workBudget) (*extismModule, error) {
 	cache := wazero.NewCompilationCache()
 	if cacheDir != "" {
 		var err error
@@ -64,7 +71,7 @@ func newExtismModule(ctx context.Context, wasm []byte, rc wazero.RuntimeConfig, 
 		_ = cache.Close(ctx)
 		return nil, err
 	}
-	return &extismModule{compiled: compiled, cache: cache, limits: limits, logger: logger, logs: logs}, nil
+	return &extismModule{compiled: compiled, cache: cache, limits: limits, startLimit: startLimit, logger: logger, logs: logs, work: work}, nil
 }
 
 // extismHostFunctions are compactd's host functions (hostFuncs) for the
@@ -82,18 +89,23 @@ func extismHostFunctions() []extism.HostFunction {
 }
 
 // newInstance instantiates the module, running its start section (if it
-// has one) under the call timeout; _initialize runs in the first call,
-// under that call's timeout.
+// has one) and then its runtime's initialization (_initialize), under the
+// work budget and the instantiation's wall-clock limit. The SDK runs the
+// initialization before a module's first call: the instrumented module's
+// no-op export (wasminstr.NopExport) is that call. A module the
+// instrumenter refused has no such export; its initialization runs in
+// its first call, under that call's limits.
 func (m *extismModule) newInstance(ctx context.Context) (instance, error) {
 	tracker := newMemoryTracker(m.limits.MaxMemoryPages)
 	stderr := newStderrBuffer(stderrTail)
-	ictx, cancel := context.WithTimeout(ctx, m.limits.CallTimeout)
+	limit := m.startLimit
+	ictx, cancel := context.WithTimeout(withCallState(ctx, &callState{}), limit)
 	defer cancel()
 	p, err := m.compiled.Instance(experimental.WithMemoryAllocator(ictx, tracker), extism.PluginInstanceConfig{
 		ModuleConfig: wazero.NewModuleConfig().WithStderr(stderr),
 	})
 	if err != nil {
-		return nil, instantiateError(ictx, err, tracker, stderr)
+		return nil, instantiateError(ictx, err, tracker, stderr, m.work, limit)
 	}
 	logger, logs := m.logger, m.logs
 	p.SetLogger(func(level extism.LogLevel, msg string) {
@@ -112,10 +124,22 @@ func (m *extismModule) newInstance(ctx context.Context) (instance, error) {
 		}
 		pluginLog(logger, logs, l, []byte(msg[:min(len(msg), abi.MaxLogLineBytes)]), len(msg))
 	})
-	return &extismInstance{plugin: p, tracker: tracker, stderr: stderr, maxOutput: m.limits.MaxOutputBytes}, nil
+	if m.work != nil {
+		rc, _, err := p.CallWithContext(ictx, wasminstr.NopExport, nil)
+		if err == nil && rc != 0 {
+			err = fmt.Errorf("initializing the guest's runtime returned status %d", rc)
+		}
+		if err != nil {
+			pe := instantiateError(ictx, err, tracker, stderr, m.work, limit)
+			_ = p.Close(ctx)
+			return nil, pe
+		}
+	}
+	return &extismInstance{plugin: p, tracker: tracker, stderr: stderr, maxOutput: m.limits.MaxOutputBytes, work: m.work}, nil
 }
 
 type extismInstance struct {
+	work      *workBudget
 	plugin    *extism.Plugin
 	tracker   *memoryTracker
 	stderr    *stderrBuffer
@@ -132,9 +156,9 @@ func (e *extismInstance) call(ctx context.Context, st *callState, export string,
 		if msg := e.plugin.GetErrorWithContext(ctx); msg != "" {
 			return nil, reported([]byte(msg))
 		}
-		return nil, classify(ctx, err, e.tracker, e.stderr)
+		return nil, classify(ctx, err, e.tracker, e.stderr, e.work)
 	case err != nil:
-		return nil, classify(ctx, err, e.tracker, e.stderr)
+		return nil, classify(ctx, err, e.tracker, e.stderr, e.work)
 	case rc != 0:
 		return nil, &PluginError{Kind: ErrReported, Code: abi.CodeInternal, Detail: fmt.Sprintf("returned status %d without an error", rc), Stderr: e.stderr.String()}
 	case len(out) > e.maxOutput:

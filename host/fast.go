@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/host/internal/wasminstr"
@@ -26,12 +27,19 @@ type fastModule struct {
 	rt       wazero.Runtime
 	compiled wazero.CompiledModule
 	limits   Limits
-	seq      atomic.Uint64
+	// startLimit is the wall-clock limit of an instantiation.
+	startLimit time.Duration
+	seq        atomic.Uint64
 	// guard is set when the module was instrumented (package wasminstr):
-	// compiled without wazero's termination checks, it is stopped
-	// through its stop global instead.
+	// it counts its work against its budget, and, compiled without
+	// wazero's termination checks, it is stopped through its stop global
+	// when a wall-clock limit passes.
 	guard *wasminstr.Result
-	// interp: compiled by wazero's interpreter (LoadOptions.Quick).
+	work  *workBudget // guard's budget; nil without one
+	// interp: compiled by wazero's interpreter (LoadOptions.Quick), which
+	// keeps wazero's checks for the wall clock (the stop global is never
+	// set: the interpreter reads globals in Go, where a write from the
+	// timer's goroutine would be a data race).
 	interp bool
 }
 
@@ -64,11 +72,12 @@ func (m *fastModule) newInstance(ctx context.Context) (instance, error) {
 	// _initialize runs Go package initializers, which may call host
 	// functions: give them a kernel.
 	st := &callState{kernel: newKernel(uint64(m.limits.MaxMemoryPages) << 16)}
-	initCtx, cancel := context.WithTimeout(withCallState(experimental.WithMemoryAllocator(ctx, tracker), st), m.limits.CallTimeout)
+	limit := m.startLimit
+	initCtx, cancel := context.WithTimeout(withCallState(experimental.WithMemoryAllocator(ctx, tracker), st), limit)
 	defer cancel()
 	mod, err := m.rt.InstantiateModule(initCtx, m.compiled, cfg)
 	if err != nil {
-		return nil, instantiateError(initCtx, err, tracker, stderr)
+		return nil, instantiateError(initCtx, err, tracker, stderr, m.work, limit)
 	}
 	var stop api.MutableGlobal
 	if m.guard != nil {
@@ -77,18 +86,22 @@ func (m *fastModule) newInstance(ctx context.Context) (instance, error) {
 			_ = mod.Close(ctx)
 			return nil, &PluginError{Kind: ErrInvalidModule, Detail: "instrumented module without its stop global"}
 		}
+		if m.interp {
+			stop = nil // wazero's checks stop it
+		}
 		for _, name := range []string{wasminstr.StartExport, "_initialize"} {
 			fn := mod.ExportedFunction(name)
 			if fn == nil {
 				continue
 			}
-			if err := guarded(initCtx, stop, func() error { _, err := fn.Call(initCtx); return err }); err != nil {
+			if err := guardedCall(initCtx, stop, func() error { _, err := fn.Call(initCtx); return err }); err != nil {
 				_ = mod.Close(ctx)
-				return nil, instantiateError(initCtx, err, tracker, stderr)
+				return nil, instantiateError(initCtx, err, tracker, stderr, m.work, limit)
 			}
 		}
 	}
 	inst := &fastInstance{
+		work:      m.work,
 		stop:      stop,
 		mod:       mod,
 		allocFn:   mod.ExportedFunction(abi.ExportFastAlloc),
@@ -107,6 +120,7 @@ func (m *fastModule) newInstance(ctx context.Context) (instance, error) {
 }
 
 type fastInstance struct {
+	work *workBudget
 	// stop is the instrumented module's stop global (nil when wazero's
 	// checks guard the module).
 	stop            api.MutableGlobal
@@ -160,7 +174,7 @@ func (f *fastInstance) call(ctx context.Context, st *callState, export string, i
 		f.stack[0] = uint64(n)
 		if err := f.guardedCall(ctx, f.allocFn, f.stack[:1]); err != nil {
 			f.buf = 0
-			return nil, classify(ctx, err, f.tracker, f.stderr)
+			return nil, classify(ctx, err, f.tracker, f.stderr, f.work)
 		}
 		f.buf, f.bufCap = uint32(f.stack[0]), max(n, 1)
 	}
@@ -170,7 +184,7 @@ func (f *fastInstance) call(ctx context.Context, st *callState, export string, i
 	}
 	f.stack[0], f.stack[1], f.stack[2] = fastFunction(export), uint64(ptr), uint64(len(input))
 	if err := f.guardedCall(ctx, f.callFn, f.stack[:3]); err != nil {
-		return nil, classify(ctx, err, f.tracker, f.stderr)
+		return nil, classify(ctx, err, f.tracker, f.stderr, f.work)
 	}
 	outPtr, outLen := uint32(f.stack[0]>>32), uint32(f.stack[0])
 	if int64(outLen) > int64(f.maxOutput)+1 {
@@ -206,6 +220,15 @@ func (f *fastInstance) guardedCall(ctx context.Context, fn api.Function, stack [
 		return fn.CallWithStack(ctx, stack)
 	}
 	return guarded(ctx, f.stop, func() error { return fn.CallWithStack(ctx, stack) })
+}
+
+// guardedCall runs call under guarded if stop is set, else as it is
+// (wazero's own checks stop the module).
+func guardedCall(ctx context.Context, stop api.MutableGlobal, call func() error) error {
+	if stop == nil {
+		return call()
+	}
+	return guarded(ctx, stop, call)
 }
 
 // guarded runs call (a call into an instrumented module) and, if ctx ends

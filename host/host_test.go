@@ -488,13 +488,20 @@ func TestCPluginLastn(t *testing.T) {
 }
 
 // TestGuestMemoryStaysFlat: a Go guest that allocates and drops a MiB per
-// call keeps its memory within twice its size after the first call, because
-// the PDK lets the guest's GC run before each export returns.
+// call keeps its memory bounded, because the PDK lets the guest's GC run
+// before each export returns. Linear memory never shrinks, and the Go heap
+// takes a few hundred calls to settle (4.5 MiB after the first call, 6 MiB
+// after 100, 8 MiB from about 1,000 on), so the test does not compare two
+// points on the way there: it bounds the growth over all the calls.
+// Without collection every call would keep its MiB (2,000 calls grew
+// memory to 1.6 GiB); a leak of 32 KiB a call (short mode) or 4 KiB (full)
+// passes the bound too.
 func TestGuestMemoryStaysFlat(t *testing.T) {
 	calls := 10_000
 	if testing.Short() {
 		calls = 1_000
 	}
+	const bound = 32 << 20
 	e := newTestEngine(t, false, Limits{MaxInstances: 1})
 	p := loadTestPlugin(t, e, "host/testdata/gohostile", Limits{})
 	c := testConversation(t)
@@ -504,22 +511,15 @@ func TestGuestMemoryStaysFlat(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := p.Stats().IdleMemoryBytes
-	var tenth uint64
 	for i := 1; i < calls; i++ {
 		if _, err := p.Compact(ctx, req); err != nil {
 			t.Fatalf("call %d: %v", i, err)
 		}
-		if i == calls/10 {
-			tenth = p.Stats().IdleMemoryBytes
-		}
 	}
 	last := p.Stats().IdleMemoryBytes
-	t.Logf("guest memory: %d KiB after the first call, %d KiB after %d calls, %d KiB after %d calls", first>>10, tenth>>10, calls/10, last>>10, calls)
-	if first == 0 || last > 2*first {
-		t.Fatalf("guest memory grew from %d to %d bytes over %d calls", first, last, calls)
-	}
-	if last > tenth {
-		t.Fatalf("guest memory still growing: %d bytes after %d calls, %d after %d", tenth, calls/10, last, calls)
+	t.Logf("guest memory: %d KiB after the first call, %d KiB after %d calls", first>>10, last>>10, calls)
+	if first == 0 || last > first+bound {
+		t.Fatalf("guest memory grew from %d to %d bytes over %d calls of 1 MiB of garbage each; want at most %d more", first, last, calls, bound)
 	}
 }
 

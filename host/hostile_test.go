@@ -37,18 +37,21 @@ func TestHostileLoads(t *testing.T) {
 		want   string
 	}{
 		{"memory_over_cap", "extism", ErrMemoryLimit, "load", "declares 4097 pages (256.1 MiB) of initial memory; the limit is 4096 pages (256 MiB)"},
-		{"start_loop", "extism", ErrTimeout, "instantiate", "start section"},
-		{"fast_start_loop", "fast", ErrTimeout, "instantiate", "start section"},
-		{"describe_loop", "extism", ErrTimeout, "describe", "time limit of 500ms"},
-		{"describe_recurse", "extism", ErrTimeout, "describe", "time limit of 500ms"},
-		{"fast_start_recurse", "fast", ErrTimeout, "instantiate", "start section"},
+		{"start_loop", "extism", ErrWorkLimit, "instantiate", "the start section or _initialize used up its work budget of 1000000 steps (start_work_budget)"},
+		{"fast_start_loop", "fast", ErrWorkLimit, "instantiate", "the start section or _initialize used up its work budget of 1000000 steps"},
+		{"fast_init_loop", "fast", ErrWorkLimit, "instantiate", "the start section or _initialize used up its work budget of 1000000 steps"},
+		// The call's work budget (the default, a billion steps) would
+		// take seconds: the wall clock stops these first.
+		{"describe_loop", "extism", ErrTimeout, "describe", "wall-clock time limit of 500ms (call_timeout)"},
+		{"describe_recurse", "extism", ErrTimeout, "describe", "wall-clock time limit of 500ms"},
+		{"fast_start_recurse", "fast", ErrWorkLimit, "instantiate", "work budget of 1000000 steps"},
 		{"describe_huge", "extism", ErrOutputTooLarge, "describe", "8388608 bytes; the limit is 1048576"},
 		{"bad_utf8", "extism", ErrInvalidOutput, "describe", "not UTF-8 (byte"},
 		{"fast_alloc_trap", "fast", ErrTrap, "describe", "unreachable"},
 		{"unknown_import", "extism", ErrInvalidModule, "load", "imports env.oops"},
 		{"missing_export", "extism", ErrInvalidModule, "load", `missing required export "compact"`},
 	}
-	e := newTestEngine(t, false, Limits{CallTimeout: 500 * time.Millisecond})
+	e := newTestEngine(t, false, Limits{CallTimeout: 500 * time.Millisecond, StartWorkBudget: MinWorkBudget})
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
 			_, err := e.Load(context.Background(), hostileWat(t, tt.file), LoadOptions{Source: "/plugins/" + tt.file + ".wasm"})
@@ -131,7 +134,7 @@ func TestMemoryOverCapRaisesNoPanic(t *testing.T) {
 	ctx := context.Background()
 	limits := Limits{MaxMemoryPages: MinMemoryPages, CallTimeout: time.Second}.withDefaults()
 	rc := wazero.NewRuntimeConfig().WithCloseOnContextDone(true).WithMemoryLimitPages(MaxMemoryPages)
-	m, err := newExtismModule(ctx, hostileWat(t, "memory_over_cap"), rc, "", limits, hclog.NewNullLogger(), newLogLimiter())
+	m, err := newExtismModule(ctx, hostileWat(t, "memory_over_cap"), rc, "", limits, MinStartTimeout, hclog.NewNullLogger(), newLogLimiter(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,21 +257,32 @@ func TestKernelStaysWithinItsLimit(t *testing.T) {
 }
 
 // TestInterpretedTierInterruptible: a quick load serves from wazero's
-// interpreter, which the instrumentation does not cover (its stop global
-// would be read in Go, racing with the watchdog); wazero's own checks must
-// stop a looping fast-path guest there, in a call and in a start section.
+// interpreter, where the instrumentation counts work but does not stop
+// the guest on the wall clock (its stop global would be read in Go,
+// racing with the watchdog): wazero's own checks must stop a looping
+// fast-path guest there, in a call and, with a work budget too large to
+// come first, in its start section (the backstop, shortened here from a
+// minute); the load's retry, compiled, is stopped the same way by the
+// stop global.
 func TestInterpretedTierInterruptible(t *testing.T) {
+	ctx := context.Background()
+	short := newTestEngine(t, false, Limits{CallTimeout: 2 * time.Second})
+	short.minStartTimeout = time.Second // the backstop is the call timeout, 2s
+	defer short.HoldCompiles()()
+	for _, name := range []string{"fast_start_loop", "fast_start_recurse"} {
+		_, err := short.Load(ctx, hostileWat(t, name), LoadOptions{Source: "/plugins/" + name + ".wasm", Quick: true, Limits: Limits{StartWorkBudget: MaxWorkBudget}})
+		if pe, ok := IsPluginError(err); !ok || !errors.Is(err, ErrTimeout) || pe.Export != "instantiate" ||
+			!strings.Contains(err.Error(), "the start section or _initialize ran past its wall-clock time limit of 2s") {
+			t.Fatalf("%s: err = %v, want the wall clock in instantiate", name, err)
+		}
+	}
+
+	// A healthy Go plugin's instantiation keeps its backstop of a minute
+	// (under -race on a busy machine its _initialize, interpreted, can
+	// take seconds).
 	e := newTestEngine(t, false, Limits{CallTimeout: 2 * time.Second})
 	release := e.HoldCompiles() // stay interpreted for the whole test
 	defer release()
-	ctx := context.Background()
-
-	for _, name := range []string{"fast_start_loop", "fast_start_recurse"} {
-		_, err := e.Load(ctx, hostileWat(t, name), LoadOptions{Source: "/plugins/" + name + ".wasm", Quick: true})
-		if pe, ok := IsPluginError(err); !ok || !errors.Is(err, ErrTimeout) || pe.Export != "instantiate" {
-			t.Fatalf("%s, interpreted: err = %v, want a timeout in instantiate", name, err)
-		}
-	}
 
 	path := wasmbuild.ForTest(t, "host/testdata/gohostile")
 	wasm, err := os.ReadFile(path)

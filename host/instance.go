@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/compactd/compactd/host/internal/wasminstr"
 	"github.com/tetratelabs/wazero/sys"
 )
 
@@ -31,15 +34,63 @@ type instance interface {
 	close(ctx context.Context)
 }
 
-// classify turns a failed Wasm call into a failure kind.
-func classify(ctx context.Context, err error, mem *memoryTracker, stderr *stderrBuffer) *PluginError {
+// workBudget recognizes the traps of an instrumented module's work
+// budget (package wasminstr): the guest traps in a function of its own,
+// OutOfWork, which is the innermost frame of wazero's stack trace.
+type workBudget struct {
+	call, start uint64 // Limits.WorkBudget and StartWorkBudget, for messages
+	frame       string // the end of OutOfWork's line in a stack trace
+}
+
+// newWorkBudget returns the budgets of a module instrumented as res; nil
+// (no budget) if it was not.
+func newWorkBudget(res *wasminstr.Result, limits Limits) *workBudget {
+	if res == nil {
+		return nil
+	}
+	// wazero names a function without a name (which the added ones
+	// have not) by its index: "module.$index(params) results".
+	return &workBudget{call: limits.WorkBudget, start: limits.StartWorkBudget, frame: ".$" + strconv.FormatUint(uint64(res.OutOfWork), 10) + "()"}
+}
+
+// exhausted reports whether err is the trap of a used-up budget.
+func (w *workBudget) exhausted(err error) bool {
+	if w == nil || err == nil {
+		return false
+	}
+	const trace = "wasm stack trace:\n\t"
+	msg := err.Error()
+	i := strings.Index(msg, trace)
+	if i < 0 {
+		return false
+	}
+	frame := msg[i+len(trace):]
+	if j := strings.IndexByte(frame, '\n'); j >= 0 {
+		frame = frame[:j]
+	}
+	return strings.HasSuffix(frame, w.frame)
+}
+
+// detail says what the budget was.
+func (w *workBudget) detail(start bool) string {
+	if start {
+		return fmt.Sprintf("work budget of %d steps (start_work_budget)", w.start)
+	}
+	return fmt.Sprintf("work budget of %d steps (work_budget)", w.call)
+}
+
+// classify turns a failed Wasm call into a failure kind. work is the
+// module's work budget (nil if it has none).
+func classify(ctx context.Context, err error, mem *memoryTracker, stderr *stderrBuffer, work *workBudget) *PluginError {
 	pe := &PluginError{Err: err, Stderr: stderr.String()}
 	var exit *sys.ExitError
 	switch {
 	case mem.takeRefused():
 		pe.Kind, pe.Detail = ErrMemoryLimit, fmt.Sprintf("linear memory may not grow past %d MiB", mem.limit>>20)
+	case work.exhausted(err):
+		pe.Kind, pe.Detail = ErrWorkLimit, "used up its "+work.detail(false)
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		pe.Kind, pe.Detail = ErrTimeout, "ran past its time limit"
+		pe.Kind, pe.Detail = ErrTimeout, "ran past its wall-clock time limit"
 	case errors.Is(ctx.Err(), context.Canceled):
 		pe.Kind, pe.Detail = ErrCanceled, "the caller went away"
 	case errors.As(err, &exit):
@@ -51,16 +102,20 @@ func classify(ctx context.Context, err error, mem *memoryTracker, stderr *stderr
 }
 
 // instantiateError reports a failed instantiation: the start section or
-// _initialize ran past the time limit, hit the memory limit or trapped, or
-// the module could not be instantiated at all.
-func instantiateError(ctx context.Context, err error, mem *memoryTracker, stderr *stderrBuffer) *PluginError {
-	pe := classify(ctx, err, mem, stderr)
+// _initialize used up its work budget, ran past its wall-clock limit
+// (limit), hit the memory limit or trapped, or the module could not be
+// instantiated at all.
+func instantiateError(ctx context.Context, err error, mem *memoryTracker, stderr *stderrBuffer, work *workBudget, limit time.Duration) *PluginError {
+	pe := classify(ctx, err, mem, stderr, work)
 	if pe.Kind == ErrTrap && !strings.Contains(err.Error(), "wasm error") {
 		pe.Kind, pe.Detail = ErrInvalidModule, "instantiating: "+firstLine(err.Error())
 	}
 	pe.Export = "instantiate"
-	if pe.Kind == ErrTimeout {
-		pe.Detail = "the start section or _initialize ran past the time limit"
+	switch pe.Kind {
+	case ErrTimeout:
+		pe.Detail = "the start section or _initialize ran past its wall-clock time limit of " + limit.String() + " (call_timeout, or a minute if that is longer)"
+	case ErrWorkLimit:
+		pe.Detail = "the start section or _initialize used up its " + work.detail(true)
 	}
 	return pe
 }

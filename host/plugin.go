@@ -468,7 +468,7 @@ func (p *Plugin) run(ctx context.Context, export string, input []byte, env CallE
 	if failure != nil {
 		p.failures.Add(1)
 		if failure.Kind == ErrTimeout {
-			failure.Detail = "ran past its time limit of " + p.limits.CallTimeout.String()
+			failure.Detail = "ran past its wall-clock time limit of " + p.limits.CallTimeout.String() + " (call_timeout)"
 		}
 		return p.named(export, failure)
 	}

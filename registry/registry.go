@@ -618,7 +618,20 @@ func (r *Registry) load(ctx context.Context, path string, wasm []byte, hash stri
 		}
 	}
 	if r.opts.Smoke != nil {
-		if err := r.opts.Smoke(ctx, p); err != nil {
+		err = r.opts.Smoke(ctx, p)
+		if errors.Is(err, host.ErrTimeout) && ctx.Err() == nil {
+			// A smoke test that failed on the wall clock alone (a busy
+			// machine, or the interpreter's slowness) is tried once
+			// more, compiled, before it is reported, as the host does
+			// with describe; one that used up its work budget is not.
+			r.logger.Warn("the smoke test ran past a wall-clock limit; trying once more, compiled", "file", path, "tier", p.Tier(), "error", err)
+			p.Close(ctx)
+			if p, err = r.opts.Engine.Load(ctx, wasm, host.LoadOptions{Source: path, Limits: limits, Compiling: compiling}); err != nil {
+				return nil, limits, err
+			}
+			err = r.opts.Smoke(ctx, p)
+		}
+		if err != nil {
 			p.Close(ctx)
 			return nil, limits, fmt.Errorf("%w: %s@%s: %w", ErrSmoke, p.Name(), p.Version(), err)
 		}

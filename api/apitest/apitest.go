@@ -30,8 +30,10 @@
 //     status exactly (closed error schemas in the provider's format).
 //   - A path the document does not declare may also be a path the proxy
 //     forwards (under /v1/, marked X-Compactd-Upstream: the provider's
-//     API, not compactd's), and on the TCP listener its 401 may be in a
-//     provider's format (OpenAIError or AnthropicError).
+//     API, not compactd's); on the TCP listener its 401 may be in a
+//     provider's format (OpenAIError or AnthropicError), and so may
+//     compactd's own 502 upstream_unreachable and 504 upstream_timeout
+//     when the upstream fails the exchange.
 //
 // It uses github.com/getkin/kin-openapi, whose OpenAPI 3.1 support
 // validates schemas with a JSON Schema 2020-12 validator (type arrays,
@@ -297,6 +299,15 @@ func (v *Validator) checkUnrouted(req *http.Request, pathKnown bool, resp *http.
 	if resp.StatusCode == http.StatusUnauthorized {
 		want, code = http.StatusUnauthorized, "unauthorized"
 	}
+	if underV1 && !pathKnown && (resp.StatusCode == http.StatusBadGateway || resp.StatusCode == http.StatusGatewayTimeout) {
+		var value any
+		if err := json.Unmarshal(body, &value); err != nil || !v.providerError(value, map[int]string{
+			http.StatusBadGateway: "upstream_unreachable", http.StatusGatewayTimeout: "upstream_timeout"}[resp.StatusCode]) {
+			return fmt.Errorf("%d on a forwarded path is not compactd's error in a provider's format: %.300s", resp.StatusCode, body)
+		}
+		v.hit("*", "/v1/… (forwarded)", fmt.Sprint(resp.StatusCode))
+		return nil
+	}
 	if resp.StatusCode != want {
 		if pathKnown {
 			return fmt.Errorf("undocumented operation: %s is not in openapi.yaml for this path (the answer must be 405 method_not_allowed)", req.Method)
@@ -346,6 +357,19 @@ func (v *Validator) providerUnauthorized(value any) bool {
 		return inner["code"] == "unauthorized"
 	}
 	return v.validateSchema("AnthropicError", value) == nil && inner["type"] == "authentication_error"
+}
+
+// providerError reports whether value is one of compactd's own errors in
+// a provider's format, with the ProxyErrorCode code (OpenAI's "code";
+// Anthropic's message starts with "compactd (CODE)").
+func (v *Validator) providerError(value any, code string) bool {
+	obj, _ := value.(map[string]any)
+	inner, _ := obj["error"].(map[string]any)
+	if v.validateSchema("OpenAIError", value) == nil {
+		return inner["code"] == code
+	}
+	msg, _ := inner["message"].(string)
+	return v.validateSchema("AnthropicError", value) == nil && strings.HasPrefix(msg, "compactd ("+code+")")
 }
 
 func (v *Validator) hit(method, path, status string) {

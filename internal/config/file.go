@@ -139,12 +139,17 @@ type Limits struct {
 }
 
 // PluginLimits are one plugin's host limits; zero fields take the host's
-// defaults (256 MiB, 10s, 32 MiB, GOMAXPROCS instances).
+// defaults (256 MiB, 10s, 32 MiB, GOMAXPROCS instances, 10^9 and 5*10^7
+// steps of work).
 type PluginLimits struct {
 	MaxMemoryMB    int      `yaml:"max_memory_mb,omitempty" json:"max_memory_mb,omitempty"`
 	CallTimeout    Duration `yaml:"call_timeout,omitempty" json:"call_timeout,omitempty"`
 	MaxOutputBytes int      `yaml:"max_output_bytes,omitempty" json:"max_output_bytes,omitempty"`
 	MaxInstances   int      `yaml:"max_instances,omitempty" json:"max_instances,omitempty"`
+	// WorkBudget and StartWorkBudget bound a call's work and an
+	// instantiation's, in steps (host.Limits).
+	WorkBudget      int64 `yaml:"work_budget,omitempty" json:"work_budget,omitempty"`
+	StartWorkBudget int64 `yaml:"start_work_budget,omitempty" json:"start_work_budget,omitempty"`
 }
 
 // Host returns the limits as the host takes them. Out-of-range values
@@ -163,6 +168,9 @@ func (l PluginLimits) Host() host.Limits {
 		CallTimeout:    l.CallTimeout.D(),
 		MaxOutputBytes: l.MaxOutputBytes,
 		MaxInstances:   l.MaxInstances,
+		// A negative budget becomes one over the host's range.
+		WorkBudget:      uint64(l.WorkBudget),
+		StartWorkBudget: uint64(l.StartWorkBudget),
 	}
 }
 

@@ -51,8 +51,9 @@ type Manager struct {
 
 // Change is the outcome of a successful Reload or Update.
 type Change struct {
-	// Config is the new effective config.
-	Config *Config
+	// Config is the new effective config; Previous the one it replaced.
+	Config   *Config
+	Previous *Config
 	// RestartRequired names the settings that changed but only take effect
 	// on restart (socket, plugins_dir, state_dir, cache_dir, tcp, server
 	// read/write/idle timeouts).
@@ -176,6 +177,9 @@ func (m *Manager) Reload() (*Change, error) {
 // install checks a parsed file and makes it the running config.
 func (m *Manager) install(file *Config) (*Change, error) {
 	next := m.effective(file)
+	if err := checkUpstreamChange(m.Current(), next); err != nil {
+		return nil, err
+	}
 	ch := &Change{Config: next}
 	if m.opts.Check != nil {
 		w, err := m.opts.Check(next)
@@ -185,6 +189,7 @@ func (m *Manager) install(file *Config) (*Change, error) {
 		ch.Warnings = w
 	}
 	old := m.cur.Swap(next)
+	ch.Previous = old
 	ch.RestartRequired = restartRequired(old, next)
 	if m.opts.OnChange != nil {
 		m.opts.OnChange(old, next)
@@ -213,6 +218,33 @@ func restartRequired(old, next *Config) []string {
 	return out
 }
 
+// ErrUpstreamLocked is wrapped by the error of an update or reload that
+// would change the proxy's upstreams, or turn
+// proxy.allow_upstream_change back on, while the running config has it
+// false. Such a change applies only when the daemon starts.
+var ErrUpstreamLocked = errors.New("the proxy's upstreams are locked")
+
+// checkUpstreamChange refuses a change of the upstreams from cur to next
+// when cur does not allow one (proxy.allow_upstream_change: false).
+func checkUpstreamChange(cur, next *Config) error {
+	if cur == nil || cur.Proxy.UpstreamChangeAllowed() {
+		return nil
+	}
+	fix := "proxy.allow_upstream_change is false: the upstreams change only when the daemon starts (restart it to apply the config file)"
+	for _, u := range []struct{ key, old, new string }{
+		{"proxy.openai.upstream", cur.Proxy.OpenAI.Upstream, next.Proxy.OpenAI.Upstream},
+		{"proxy.anthropic.upstream", cur.Proxy.Anthropic.Upstream, next.Proxy.Anthropic.Upstream},
+	} {
+		if u.old != u.new {
+			return fmt.Errorf("%w: %s: changing %q to %q is refused; %s", ErrUpstreamLocked, u.key, u.old, u.new, fix)
+		}
+	}
+	if next.Proxy.UpstreamChangeAllowed() {
+		return fmt.Errorf("%w: proxy.allow_upstream_change: turning it back on is refused; %s", ErrUpstreamLocked, fix)
+	}
+	return nil
+}
+
 // Update applies a partial update to the config file and, if the result
 // is valid, writes the file back atomically (a temporary file renamed over
 // it) and makes it the running config. patch is a JSON (or YAML) object
@@ -238,6 +270,9 @@ func (m *Manager) Update(patch []byte) (*Change, error) {
 	// Check before writing: an update the daemon would reject is not
 	// written either.
 	next := m.effective(file)
+	if err := checkUpstreamChange(m.Current(), next); err != nil {
+		return nil, err
+	}
 	var warnings []string
 	if m.opts.Check != nil {
 		if warnings, err = m.opts.Check(next); err != nil {
@@ -251,7 +286,7 @@ func (m *Manager) Update(patch []byte) (*Change, error) {
 		return nil, err
 	}
 	old := m.cur.Swap(next)
-	ch := &Change{Config: next, RestartRequired: restartRequired(old, next), Warnings: warnings}
+	ch := &Change{Config: next, Previous: old, RestartRequired: restartRequired(old, next), Warnings: warnings}
 	if m.opts.OnChange != nil {
 		m.opts.OnChange(old, next)
 	}

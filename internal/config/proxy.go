@@ -35,13 +35,34 @@ type Proxy struct {
 	// ContextWindow overrides the model's context window for every
 	// proxied request (0: the model's, from the model table).
 	ContextWindow int `yaml:"context_window,omitempty" json:"context_window,omitempty"`
-	// Timeout bounds one upstream exchange, from sending the request to
-	// the last byte of the response, streams included (default 10m).
+	// Timeout bounds the wait for an upstream's answer: from sending the
+	// request (its body included) to the response's headers (default
+	// 10m). A non-streamed answer's headers come when the model is done,
+	// so this is the longest a model may think.
 	Timeout Duration `yaml:"timeout,omitempty" json:"timeout"`
+	// ReadTimeout bounds each silence of an upstream once its headers
+	// arrived: the longest wait for the next bytes of its body (default
+	// 5m). It is not a limit on the whole answer: a stream that keeps
+	// sending runs as long as it sends. Past it, a non-streamed answer
+	// is a 504 and a stream ends with an error event.
+	ReadTimeout Duration `yaml:"read_timeout,omitempty" json:"read_timeout"`
+	// MaxEventBytes bounds what the proxy holds of one upstream answer at
+	// a time (default 16 MiB): one event of a stream (a line or an event
+	// that runs past it ends the stream with an error event), or a
+	// non-streamed answer, which is held whole until it ends (a larger
+	// one passes through as it comes, its usage unread).
+	MaxEventBytes int64 `yaml:"max_event_bytes,omitempty" json:"max_event_bytes"`
 	// MaxStoredBytes caps the memory holding each proxied conversation's
 	// last request, for manual compaction (default 64 MiB); the least
 	// recently used go first.
 	MaxStoredBytes int64 `yaml:"max_stored_bytes,omitempty" json:"max_stored_bytes"`
+	// AllowUpstreamChange (default true) lets PUT /v1/config and SIGHUP
+	// change the upstreams of a running daemon. Anyone who may update the
+	// config (the socket's owner, anyone with the TCP token) may point
+	// the proxy elsewhere, and the agents' provider keys follow; on a
+	// shared machine set it false: such a change (and turning this back
+	// on) is then refused until the daemon restarts with the file.
+	AllowUpstreamChange *bool `yaml:"allow_upstream_change,omitempty" json:"allow_upstream_change"`
 }
 
 // ProxyUpstream is one provider's upstream.
@@ -69,6 +90,8 @@ const (
 const (
 	DefaultProxyThreshold      = 0.8
 	DefaultProxyTimeout        = 10 * time.Minute
+	DefaultProxyReadTimeout    = 5 * time.Minute
+	DefaultProxyMaxEventBytes  = 16 << 20
 	DefaultProxyMaxStoredBytes = 64 << 20
 	// MaxProxyContextWindow bounds proxy.context_window.
 	MaxProxyContextWindow = 100_000_000
@@ -90,10 +113,26 @@ func (p Proxy) withDefaults(getenv func(string) string) Proxy {
 	if p.Timeout == 0 {
 		p.Timeout = Duration(DefaultProxyTimeout)
 	}
+	if p.ReadTimeout == 0 {
+		p.ReadTimeout = Duration(DefaultProxyReadTimeout)
+	}
+	if p.MaxEventBytes == 0 {
+		p.MaxEventBytes = DefaultProxyMaxEventBytes
+	}
 	if p.MaxStoredBytes == 0 {
 		p.MaxStoredBytes = DefaultProxyMaxStoredBytes
 	}
+	if p.AllowUpstreamChange == nil {
+		allow := true
+		p.AllowUpstreamChange = &allow
+	}
 	return p
+}
+
+// UpstreamChangeAllowed reports whether a running daemon may change the
+// upstreams (proxy.allow_upstream_change, default true).
+func (p *Proxy) UpstreamChangeAllowed() bool {
+	return p.AllowUpstreamChange == nil || *p.AllowUpstreamChange
 }
 
 // Enabled reports whether any provider is proxied.

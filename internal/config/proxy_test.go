@@ -42,7 +42,9 @@ func TestProxyDefaults(t *testing.T) {
 	eff := (&Config{Policy: "sliding"}).WithDefaults(Config{})
 	p := eff.Proxy
 	if p.Enabled() || p.Threshold != DefaultProxyThreshold || p.Timeout.D() != DefaultProxyTimeout ||
-		p.MaxStoredBytes != DefaultProxyMaxStoredBytes || !p.IncludeStreamUsage() {
+		p.ReadTimeout.D() != DefaultProxyReadTimeout || p.MaxEventBytes != DefaultProxyMaxEventBytes ||
+		p.MaxStoredBytes != DefaultProxyMaxStoredBytes || !p.IncludeStreamUsage() || !p.UpstreamChangeAllowed() ||
+		p.AllowUpstreamChange == nil {
 		t.Errorf("defaults: %+v", p)
 	}
 	if got := eff.ProxyPipeline(); len(got) != 1 || got[0] != "sliding" {
@@ -63,6 +65,8 @@ func TestProxyInvalid(t *testing.T) {
 		{"trigger", "proxy: {trigger_tokens: -1}", "proxy.trigger_tokens"},
 		{"window", "proxy: {context_window: 1000000000}", "proxy.context_window"},
 		{"timeout", "proxy: {timeout: 10ms}", "proxy.timeout"},
+		{"read timeout", "proxy: {read_timeout: 25h}", "proxy.read_timeout"},
+		{"event bytes", "proxy: {max_event_bytes: 4096}", "proxy.max_event_bytes"},
 		{"stored", "proxy: {max_stored_bytes: -5}", "proxy.max_stored_bytes"},
 		{"both", "proxy: {policy: sliding, pipeline: [lastn]}", "exclusive"},
 		{"name", "proxy: {policy: Bad}", "policy name"},
@@ -105,5 +109,68 @@ func TestProxyEnvironment(t *testing.T) {
 	_, err = Open(Options{Path: filepath.Join(dir, "none.yaml"), Getenv: getenv})
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), EnvAnthropicUpstream) {
 		t.Fatalf("err = %v, want ErrInvalid naming %s", err, EnvAnthropicUpstream)
+	}
+}
+
+// TestUpstreamChangeLocked: with proxy.allow_upstream_change false, an
+// update or a reload that changes an upstream, or turns the setting back
+// on, is refused (ErrUpstreamLocked, naming the key) and changes
+// nothing; other changes go through, and a start applies the file.
+func TestUpstreamChangeLocked(t *testing.T) {
+	const locked = "proxy:\n  openai: {upstream: 'https://api.openai.com/v1'}\n  allow_upstream_change: false\n"
+	m := newManager(t, locked, Options{})
+	for _, tc := range []struct{ name, patch, key string }{
+		{"new upstream", `{"proxy":{"openai":{"upstream":"https://evil.example/v1"}}}`, "proxy.openai.upstream"},
+		{"added upstream", `{"proxy":{"anthropic":{"upstream":"https://evil.example"}}}`, "proxy.anthropic.upstream"},
+		{"removed upstream", `{"proxy":{"openai":null}}`, "proxy.openai.upstream"},
+		{"unlock", `{"proxy":{"allow_upstream_change":true}}`, "proxy.allow_upstream_change"},
+		{"unlock by deleting the key", `{"proxy":{"allow_upstream_change":null}}`, "proxy.allow_upstream_change"},
+		{"unlock and change at once", `{"proxy":{"allow_upstream_change":true,"openai":{"upstream":"https://evil.example/v1"}}}`, "proxy.openai.upstream"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := m.Update([]byte(tc.patch))
+			if !errors.Is(err, ErrUpstreamLocked) || !strings.Contains(err.Error(), tc.key) || !strings.Contains(err.Error(), "restart") {
+				t.Fatalf("Update = %v", err)
+			}
+			if b, _ := os.ReadFile(m.Path()); string(b) != locked {
+				t.Fatalf("the refused update was written: %q", b)
+			}
+			if p := m.Current().Proxy; p.OpenAI.Upstream != "https://api.openai.com/v1" || p.UpstreamChangeAllowed() {
+				t.Fatalf("the refused update applied: %+v", p)
+			}
+		})
+	}
+	// Other settings, and the same upstream written again, go through.
+	ch, err := m.Update([]byte(`{"proxy":{"threshold":0.5,"openai":{"upstream":"https://api.openai.com/v1/"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch.Previous.Proxy.Threshold != DefaultProxyThreshold || ch.Config.Proxy.Threshold != 0.5 {
+		t.Errorf("Change: previous %v, new %v", ch.Previous.Proxy.Threshold, ch.Config.Proxy.Threshold)
+	}
+	// A reload of a file edited to another upstream is refused too.
+	os.WriteFile(m.Path(), []byte("proxy: {openai: {upstream: 'https://evil.example/v1'}, allow_upstream_change: false}\n"), 0o600)
+	if _, err := m.Reload(); !errors.Is(err, ErrUpstreamLocked) {
+		t.Fatalf("Reload = %v", err)
+	}
+	if got := m.Current().Proxy.OpenAI.Upstream; got != "https://api.openai.com/v1" {
+		t.Fatalf("upstream after a refused reload: %q", got)
+	}
+	// A start applies the file.
+	m2, err := Open(Options{Path: m.Path(), Getenv: func(string) string { return "" }})
+	if err != nil || m2.Current().Proxy.OpenAI.Upstream != "https://evil.example/v1" {
+		t.Fatalf("Open = %v", err)
+	}
+
+	// Unlocked (the default), changes go through, and locking is one.
+	m3 := newManager(t, "proxy: {openai: {upstream: 'https://api.openai.com/v1'}}\n", Options{})
+	if _, err := m3.Update([]byte(`{"proxy":{"openai":{"upstream":"http://127.0.0.1:9/v1"}}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m3.Update([]byte(`{"proxy":{"allow_upstream_change":false}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m3.Update([]byte(`{"proxy":{"openai":{"upstream":"https://api.openai.com/v1"}}}`)); !errors.Is(err, ErrUpstreamLocked) {
+		t.Fatalf("after locking: %v", err)
 	}
 }

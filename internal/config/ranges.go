@@ -57,6 +57,8 @@ const (
 	MinProxyTimeout    = time.Second
 	MaxProxyTimeout    = 24 * time.Hour
 	MaxProxyStored     = 16 << 30
+	MinProxyEventBytes = 64 << 10
+	MaxProxyEventBytes = 1 << 30
 	MinConvCacheBytes  = 1 << 20
 	MaxConvCacheBytes  = 64 << 30
 	MinIdleUnload      = time.Second
@@ -146,6 +148,8 @@ func (p *Proxy) checkRanges() error {
 		intRange("proxy.trigger_tokens", p.TriggerTokens, 1, abi.MaxTokenCount),
 		intRange("proxy.context_window", p.ContextWindow, 1, MaxProxyContextWindow),
 		durationRange("proxy.timeout", p.Timeout, MinProxyTimeout, MaxProxyTimeout),
+		durationRange("proxy.read_timeout", p.ReadTimeout, MinProxyTimeout, MaxProxyTimeout),
+		intRange("proxy.max_event_bytes", p.MaxEventBytes, MinProxyEventBytes, MaxProxyEventBytes),
 		intRange("proxy.max_stored_bytes", p.MaxStoredBytes, 1, MaxProxyStored),
 	} {
 		if err != nil {
@@ -162,6 +166,8 @@ func (l PluginLimits) checkRanges(prefix string) error {
 		durationRange(prefix+".call_timeout", l.CallTimeout, host.MinCallTimeout, host.MaxCallTimeout),
 		intRange(prefix+".max_output_bytes", l.MaxOutputBytes, host.MinOutputBytes, host.MaxOutputBytes),
 		intRange(prefix+".max_instances", l.MaxInstances, 1, host.MaxInstances),
+		intRange(prefix+".work_budget", l.WorkBudget, host.MinWorkBudget, host.MaxWorkBudget),
+		intRange(prefix+".start_work_budget", l.StartWorkBudget, host.MinWorkBudget, host.MaxWorkBudget),
 	} {
 		if err != nil {
 			return err

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/compactd/compactd/abi"
+	tokenusage "github.com/compactd/compactd/internal/usage"
 )
 
 // AnthropicVersion is the anthropic-version header every request carries.
@@ -41,11 +42,12 @@ type anthropicResponse struct {
 		Text string `json:"text"`
 	} `json:"content"`
 	StopReason string `json:"stop_reason"`
-	Usage      *struct {
-		InputTokens              int `json:"input_tokens"`
-		OutputTokens             int `json:"output_tokens"`
-		CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
-		CacheReadInputTokens     int `json:"cache_read_input_tokens"`
+	// Usage counts outside tokenusage's rule are ignored (see parse).
+	Usage *struct {
+		InputTokens              tokenusage.Count `json:"input_tokens"`
+		OutputTokens             tokenusage.Count `json:"output_tokens"`
+		CacheCreationInputTokens tokenusage.Count `json:"cache_creation_input_tokens"`
+		CacheReadInputTokens     tokenusage.Count `json:"cache_read_input_tokens"`
 	} `json:"usage"`
 	Error *anthropicError `json:"error"`
 }
@@ -140,9 +142,10 @@ func (anthropic) parse(body []byte) (text, model string, usage *abi.LLMUsage, er
 	if strings.TrimSpace(b.String()) == "" {
 		return "", "", nil, &Error{Kind: ErrEmptyCompletion, Message: "the response has no text content (stop_reason " + quoteOrNone(r.StopReason) + ")"}
 	}
-	if r.Usage != nil {
-		u := r.Usage
-		usage = &abi.LLMUsage{InputTokens: u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens, OutputTokens: u.OutputTokens}
+	// Without valid input and output counts there is no usage: the call
+	// is estimated (a refused cache count counts as none).
+	if u := r.Usage; u != nil && u.InputTokens.Set && u.OutputTokens.Set {
+		usage = &abi.LLMUsage{InputTokens: tokenusage.Sum(u.InputTokens.N, u.CacheCreationInputTokens.N, u.CacheReadInputTokens.N), OutputTokens: u.OutputTokens.N}
 	}
 	return b.String(), r.Model, usage, nil
 }

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	tokenusage "github.com/compactd/compactd/internal/usage"
 )
 
 // FuzzParse feeds provider bodies to both parsers: they must never panic,
@@ -17,9 +19,12 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, p := range []provider{openAI{}, anthropic{}} {
-			text, _, _, err := p.parse(body)
+			text, _, u, err := p.parse(body)
 			if err == nil && text == "" {
 				t.Fatalf("%s: success without text for %q", p.kind(), body)
+			}
+			if u != nil && (u.InputTokens < 0 || u.InputTokens > tokenusage.Max || u.OutputTokens < 0 || u.OutputTokens > tokenusage.Max) {
+				t.Fatalf("%s: usage %+v outside 0 to 2^53 for %q", p.kind(), u, body)
 			}
 			if err != nil && err.Kind == nil {
 				t.Fatalf("%s: error without a kind", p.kind())

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/compactd/compactd/abi"
+	tokenusage "github.com/compactd/compactd/internal/usage"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -553,6 +554,36 @@ func TestBudgetTokens(t *testing.T) {
 	}
 	if n := len(f.requests()); n != 2 {
 		t.Fatalf("%d provider calls", n)
+	}
+}
+
+// TestLyingUsage: a provider's usage counts outside 0 to 2^53 (negative,
+// huge, fractional) are not believed: the call is estimated, so a budget
+// is neither refunded nor overflowed by them, and the stats stay sane.
+func TestLyingUsage(t *testing.T) {
+	for _, kind := range []string{KindOpenAI, KindAnthropic} {
+		for _, lie := range []string{"-1000000", "9223372036854775807", "1.5"} {
+			t.Run(kind+"/"+lie, func(t *testing.T) {
+				body := `{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"}}],"usage":{"prompt_tokens":` + lie + `,"completion_tokens":` + lie + `}}`
+				if kind == KindAnthropic {
+					body = `{"type":"message","role":"assistant","content":[{"type":"text","text":"ok"}],"usage":{"input_tokens":` + lie + `,"cache_read_input_tokens":` + lie + `,"output_tokens":` + lie + `}}`
+				}
+				f := newFake(t, kind, reply{body: body})
+				c, _ := f.client(t, func(cfg *Config) { cfg.Budget = Limits{MaxCalls: -1, MaxTokens: 100000} })
+				b := c.Budgeted()
+				resp, err := b.Complete(context.Background(), request("a"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, spent := b.Spent()
+				if u := resp.Usage; u.InputTokens <= 0 || u.InputTokens > tokenusage.Max || u.OutputTokens <= 0 || u.OutputTokens > tokenusage.Max || spent != u.InputTokens+u.OutputTokens {
+					t.Fatalf("usage %+v, %d tokens spent", u, spent)
+				}
+				if st := c.Stats(); st.InputTokens <= 0 || st.OutputTokens <= 0 {
+					t.Fatalf("stats %+v", st)
+				}
+			})
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/compactd/compactd/abi"
+	tokenusage "github.com/compactd/compactd/internal/usage"
 )
 
 // openAI speaks the Chat Completions API: POST {base_url}/chat/completions
@@ -31,9 +32,10 @@ type openAIResponse struct {
 		} `json:"message"`
 		FinishReason string `json:"finish_reason"`
 	} `json:"choices"`
+	// Usage counts outside tokenusage's rule are ignored (see parse).
 	Usage *struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
+		PromptTokens     tokenusage.Count `json:"prompt_tokens"`
+		CompletionTokens tokenusage.Count `json:"completion_tokens"`
 	} `json:"usage"`
 	// Some OpenAI-compatible gateways (OpenRouter) answer 200 with an
 	// error object.
@@ -93,8 +95,11 @@ func (openAI) parse(body []byte) (text, model string, usage *abi.LLMUsage, err *
 		}
 		return "", "", nil, &Error{Kind: ErrEmptyCompletion, Message: msg}
 	}
-	if r.Usage != nil {
-		usage = &abi.LLMUsage{InputTokens: r.Usage.PromptTokens, OutputTokens: r.Usage.CompletionTokens}
+	// Without both counts valid there is no usage: the call is
+	// estimated, so a lying count can neither refund a budget nor
+	// overflow it.
+	if u := r.Usage; u != nil && u.PromptTokens.Set && u.CompletionTokens.Set {
+		usage = &abi.LLMUsage{InputTokens: u.PromptTokens.N, OutputTokens: u.CompletionTokens.N}
 	}
 	return *c.Message.Content, r.Model, usage, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/store"
+	"github.com/compactd/compactd/internal/usage"
 )
 
 // Provider names, as the status reports them.
@@ -40,13 +41,17 @@ type provider interface {
 	// the function that writes a compaction's result back as a messages
 	// array in the provider's format.
 	conversation(r *request) (*chat.Conversation, func(*compactor.Response) ([]byte, error), error)
-	// usage reads a JSON response body's usage.
-	usage(body []byte) (store.Usage, bool)
+	// usage reads a JSON response body's usage: ok when it has one to
+	// record, and the counts it refused (name=value), if any.
+	usage(body []byte) (u store.Usage, ok bool, refused []string)
 	// newStream returns a parser for one streamed response.
 	newStream(addedUsage bool) streamParser
 	// errorBody renders an error compactd itself answers, in the
 	// provider's error format.
 	errorBody(status int, code, msg string) []byte
+	// streamError renders the event that ends a stream compactd cannot
+	// complete, in the provider's format for an error mid-stream.
+	streamError(status int, code, msg string) []byte
 }
 
 // streamParser reads the events of a streamed response.
@@ -54,8 +59,20 @@ type streamParser interface {
 	// event sees one event's type ("" if none) and data; drop removes the
 	// event from what the client receives.
 	event(typ string, data []byte) (drop bool)
-	// usage returns the usage seen so far.
-	usage() (store.Usage, bool)
+	// usage returns the usage seen so far (ok when there is one to
+	// record) and the counts refused on the way.
+	usage() (u store.Usage, ok bool, refused []string)
+}
+
+// maxRefused bounds the refused counts a stream's parser keeps for its
+// log line, however many usage events a stream holds.
+const maxRefused = 8
+
+func noteRefused(dst, more []string) []string {
+	if room := maxRefused - len(dst); room > 0 {
+		dst = append(dst, more[:min(room, len(more))]...)
+	}
+	return dst
 }
 
 // --- OpenAI Chat Completions ---
@@ -102,30 +119,42 @@ func (openAI) conversation(r *request) (*chat.Conversation, func(*compactor.Resp
 	return c, func(resp *compactor.Response) ([]byte, error) { return resp.Conversation.MessagesJSON(), nil }, nil
 }
 
+// openAIUsage is Chat Completions' usage. Counts outside usage's rule
+// (negative, fractional, over 2^53, not numbers) are ignored; without a
+// valid prompt_tokens there is no usage to record.
 type openAIUsage struct {
-	PromptTokens        int `json:"prompt_tokens"`
-	CompletionTokens    int `json:"completion_tokens"`
+	PromptTokens        usage.Count `json:"prompt_tokens"`
+	CompletionTokens    usage.Count `json:"completion_tokens"`
 	PromptTokensDetails *struct {
-		CachedTokens int `json:"cached_tokens"`
+		CachedTokens usage.Count `json:"cached_tokens"`
 	} `json:"prompt_tokens_details"`
 }
 
-func (u *openAIUsage) store() store.Usage {
-	s := store.Usage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens}
+func (u *openAIUsage) store() (store.Usage, bool) {
+	s := store.Usage{InputTokens: u.PromptTokens.N, OutputTokens: u.CompletionTokens.N}
 	if u.PromptTokensDetails != nil {
-		s.CacheReadTokens = u.PromptTokensDetails.CachedTokens
+		s.CacheReadTokens = min(u.PromptTokensDetails.CachedTokens.N, s.InputTokens)
 	}
-	return s
+	return s, u.PromptTokens.Set
 }
 
-func (openAI) usage(body []byte) (store.Usage, bool) {
+func (u *openAIUsage) refused() []string {
+	named := map[string]usage.Count{"prompt_tokens": u.PromptTokens, "completion_tokens": u.CompletionTokens}
+	if u.PromptTokensDetails != nil {
+		named["prompt_tokens_details.cached_tokens"] = u.PromptTokensDetails.CachedTokens
+	}
+	return usage.Refused(named)
+}
+
+func (openAI) usage(body []byte) (store.Usage, bool, []string) {
 	var r struct {
 		Usage *openAIUsage `json:"usage"`
 	}
 	if json.Unmarshal(body, &r) != nil || r.Usage == nil {
-		return store.Usage{}, false
+		return store.Usage{}, false, nil
 	}
-	return r.Usage.store(), true
+	u, ok := r.Usage.store()
+	return u, ok, r.Usage.refused()
 }
 
 func (openAI) newStream(addedUsage bool) streamParser { return &openAIStream{added: addedUsage} }
@@ -135,9 +164,10 @@ func (openAI) newStream(addedUsage bool) streamParser { return &openAIStream{add
 // choices and the usage; when the proxy asked for it, that chunk is
 // dropped.
 type openAIStream struct {
-	added bool
-	u     store.Usage
-	ok    bool
+	added   bool
+	u       store.Usage
+	ok      bool
+	refused []string
 }
 
 var usageKey = []byte(`"usage"`)
@@ -153,11 +183,14 @@ func (s *openAIStream) event(_ string, data []byte) bool {
 	if json.Unmarshal(data, &c) != nil || c.Usage == nil {
 		return false
 	}
-	s.u, s.ok = c.Usage.store(), true
+	if u, ok := c.Usage.store(); ok {
+		s.u, s.ok = u, true
+	}
+	s.refused = noteRefused(s.refused, c.Usage.refused())
 	return s.added && len(c.Choices) == 0
 }
 
-func (s *openAIStream) usage() (store.Usage, bool) { return s.u, s.ok }
+func (s *openAIStream) usage() (store.Usage, bool, []string) { return s.u, s.ok, s.refused }
 
 func (openAI) errorBody(status int, code, msg string) []byte {
 	var body struct {
@@ -171,6 +204,22 @@ func (openAI) errorBody(status int, code, msg string) []byte {
 	body.Error.Message, body.Error.Type, body.Error.Code = "compactd: "+msg, "compactd_error", code
 	b, _ := json.Marshal(body)
 	return b
+}
+
+// streamError is an error event as OpenAI sends one mid-stream: a data
+// line with an error object, which the SDKs raise as an APIError.
+func (p openAI) streamError(status int, code, msg string) []byte {
+	return sseEvent("", p.errorBody(status, code, msg))
+}
+
+// sseEvent writes one event: its type line if typ is set, its data line
+// (data holds no newline: it is compact JSON) and the blank line.
+func sseEvent(typ string, data []byte) []byte {
+	b := make([]byte, 0, len(typ)+len(data)+16)
+	if typ != "" {
+		b = append(append(append(b, "event: "...), typ...), '\n')
+	}
+	return append(append(append(b, "data: "...), data...), "\n\n"...)
 }
 
 // --- Anthropic Messages ---
@@ -249,41 +298,51 @@ func (anthropicAPI) conversation(r *request) (*chat.Conversation, func(*compacto
 	}, nil
 }
 
+// anthropicUsage is Messages' usage. Counts outside usage's rule are
+// ignored; without a valid input_tokens there is no usage to record.
 type anthropicUsage struct {
-	InputTokens              int `json:"input_tokens"`
-	OutputTokens             int `json:"output_tokens"`
-	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     int `json:"cache_read_input_tokens"`
+	InputTokens              usage.Count `json:"input_tokens"`
+	OutputTokens             usage.Count `json:"output_tokens"`
+	CacheCreationInputTokens usage.Count `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     usage.Count `json:"cache_read_input_tokens"`
 }
 
-func (u *anthropicUsage) store() store.Usage {
+func (u *anthropicUsage) store() (store.Usage, bool) {
 	return store.Usage{
-		InputTokens:  u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens,
-		OutputTokens: u.OutputTokens, CacheReadTokens: u.CacheReadInputTokens, CacheWriteTokens: u.CacheCreationInputTokens,
-	}
+		InputTokens:  usage.Sum(u.InputTokens.N, u.CacheCreationInputTokens.N, u.CacheReadInputTokens.N),
+		OutputTokens: u.OutputTokens.N, CacheReadTokens: u.CacheReadInputTokens.N, CacheWriteTokens: u.CacheCreationInputTokens.N,
+	}, u.InputTokens.Set
 }
 
-func (anthropicAPI) usage(body []byte) (store.Usage, bool) {
+func (u *anthropicUsage) refused() []string {
+	return usage.Refused(map[string]usage.Count{"input_tokens": u.InputTokens, "output_tokens": u.OutputTokens,
+		"cache_creation_input_tokens": u.CacheCreationInputTokens, "cache_read_input_tokens": u.CacheReadInputTokens})
+}
+
+func (anthropicAPI) usage(body []byte) (store.Usage, bool, []string) {
 	var r struct {
 		Usage *anthropicUsage `json:"usage"`
 	}
 	if json.Unmarshal(body, &r) != nil || r.Usage == nil {
-		return store.Usage{}, false
+		return store.Usage{}, false, nil
 	}
-	return r.Usage.store(), true
+	u, ok := r.Usage.store()
+	return u, ok, r.Usage.refused()
 }
 
 func (anthropicAPI) newStream(bool) streamParser { return &anthropicStream{} }
 
 // anthropicStream reads message_start (the prompt's usage) and
 // message_delta (the output tokens so far; newer versions repeat the
-// input counts there).
+// input counts there, where a 0 does not replace a count). A refused
+// count is ignored.
 type anthropicStream struct {
-	u  anthropicUsage
-	ok bool
+	u       anthropicUsage
+	refused []string
 }
 
 func (s *anthropicStream) event(typ string, data []byte) bool {
+	var u *anthropicUsage
 	switch typ {
 	case "message_start":
 		var e struct {
@@ -291,31 +350,39 @@ func (s *anthropicStream) event(typ string, data []byte) bool {
 				Usage *anthropicUsage `json:"usage"`
 			} `json:"message"`
 		}
-		if json.Unmarshal(data, &e) == nil && e.Message.Usage != nil {
-			s.u, s.ok = *e.Message.Usage, true
+		if json.Unmarshal(data, &e) == nil {
+			u = e.Message.Usage
 		}
 	case "message_delta":
 		var e struct {
 			Usage *anthropicUsage `json:"usage"`
 		}
-		if json.Unmarshal(data, &e) == nil && e.Usage != nil {
-			s.ok = true
-			s.u.OutputTokens = e.Usage.OutputTokens
-			if e.Usage.InputTokens > 0 {
-				s.u.InputTokens = e.Usage.InputTokens
-			}
-			if e.Usage.CacheCreationInputTokens > 0 {
-				s.u.CacheCreationInputTokens = e.Usage.CacheCreationInputTokens
-			}
-			if e.Usage.CacheReadInputTokens > 0 {
-				s.u.CacheReadInputTokens = e.Usage.CacheReadInputTokens
-			}
+		if json.Unmarshal(data, &e) == nil {
+			u = e.Usage
 		}
 	}
+	if u == nil {
+		return false
+	}
+	if u.OutputTokens.Set {
+		s.u.OutputTokens = u.OutputTokens
+	}
+	for _, c := range []struct{ dst, src *usage.Count }{
+		{&s.u.InputTokens, &u.InputTokens},
+		{&s.u.CacheCreationInputTokens, &u.CacheCreationInputTokens}, {&s.u.CacheReadInputTokens, &u.CacheReadInputTokens},
+	} {
+		if c.src.Set && (c.src.N > 0 || !c.dst.Set) {
+			*c.dst = *c.src
+		}
+	}
+	s.refused = noteRefused(s.refused, u.refused())
 	return false
 }
 
-func (s *anthropicStream) usage() (store.Usage, bool) { return s.u.store(), s.ok }
+func (s *anthropicStream) usage() (store.Usage, bool, []string) {
+	u, ok := s.u.store()
+	return u, ok, s.refused
+}
 
 func (anthropicAPI) errorBody(status int, code, msg string) []byte {
 	typ := "api_error"
@@ -339,4 +406,10 @@ func (anthropicAPI) errorBody(status int, code, msg string) []byte {
 	body.Type, body.Error.Type, body.Error.Message = "error", typ, "compactd ("+code+"): "+msg
 	b, _ := json.Marshal(body)
 	return b
+}
+
+// streamError is an error event as Anthropic sends one mid-stream
+// (event: error), which the SDKs raise as an APIError.
+func (p anthropicAPI) streamError(status int, code, msg string) []byte {
+	return sseEvent("error", p.errorBody(status, code, msg))
 }

@@ -17,7 +17,15 @@
 //     the event stream, records it in the conversation's status
 //     (usage_ratio, last_usage) and sets needs_compaction. Streams pass
 //     through event by event, flushed as they arrive; nothing but the
-//     event in progress is held.
+//     event in progress is held, and that within proxy.max_event_bytes.
+//     Usage counts are believed only within 0 to 2^53 (internal/usage).
+//
+// An upstream that misbehaves costs a bounded amount and ends cleanly
+// for the caller, in the provider's format: no headers within
+// proxy.timeout or silence after them past proxy.read_timeout is a 504
+// (a stream ends with an error event instead); a stream line or event
+// past proxy.max_event_bytes ends the stream with an error event. Each
+// fault is counted (Faults).
 //
 // The caller's headers, its provider key among them, are passed through
 // untouched (compactd's own X-Compactd-* headers are removed); they are
@@ -35,10 +43,12 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -88,10 +98,6 @@ const (
 // /v1/compact caps conversation_id.
 const maxConversationID = 256
 
-// maxUsageBody is the largest JSON response the response filter reads
-// usage from (the body itself is always passed through whole).
-const maxUsageBody = 8 << 20
-
 // ErrNotStored is returned by CompactStored for a conversation whose last
 // request the proxy does not hold.
 var ErrNotStored = errors.New("no stored request for this conversation")
@@ -123,6 +129,7 @@ type Proxy struct {
 	seed      maphash.Seed
 	mem       *memory
 	transport http.RoundTripper
+	faults    faults
 }
 
 // New returns a Proxy.
@@ -225,13 +232,11 @@ func (p *Proxy) ServeForward(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	extendDeadline(w, cfg.Proxy.Timeout.D())
-	ctx, cancel := context.WithTimeout(r.Context(), cfg.Proxy.Timeout.D())
-	defer cancel()
 	var body io.Reader
 	if r.Body != nil && r.Body != http.NoBody {
 		body = r.Body
 	}
-	p.forward(w, r.WithContext(ctx), prov, prov.target(base, r.URL.Path), body, r.ContentLength, nil)
+	p.forward(w, r, cfg, prov, prov.target(base, r.URL.Path), body, r.ContentLength, nil)
 }
 
 // Unauthorized answers 401 in the provider's format (the TCP listener's
@@ -324,9 +329,7 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, prov provider) {
 	for _, msg := range x.warnings {
 		h.Add(HeaderWarning, headerValue(msg))
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), cfg.Proxy.Timeout.D())
-	defer cancel()
-	p.forward(w, r.WithContext(ctx), prov, prov.target(base, r.URL.Path), out, length, x)
+	p.forward(w, r, cfg, prov, prov.target(base, r.URL.Path), out, length, x)
 }
 
 // headerValue makes a warning safe for a header: one line, at most 1 KiB.
@@ -533,6 +536,19 @@ func (p *Proxy) count(prov provider, tok *tokens.Tokenizer, items []json.RawMess
 	return hashes, counts, total, nil
 }
 
+// usage is handed what the response filter read of a response's usage:
+// the usage, whether there is one to record, and the counts it refused.
+func (x *exchange) usage(u store.Usage, ok bool, refused []string) {
+	if len(refused) > 0 {
+		x.p.fault(x.prov, FaultUsageRefused)
+		x.p.logger.Warn("proxy: the upstream reported token counts that are not whole numbers from 0 to 2^53; they are ignored",
+			"provider", x.prov.name(), "conversation", x.id, "counts", strings.Join(refused, ", "), "recorded", ok)
+	}
+	if ok {
+		x.responseFilter(u)
+	}
+}
+
 // responseFilter is handed the usage of a successful response.
 func (x *exchange) responseFilter(u store.Usage) {
 	if !x.tracked {
@@ -545,15 +561,48 @@ func (x *exchange) responseFilter(u store.Usage) {
 		"output_tokens", u.OutputTokens, "usage_ratio", ratio, "needs_compaction", needs)
 }
 
+// Why compactd cut an exchange short (context.Cause of its context).
+var (
+	errHeaderTimeout = errors.New("no answer within proxy.timeout")
+	errStalled       = errors.New("the upstream went silent for proxy.read_timeout")
+	// errBrokenAnswer wraps a failure reading an answer the proxy holds.
+	errBrokenAnswer = errors.New("reading the answer")
+)
+
+// writeGrace is how long past proxy.read_timeout a write to the client
+// may take: the last event (an error event after a stall) gets through,
+// and a client that stops reading is let go.
+const writeGrace = 30 * time.Second
+
 // forward sends the request upstream through httputil.ReverseProxy and
 // the response back, through x's response filter (x nil: unfiltered).
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, prov provider, target string, body io.Reader, length int64, x *exchange) {
+//
+// The upstream has proxy.timeout to send its headers, then at most
+// proxy.read_timeout of silence between reads of its body (stallWatch),
+// however long the whole answer takes; the client's write deadline moves
+// with it. Of the body the proxy holds at most proxy.max_event_bytes at a
+// time: a stream is passed on event by event (sseReader), and any other
+// answer of known size within the bound, and every JSON answer, is held
+// whole before its headers go to the client, so that an upstream that
+// stalls in the middle of it gets a 504 rather than half an answer.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, cfg *config.Config, prov provider, target string, body io.Reader, length int64, x *exchange) {
 	u, err := url.Parse(target)
 	if err != nil {
 		p.writeError(w, prov, http.StatusBadGateway, "bad_upstream", err.Error())
 		return
 	}
 	u.RawQuery = r.URL.RawQuery
+	pc := &cfg.Proxy
+	limit := int(pc.MaxEventBytes)
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	headers := time.AfterFunc(pc.Timeout.D(), func() { cancel(errHeaderTimeout) })
+	defer headers.Stop()
+	rc := http.NewResponseController(w)
+	watch := newStallWatch(pc.ReadTimeout.D(), func() { cancel(errStalled) }, func() {
+		rc.SetWriteDeadline(time.Now().Add(pc.ReadTimeout.D() + writeGrace))
+	})
+	defer watch.stop()
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL, pr.Out.Host = u, ""
@@ -573,41 +622,130 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, prov provider, t
 		},
 		Transport: p.transport,
 		ModifyResponse: func(resp *http.Response) error {
+			headers.Stop()
 			resp.Header.Set(HeaderUpstream, prov.name())
-			if x == nil || resp.StatusCode < 200 || resp.StatusCode > 299 {
-				return nil
+			if resp.StatusCode == http.StatusSwitchingProtocols {
+				return nil // an upgraded connection is the two ends' own
 			}
+			watch.start()
+			resp.Body = watch.watched(resp.Body)
+			filter := x != nil && resp.StatusCode >= 200 && resp.StatusCode <= 299
 			ct := resp.Header.Get("Content-Type")
 			switch {
 			case strings.HasPrefix(ct, "text/event-stream"):
-				parser := prov.newStream(x.addedUsage)
-				resp.Body = newSSEReader(resp.Body, parser, func() {
-					if u, ok := parser.usage(); ok {
-						x.responseFilter(u)
-					}
-				})
-			case strings.Contains(ct, "json"):
-				resp.Body = &jsonTee{body: resp.Body, limit: maxUsageBody, done: func(b []byte) {
-					if u, ok := prov.usage(b); ok {
-						x.responseFilter(u)
-					}
-				}}
+				var parser streamParser
+				var done func()
+				if filter {
+					parser = prov.newStream(x.addedUsage)
+					done = func() { x.usage(parser.usage()) }
+				}
+				resp.Body = newSSEReader(resp.Body, limit, parser, func(err error) []byte {
+					return p.streamFailed(ctx, prov, u.Host, pc.ReadTimeout.D(), err)
+				}, done)
+			case holdable(r, resp, limit):
+				held, err := hold(resp, limit)
+				if err != nil {
+					return err // the ErrorHandler answers: a stall is a 504
+				}
+				if held == nil {
+					p.fault(prov, FaultAnswerTooLarge)
+					p.logger.Warn("proxy: an upstream answer over proxy.max_event_bytes passes through as it comes; its usage is not read",
+						"provider", prov.name(), "upstream", u.Host, "limit", limit)
+				} else if filter && isJSON(ct) {
+					x.usage(prov.usage(held))
+				}
 			}
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
-			switch {
-			case errors.Is(r.Context().Err(), context.Canceled) && !errors.Is(err, context.DeadlineExceeded):
+			switch cause := context.Cause(ctx); {
+			case errors.Is(cause, errHeaderTimeout):
+				p.fault(prov, FaultTimeout)
+				p.logger.Warn("proxy: upstream timed out", "provider", prov.name(), "upstream", u.Host, "timeout", pc.Timeout.D())
+				p.writeError(w, prov, http.StatusGatewayTimeout, "upstream_timeout", fmt.Sprintf("the %s upstream did not answer within proxy.timeout (%v)", prov.name(), pc.Timeout.D()))
+			case errors.Is(cause, errStalled):
+				p.fault(prov, FaultStalled)
+				p.logger.Warn("proxy: upstream stalled after its headers", "provider", prov.name(), "upstream", u.Host, "read_timeout", pc.ReadTimeout.D())
+				p.writeError(w, prov, http.StatusGatewayTimeout, "upstream_timeout", fmt.Sprintf("the %s upstream sent its headers, then nothing for proxy.read_timeout (%v)", prov.name(), pc.ReadTimeout.D()))
+			case r.Context().Err() != nil:
 				return // the client went away
-			case errors.Is(err, context.DeadlineExceeded):
-				p.logger.Warn("proxy: upstream timed out", "provider", prov.name(), "upstream", u.Host, "error", err)
-				p.writeError(w, prov, http.StatusGatewayTimeout, "upstream_timeout", fmt.Sprintf("the %s upstream did not answer within proxy.timeout", prov.name()))
+			case errors.Is(err, errBrokenAnswer):
+				p.fault(prov, FaultUnreachable)
+				p.logger.Warn("proxy: upstream broke off its answer", "provider", prov.name(), "upstream", u.Host, "error", err)
+				p.writeError(w, prov, http.StatusBadGateway, "upstream_unreachable", fmt.Sprintf("the %s upstream broke off its answer: %v", prov.name(), err))
 			default:
+				p.fault(prov, FaultUnreachable)
 				p.logger.Warn("proxy: upstream unreachable", "provider", prov.name(), "upstream", u.Host, "error", err)
 				p.writeError(w, prov, http.StatusBadGateway, "upstream_unreachable", fmt.Sprintf("the %s upstream could not be reached: %v", prov.name(), err))
 			}
 		},
 		ErrorLog: p.logger.Named("reverseproxy").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
-	rp.ServeHTTP(w, r)
+	rp.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// streamFailed returns the event that ends a stream whose upstream body
+// failed with err, or nil when the failure is not compactd's to report
+// (the client went away, the upstream broke the connection: the client's
+// connection is then aborted too).
+func (p *Proxy) streamFailed(ctx context.Context, prov provider, host string, read time.Duration, err error) []byte {
+	var le *EventLimitError
+	switch {
+	case errors.As(err, &le):
+		p.fault(prov, FaultEventTooLarge)
+		p.logger.Warn("proxy: upstream stream event over the limit; the stream ends with an error event", "provider", prov.name(), "upstream", host, "error", err)
+		return prov.streamError(http.StatusBadGateway, "upstream_event_too_large", err.Error())
+	case errors.Is(context.Cause(ctx), errStalled):
+		p.fault(prov, FaultStalled)
+		p.logger.Warn("proxy: upstream stream stalled; it ends with an error event", "provider", prov.name(), "upstream", host, "read_timeout", read)
+		return prov.streamError(http.StatusGatewayTimeout, "upstream_timeout", fmt.Sprintf("the %s upstream's stream went silent for proxy.read_timeout (%v)", prov.name(), read))
+	}
+	return nil
+}
+
+// holdable reports whether a response is held whole before it is passed
+// on: one with a body of known size within limit, or a JSON one (which
+// the response filter reads). Streams of other types pass through as
+// they come.
+func holdable(r *http.Request, resp *http.Response, limit int) bool {
+	if r.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified ||
+		resp.Body == http.NoBody || resp.ContentLength == 0 {
+		return false
+	}
+	return isJSON(resp.Header.Get("Content-Type")) || resp.ContentLength > 0 && resp.ContentLength <= int64(limit)
+}
+
+// isJSON reports whether a Content-Type is JSON (application/json or
+// +json; not a stream of JSON lines).
+func isJSON(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+}
+
+// hold reads resp's body whole when it is within limit and puts it back
+// as a body of known length, returning it; a larger body is put back
+// as it came (what was read first, then the rest) and hold returns nil.
+// An error reading it (a stall: the stall watch cancelled the exchange)
+// is returned.
+func hold(resp *http.Response, limit int) ([]byte, error) {
+	buf := bytes.NewBuffer(make([]byte, 0, min(max(resp.ContentLength, 512), int64(limit))+1))
+	_, err := buf.ReadFrom(io.LimitReader(resp.Body, int64(limit)+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errBrokenAnswer, err)
+	}
+	if buf.Len() > limit {
+		resp.Body = readCloser{io.MultiReader(bytes.NewReader(buf.Bytes()), resp.Body), resp.Body}
+		return nil, nil
+	}
+	resp.Body.Close()
+	b := buf.Bytes()
+	resp.Body, resp.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
+	resp.TransferEncoding = nil
+	return b, nil
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
 }

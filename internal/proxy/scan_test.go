@@ -134,9 +134,9 @@ func TestSSEReaderOpenAI(t *testing.T) {
 		var got store.Usage
 		calls := 0
 		parser := openAI{}.newStream(added)
-		r := newSSEReader(&chunkedReader{chunks: chunks}, parser, func() {
+		r := newSSEReader(&chunkedReader{chunks: chunks}, 1<<20, parser, nil, func() {
 			calls++
-			got, _ = parser.usage()
+			got, _, _ = parser.usage()
 		})
 		var reads []string
 		buf := make([]byte, 4096)
@@ -173,7 +173,7 @@ func TestSSEReaderAnthropic(t *testing.T) {
 		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
 	parser := anthropicAPI{}.newStream(false)
 	var got store.Usage
-	r := newSSEReader(io.NopCloser(strings.NewReader(stream)), parser, func() { got, _ = parser.usage() })
+	r := newSSEReader(io.NopCloser(strings.NewReader(stream)), 1<<20, parser, nil, func() { got, _, _ = parser.usage() })
 	out, err := io.ReadAll(r)
 	if err != nil || string(out) != stream {
 		t.Fatalf("the stream changed: %v\n%s", err, out)
@@ -184,13 +184,13 @@ func TestSSEReaderAnthropic(t *testing.T) {
 }
 
 func TestJSONUsage(t *testing.T) {
-	if u, ok := (openAI{}).usage([]byte(`{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}`)); !ok || u.InputTokens != 3 || u.OutputTokens != 4 {
+	if u, ok, _ := (openAI{}).usage([]byte(`{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}`)); !ok || u.InputTokens != 3 || u.OutputTokens != 4 {
 		t.Fatalf("%+v %v", u, ok)
 	}
-	if u, ok := (anthropicAPI{}).usage([]byte(`{"usage":{"input_tokens":3,"cache_read_input_tokens":2,"output_tokens":4}}`)); !ok || u.InputTokens != 5 || u.OutputTokens != 4 {
+	if u, ok, _ := (anthropicAPI{}).usage([]byte(`{"usage":{"input_tokens":3,"cache_read_input_tokens":2,"output_tokens":4}}`)); !ok || u.InputTokens != 5 || u.OutputTokens != 4 {
 		t.Fatalf("%+v %v", u, ok)
 	}
-	if _, ok := (openAI{}).usage([]byte(`not json`)); ok {
+	if _, ok, _ := (openAI{}).usage([]byte(`not json`)); ok {
 		t.Fatal("usage from garbage")
 	}
 }

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"io"
 	"sync"
@@ -11,66 +10,60 @@ import (
 // Read returns at most one whole event (its lines up to and including the
 // blank line that ends it), as soon as the upstream has sent it, so the
 // reverse proxy writes and flushes it at once. Nothing beyond the event in
-// progress is held. The parser sees every event and may drop one (the
-// usage chunk the proxy asked for on the client's behalf).
+// progress is held, and that within a limit (eventScanner). The parser
+// sees every event and may drop one (the usage chunk the proxy asked for
+// on the client's behalf).
+//
+// When the body fails — an event over the limit, a stall — fail gives the
+// event that ends the stream in the provider's format, and the client's
+// stream ends cleanly after it; when fail gives nil (the client went
+// away, the upstream broke the connection) the error is passed on, and
+// the client's connection is aborted as the upstream's was.
 type sseReader struct {
 	body  io.ReadCloser
-	src   *bufio.Reader
-	parse streamParser
+	scan  *eventScanner
+	parse streamParser // nil: events are only passed through
+	fail  func(error) []byte
 	done  func()
 	once  sync.Once
-	event []byte // the event being read
 	out   []byte // what Read returns next
-	err   error
+	end   error  // what Read returns once out is drained
 }
 
-func newSSEReader(body io.ReadCloser, parse streamParser, done func()) *sseReader {
-	return &sseReader{body: body, src: bufio.NewReaderSize(body, 32<<10), parse: parse, done: done}
+func newSSEReader(body io.ReadCloser, limit int, parse streamParser, fail func(error) []byte, done func()) *sseReader {
+	return &sseReader{body: body, scan: newEventScanner(body, limit), parse: parse, fail: fail, done: done}
 }
 
 func (s *sseReader) Read(p []byte) (int, error) {
 	for len(s.out) == 0 {
-		if s.err != nil {
-			if s.err == io.EOF {
+		if s.end != nil {
+			if s.end == io.EOF {
 				s.finish()
 			}
-			return 0, s.err
+			return 0, s.end
 		}
-		line, err := s.src.ReadSlice('\n')
-		s.event = append(s.event, line...)
+		ev, err := s.scan.Next()
 		switch {
-		case err == bufio.ErrBufferFull:
-			continue // a long line: keep reading it
+		case err == io.EOF:
+			s.end = io.EOF
 		case err != nil:
-			s.err = err
-			s.endEvent() // a last event without its blank line goes as it is
-		case isBlank(line):
-			s.endEvent()
+			if s.out = s.fail(err); s.out != nil {
+				s.end = io.EOF
+			} else {
+				s.end = err
+			}
+		case s.parse == nil:
+			s.out = ev
+		default:
+			typ, data := eventFields(ev)
+			if data == nil || !s.parse.event(typ, data) {
+				s.out = ev
+			}
 		}
 	}
 	n := copy(p, s.out)
 	s.out = s.out[n:]
 	return n, nil
-}
-
-func isBlank(line []byte) bool {
-	return len(line) == 1 || len(line) == 2 && line[0] == '\r'
-}
-
-// endEvent hands the event read so far to the parser and queues it for
-// the client unless the parser drops it.
-func (s *sseReader) endEvent() {
-	ev := s.event
-	s.event = nil // ev is handed out; the next event is read into new memory
-	if len(ev) == 0 {
-		return
-	}
-	typ, data := eventFields(ev)
-	if data != nil && s.parse.event(typ, data) {
-		s.event = ev[:0]
-		return
-	}
-	s.out = ev
 }
 
 // eventFields returns an event's type and its data lines joined by "\n"
@@ -102,7 +95,11 @@ func eventFields(ev []byte) (typ string, data []byte) {
 	return typ, bytes.Join(lines, []byte("\n"))
 }
 
-func (s *sseReader) finish() { s.once.Do(s.done) }
+func (s *sseReader) finish() {
+	if s.done != nil {
+		s.once.Do(s.done)
+	}
+}
 
 // Close closes the upstream body. A stream cut short (the client went
 // away) still reports the usage seen so far.
@@ -110,38 +107,3 @@ func (s *sseReader) Close() error {
 	s.finish()
 	return s.body.Close()
 }
-
-// jsonTee passes a JSON body through unchanged and keeps a copy of up to
-// limit bytes, handed to done when the body ends (nil when it was
-// larger).
-type jsonTee struct {
-	body  io.ReadCloser
-	buf   []byte
-	limit int
-	over  bool
-	done  func(body []byte)
-	once  sync.Once
-}
-
-func (t *jsonTee) Read(p []byte) (int, error) {
-	n, err := t.body.Read(p)
-	if !t.over {
-		if len(t.buf)+n > t.limit {
-			t.over, t.buf = true, nil
-		} else {
-			t.buf = append(t.buf, p[:n]...)
-		}
-	}
-	if err == io.EOF {
-		t.once.Do(func() {
-			if t.over {
-				t.done(nil)
-				return
-			}
-			t.done(t.buf)
-		})
-	}
-	return n, err
-}
-
-func (t *jsonTee) Close() error { return t.body.Close() }

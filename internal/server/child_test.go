@@ -8,8 +8,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -170,19 +168,7 @@ func (d *childDaemon) stop() {
 }
 
 // peakRSS returns the child's peak resident memory (VmHWM), in bytes.
-func (d *childDaemon) peakRSS() int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
+func (d *childDaemon) peakRSS() int64 { return procStatusKB(d.cmd.Process.Pid, "VmHWM:") << 10 }
 
 // policies returns GET /v1/policies by file name.
 func (d *childDaemon) policies() map[string]client.Policy {

@@ -366,7 +366,7 @@ func (d *Daemon) apply(old, next *config.Config) {
 // running config; the error says why.
 func (d *Daemon) Reload() (*config.Change, error) {
 	ch, err := d.cfg.Reload()
-	d.server.ConfigReloaded(err)
+	d.server.ConfigReloaded(ch, err)
 	if err != nil {
 		d.logger.Error("config reload failed; keeping the running config", "file", d.cfg.Path(), "error", err)
 		return nil, err

@@ -23,6 +23,7 @@ const (
 	CodeInvalidConfig       = "invalid_config"       // 400: a policy config or config update is invalid
 	CodeNoPolicy            = "no_policy"            // 400: no policy named and no default configured
 	CodeUnauthorized        = "unauthorized"         // 401: TCP listener without the bearer token
+	CodeForbidden           = "forbidden"            // 403: a config update the running config forbids (proxy.allow_upstream_change)
 	CodeUnknownPolicy       = "unknown_policy"       // 404: no plugin serves that policy
 	CodeNotFound            = "not_found"            // 404: no such endpoint or conversation
 	CodeMethodNotAllowed    = "method_not_allowed"   // 405
@@ -67,6 +68,8 @@ func toAPIError(err error) *APIError {
 		return &APIError{Status: http.StatusBadRequest, Code: CodeInvalidConversation, Message: err.Error(), Err: err}
 	case errors.Is(err, registry.ErrUnknownPolicy):
 		return &APIError{Status: http.StatusNotFound, Code: CodeUnknownPolicy, Message: err.Error(), Err: err}
+	case errors.Is(err, config.ErrUpstreamLocked):
+		return &APIError{Status: http.StatusForbidden, Code: CodeForbidden, Message: err.Error(), Err: err}
 	case errors.Is(err, policyconfig.ErrInvalid), errors.Is(err, config.ErrInvalid):
 		return &APIError{Status: http.StatusBadRequest, Code: CodeInvalidConfig, Message: err.Error(), Err: err}
 	case errors.Is(err, compactor.ErrBadRequest):

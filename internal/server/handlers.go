@@ -15,6 +15,7 @@ import (
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/client"
+	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/store"
 	"github.com/compactd/compactd/registry"
 )
@@ -50,7 +51,7 @@ func policyOf(in registry.Info) client.Policy {
 		p.ConfigSchema, p.Defaults, p.Exports, p.Path, p.View = d.ConfigSchema, d.Defaults, d.Exports, pl.Path(), pl.View()
 		l := pl.Limits()
 		p.Limits = &client.Limits{MaxMemoryBytes: int64(l.MaxMemoryPages) << 16, CallTimeout: l.CallTimeout.String(),
-			MaxOutputBytes: l.MaxOutputBytes, MaxInstances: l.MaxInstances}
+			MaxOutputBytes: l.MaxOutputBytes, MaxInstances: l.MaxInstances, WorkBudget: l.WorkBudget, StartWorkBudget: l.StartWorkBudget}
 		st := pl.Stats()
 		p.Calls, p.Failures = st.Calls, st.Failures
 		p.Tier = pl.Tier()
@@ -129,6 +130,7 @@ func (s *Server) status(limit int) client.Status {
 	}
 	t := s.opts.Store.Totals()
 	st.Totals = client.Totals{Conversations: t.Conversations, Requests: t.Requests, Compactions: t.Compactions, Failures: t.Failures, TokensSaved: t.TokensSaved}
+	st.Proxy = s.proxyStatus(cfg)
 	convs := s.opts.Store.Conversations(limit)
 	st.Conversations = make([]client.Conversation, 0, len(convs))
 	for _, c := range convs {
@@ -208,6 +210,9 @@ func (s *Server) handlePutConfig(w http.ResponseWriter, r *http.Request) error {
 		return apiErrorf(http.StatusBadRequest, CodeBadRequest, "empty body: want a JSON object of settings to change")
 	}
 	ch, err := s.opts.Config.Update(data)
+	if errors.Is(err, config.ErrUpstreamLocked) {
+		s.logger.Warn("config update refused: it would change the proxy's upstreams, which proxy.allow_upstream_change forbids", "by", requestOrigin(r), "error", err)
+	}
 	if err != nil {
 		s.metrics.configReloads.add(1, "error")
 		var ae *APIError
@@ -220,6 +225,7 @@ func (s *Server) handlePutConfig(w http.ResponseWriter, r *http.Request) error {
 		return ae
 	}
 	s.metrics.configReloads.add(1, "ok")
+	s.noteUpstreamChanges(ch, requestOrigin(r))
 	b, err := json.Marshal(ch.Config)
 	if err != nil {
 		return err
@@ -261,10 +267,10 @@ func writePluginFileMetrics(w io.Writer, infos []registry.Info) {
 	writeGauge(w, "compactd_plugins_quarantined", "Plugin files not loaded because the daemon died while loading them.", float64(quarantined))
 }
 
-// ConfigReloaded counts a config reload (SIGHUP) in the metrics and keeps
-// a failure for GET /v1/config and the status page until the next
-// successful reload.
-func (s *Server) ConfigReloaded(err error) {
+// ConfigReloaded counts a config reload (SIGHUP) in the metrics, keeps a
+// failure for GET /v1/config and the status page until the next
+// successful reload, and notes the upstreams a successful one moved.
+func (s *Server) ConfigReloaded(ch *config.Change, err error) {
 	s.reloadMu.Lock()
 	s.reloadErr, s.reloadAt = err, time.Now()
 	s.reloadMu.Unlock()
@@ -273,6 +279,7 @@ func (s *Server) ConfigReloaded(err error) {
 		return
 	}
 	s.metrics.configReloads.add(1, "ok")
+	s.noteUpstreamChanges(ch, "SIGHUP (the config file reloaded)")
 }
 
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) error {
@@ -306,6 +313,13 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) error {
 	writeGauge(&b, "compactd_conversation_cache_bytes", "Bytes the remembered conversations hold.", float64(ms.Bytes))
 	if s.opts.LLMStats != nil {
 		writeLLMMetrics(&b, s.opts.LLMStats())
+	}
+	if s.opts.Proxy != nil {
+		faults := newCounterVec("compactd_proxy_upstream_faults_total", "Proxied exchanges an upstream failed, by provider and fault (timeout, stalled, event_too_large, answer_too_large, unreachable, usage_refused).", "provider", "fault")
+		for _, f := range s.opts.Proxy.Faults() {
+			faults.add(f.Count, f.Provider, f.Fault)
+		}
+		faults.write(&b)
 	}
 	writeGauge(&b, "compactd_start_time_seconds", "When the daemon started (Unix time).", float64(s.started.UnixNano())/1e9)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")

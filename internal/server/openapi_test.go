@@ -102,7 +102,7 @@ func TestErrorCodesMatchSpec(t *testing.T) {
 	}
 	ours := map[string]int{
 		CodeBadRequest: 400, CodeInvalidJSON: 400, CodeInvalidConversation: 400, CodeUnsupportedFormat: 400, CodeInvalidConfig: 400, CodeNoPolicy: 400,
-		CodeUnauthorized: 401, CodeUnknownPolicy: 404, CodeNotFound: 404, CodeMethodNotAllowed: 405,
+		CodeUnauthorized: 401, CodeForbidden: 403, CodeUnknownPolicy: 404, CodeNotFound: 404, CodeMethodNotAllowed: 405,
 		CodeRequestTooLarge: 413, CodeTooManyMessages: 413, CodeInternal: 500,
 	}
 	if !reflect.DeepEqual(codes, ours) {

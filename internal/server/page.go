@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
@@ -12,6 +13,7 @@ import (
 	"fmt"
 	"html/template"
 	"math"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -29,8 +31,9 @@ import (
 //go:embed page/*.html
 var pageFiles embed.FS
 
-// pageCookie is the cookie a browser gets for the TCP listener's pages
-// in exchange for ?token= (see TokenHandler).
+// pageCookie begins the name of the cookie a browser gets for the TCP
+// listener's pages in exchange for ?token= (see TokenHandler and
+// pageSessions).
 const pageCookie = "compactd_page"
 
 // pageLimit is how many conversations the overview lists.
@@ -164,27 +167,91 @@ func (s *Server) render(w http.ResponseWriter, status int, name string, data any
 	return nil
 }
 
-// pageSession is the cookie value that stands for the token: an HMAC of
-// it, so the cookie does not carry the token itself.
-func pageSession(token string) string {
-	m := hmac.New(sha256.New, []byte(token))
-	m.Write([]byte("compactd status page session"))
+// pageSessionTTL is how long a status page cookie opens the pages.
+const pageSessionTTL = 12 * time.Hour
+
+// pageSessions issues and checks the status page's cookies. A browser
+// sends a host's cookies to every port of it, and keeps them across the
+// daemon's restarts; so a cookie here is good for one listener, one
+// daemon process and pageSessionTTL only: its name carries the
+// listener's port (two daemons on one host keep their own), and its value
+// is its expiry and an HMAC of it and the listener's address, under a key
+// drawn at random when the daemon starts and mixed with the token. It
+// carries neither the token nor anything a restarted daemon would take.
+type pageSessions struct {
+	key []byte
+	now func() time.Time
+}
+
+func newPageSessions(token string) *pageSessions {
+	secret := make([]byte, 32)
+	rand.Read(secret)
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(token))
+	return &pageSessions{key: m.Sum(nil), now: time.Now}
+}
+
+// listenerOf returns the address of the listener r came in on.
+func listenerOf(r *http.Request) string {
+	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		return a.String()
+	}
+	return ""
+}
+
+// cookieName is the page cookie's name on a listener: pageCookie and its
+// port.
+func cookieName(listener string) string {
+	if _, port, err := net.SplitHostPort(listener); err == nil {
+		return pageCookie + "_" + port
+	}
+	return pageCookie
+}
+
+func (ps *pageSessions) mac(listener string, expires int64) string {
+	m := hmac.New(sha256.New, ps.key)
+	fmt.Fprintf(m, "compactd status page session\x00%s\x00%d", listener, expires)
 	return hex.EncodeToString(m.Sum(nil))
+}
+
+// issue returns a new cookie for the listener.
+func (ps *pageSessions) issue(listener string) *http.Cookie {
+	exp := ps.now().Add(pageSessionTTL).Truncate(time.Second)
+	return &http.Cookie{
+		Name: cookieName(listener), Value: strconv.FormatInt(exp.Unix(), 10) + "." + ps.mac(listener, exp.Unix()),
+		Path: "/", Expires: exp, MaxAge: int(pageSessionTTL / time.Second), HttpOnly: true, SameSite: http.SameSiteStrictMode,
+	}
+}
+
+// valid reports whether r carries a cookie this daemon issued for this
+// listener, unexpired.
+func (ps *pageSessions) valid(r *http.Request) bool {
+	listener := listenerOf(r)
+	c, err := r.Cookie(cookieName(listener))
+	if err != nil {
+		return false
+	}
+	expText, mac, ok := strings.Cut(c.Value, ".")
+	exp, err := strconv.ParseInt(expText, 10, 64)
+	if !ok || err != nil || ps.now().Unix() >= exp {
+		return false
+	}
+	return hmac.Equal([]byte(mac), []byte(ps.mac(listener, exp)))
 }
 
 // pageAuth lets a browser onto the TCP listener's pages, which it cannot
 // send a bearer header to: ?token=TOKEN on a page sets an HttpOnly,
-// SameSite=Strict cookie and redirects to the same page without the
-// token; the cookie then opens the pages (GET and HEAD only, never the
-// API). It reports whether it handled r (redirect) or r carries a valid
-// cookie.
-func (s *Server) pageAuth(w http.ResponseWriter, r *http.Request, token, session string) (handled, ok bool) {
+// SameSite=Strict cookie (pageSessions: this listener, this daemon
+// process, 12 hours) and redirects to the same page without the token;
+// the cookie then opens the pages (GET and HEAD only, never the API). It
+// reports whether it handled r (redirect) or r carries a valid cookie.
+func (s *Server) pageAuth(w http.ResponseWriter, r *http.Request, token string, sessions *pageSessions) (handled, ok bool) {
 	if !isPage(r) {
 		return false, false
 	}
 	q := r.URL.Query()
 	if t := q.Get("token"); t != "" && subtle.ConstantTimeCompare([]byte(t), []byte(token)) == 1 {
-		http.SetCookie(w, &http.Cookie{Name: pageCookie, Value: session, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+		http.SetCookie(w, sessions.issue(listenerOf(r)))
 		q.Del("token")
 		u := *r.URL
 		u.RawQuery = q.Encode()
@@ -193,6 +260,5 @@ func (s *Server) pageAuth(w http.ResponseWriter, r *http.Request, token, session
 		s.metrics.requests.add(1, "page", "303")
 		return true, false
 	}
-	c, err := r.Cookie(pageCookie)
-	return false, err == nil && subtle.ConstantTimeCompare([]byte(c.Value), []byte(session)) == 1
+	return false, sessions.valid(r)
 }

@@ -1,13 +1,17 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/compactd/compactd/client"
 )
@@ -240,7 +244,9 @@ func TestStatusPageTCP(t *testing.T) {
 		t.Fatalf("token exchange: %d %v", r.StatusCode, r.Header)
 	}
 	ck := cookies[0]
-	if !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode || strings.Contains(ck.Value, "page-token") {
+	_, port, _ := net.SplitHostPort(td.TCPAddr())
+	if !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode || strings.Contains(ck.Value, "page-token") ||
+		ck.Name != "compactd_page_"+port || ck.MaxAge != 12*60*60 || ck.Path != "/" {
 		t.Errorf("cookie %+v", ck)
 	}
 	if r := get("/", ck); r.StatusCode != 200 {
@@ -260,8 +266,80 @@ func TestStatusPageTCP(t *testing.T) {
 	if resp, err := c.Do(req); err != nil || resp.StatusCode != 401 {
 		t.Errorf("POST / with the cookie: %v %v", resp.StatusCode, err)
 	}
-	ck.Value = strings.Repeat("0", len(ck.Value))
-	if r := get("/", ck); r.StatusCode != 401 {
+	forged := *ck
+	forged.Value = strings.Repeat("0", len(ck.Value))
+	if r := get("/", &forged); r.StatusCode != 401 {
 		t.Errorf("forged cookie: %d", r.StatusCode)
+	}
+	exp, mac, _ := strings.Cut(ck.Value, ".")
+	forged.Value = exp + "9." + mac // a later expiry under the same MAC
+	if r := get("/", &forged); r.StatusCode != 401 {
+		t.Errorf("cookie with its expiry moved: %d", r.StatusCode)
+	}
+
+	// A browser sends the cookie to every port of the host: another
+	// daemon with the same token takes it neither under its name nor
+	// under its own.
+	td2 := startDaemon(t, "tcp:\n  listen: 127.0.0.1:0\n  token_file: "+tokenFile+"\n", pluginLastn)
+	_, port2, _ := net.SplitHostPort(td2.TCPAddr())
+	for _, name := range []string{ck.Name, "compactd_page_" + port2} {
+		other := *ck
+		other.Name = name
+		req, _ := http.NewRequest("GET", "http://"+td2.TCPAddr()+"/", nil)
+		req.AddCookie(&other)
+		if resp, err := c.Do(req); err != nil || resp.StatusCode != 401 {
+			t.Errorf("another port's daemon took the cookie as %s: %v %v", name, resp.StatusCode, err)
+		}
+	}
+
+	// A restarted daemon on the same port does not take it either.
+	addr := td.TCPAddr()
+	if err := td.Shutdown(bg); err != nil {
+		t.Fatal(err)
+	}
+	startDaemon(t, "tcp:\n  listen: "+addr+"\n  token_file: "+tokenFile+"\n", pluginLastn)
+	if r := get("/", ck); r.StatusCode != 401 {
+		t.Errorf("a restarted daemon took the old cookie: %d", r.StatusCode)
+	}
+	r = get("/?token=page-token", nil)
+	if r.StatusCode != 303 || len(r.Cookies()) != 1 {
+		t.Fatalf("token exchange after the restart: %d", r.StatusCode)
+	}
+	if r := get("/", r.Cookies()[0]); r.StatusCode != 200 {
+		t.Errorf("the new cookie: %d", r.StatusCode)
+	}
+}
+
+// TestPageSessionsExpire: a page cookie opens the pages until its expiry,
+// and not after.
+func TestPageSessionsExpire(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	ps := newPageSessions("tok")
+	ps.now = func() time.Time { return now }
+	req := func(c *http.Cookie) *http.Request {
+		r := httptest.NewRequest("GET", "/", nil)
+		r = r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 7077}))
+		if c != nil {
+			r.AddCookie(c)
+		}
+		return r
+	}
+	ck := ps.issue("127.0.0.1:7077")
+	if !ps.valid(req(ck)) || ck.Name != "compactd_page_7077" || !ck.Expires.Equal(now.Add(pageSessionTTL)) {
+		t.Fatalf("a fresh cookie: %+v", ck)
+	}
+	if ps.valid(req(nil)) {
+		t.Fatal("no cookie opened the pages")
+	}
+	now = now.Add(pageSessionTTL - time.Second)
+	if !ps.valid(req(ck)) {
+		t.Fatal("the cookie expired early")
+	}
+	now = now.Add(time.Second)
+	if ps.valid(req(ck)) {
+		t.Fatal("an expired cookie opened the pages")
+	}
+	if other := ps.issue("127.0.0.1:7078"); ps.valid(req(&http.Cookie{Name: ck.Name, Value: other.Value})) {
+		t.Fatal("another listener's cookie opened the pages")
 	}
 }

@@ -81,6 +81,8 @@ type Server struct {
 	reloadMu  sync.Mutex
 	reloadErr error     // the config file's last reload, if it failed
 	reloadAt  time.Time // when
+
+	upstreams upstreamChanges
 }
 
 // maxConfigBody caps a PUT /v1/config body.
@@ -228,7 +230,7 @@ func (s *Server) proxied(r *http.Request) bool {
 // (see pageAuth).
 func (s *Server) TokenHandler(token string) http.Handler {
 	bearer := []byte("Bearer " + token)
-	session := pageSession(token)
+	sessions := newPageSessions(token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		proxied := s.proxied(r)
 		var got, want []byte
@@ -242,7 +244,7 @@ func (s *Server) TokenHandler(token string) http.Handler {
 			return
 		}
 		if !proxied {
-			if handled, ok := s.pageAuth(w, r, token, session); handled || ok {
+			if handled, ok := s.pageAuth(w, r, token, sessions); handled || ok {
 				if ok {
 					s.mux.ServeHTTP(w, r)
 				}

@@ -29,16 +29,17 @@ type zooEntry struct {
 
 var zoo = []zooEntry{
 	{"memory_over_cap.wasm", "host/testdata/hostile/memory_over_cap.wat", "declares 4097 pages (256.1 MiB) of initial memory; the limit is 4096 pages"},
-	{"start_loop.wasm", "host/testdata/hostile/start_loop.wat", "instantiate: plugin call timed out: the start section or _initialize ran past the time limit"},
-	{"fast_start_loop.wasm", "host/testdata/hostile/fast_start_loop.wat", "instantiate: plugin call timed out: the start section or _initialize ran past the time limit"},
+	{"start_loop.wasm", "host/testdata/hostile/start_loop.wat", "instantiate: plugin used up its work budget: the start section or _initialize used up its work budget of 1000000 steps"},
+	{"fast_start_loop.wasm", "host/testdata/hostile/fast_start_loop.wat", "instantiate: plugin used up its work budget: the start section or _initialize used up its work budget of 1000000 steps"},
+	{"fast_init_loop.wasm", "host/testdata/hostile/fast_init_loop.wat", "instantiate: plugin used up its work budget: the start section or _initialize used up its work budget of 1000000 steps"},
 	{"describe_loop.wasm", "host/testdata/hostile/describe_loop.wat", "describe: plugin call timed out"},
 	{"describe_recurse.wasm", "host/testdata/hostile/describe_recurse.wat", "describe: plugin call timed out"},
-	{"fast_start_recurse.wasm", "host/testdata/hostile/fast_start_recurse.wat", "instantiate: plugin call timed out: the start section or _initialize ran past the time limit"},
+	{"fast_start_recurse.wasm", "host/testdata/hostile/fast_start_recurse.wat", "instantiate: plugin used up its work budget: the start section or _initialize used up its work budget of 1000000 steps"},
 	{"describe_huge.wasm", "host/testdata/hostile/describe_huge.wat", "a description is 8388608 bytes; the limit is 1048576"},
 	{"grow_1gib.wasm", "host/testdata/hostile/grow_1gib.wat", "compact: plugin exceeded its memory limit"},
 	{"bad_utf8.wasm", "host/testdata/hostile/bad_utf8.wat", "the description is not UTF-8 (byte"},
 	{"badref.wasm", "host/testdata/hostile/hostile.c#HOSTILE_BADREF", "ref 999999 is out of range"},
-	{"log_spam.wasm", "host/testdata/hostile/log_spam.wat", "compact: plugin call timed out: ran past its time limit of"},
+	{"log_spam.wasm", "host/testdata/hostile/log_spam.wat", "compact: plugin call timed out: ran past its wall-clock time limit of"},
 	{"count_huge.wasm", "host/testdata/hostile/count_huge.wat", "compact: plugin call timed out"},
 	{"stack_overflow.wasm", "host/testdata/hostile/stack_overflow.wat", "stack overflow"},
 	{"fast_alloc_trap.wasm", "host/testdata/hostile/fast_alloc_trap.wat", "describe: plugin trapped"},
@@ -93,8 +94,10 @@ func TestHostileZoo(t *testing.T) {
 	// seconds before the overflow is reported; and the log spammer, so
 	// that it outruns the rate limit's burst of 1000 lines however slow
 	// the machine. The healthy policy gets a minute: its requests must
-	// not fail because the machine is slow.
-	td := setup(t, "limits:\n  plugin:\n    call_timeout: "+timeout+"\n  plugins:\n    lastn: {call_timeout: 1m}\n    zoo-recurse: {call_timeout: 1m}\n    zoo-logspam: {call_timeout: "+spam+"}\n", pluginLastn)
+	// not fail because the machine is slow. Start sections and
+	// _initialize get the least work budget there is (a million steps):
+	// the interpreter under -race takes seconds for it.
+	td := setup(t, "limits:\n  plugin:\n    call_timeout: "+timeout+"\n    start_work_budget: 1000000\n  plugins:\n    lastn: {call_timeout: 1m}\n    zoo-recurse: {call_timeout: 1m}\n    zoo-logspam: {call_timeout: "+spam+"}\n", pluginLastn)
 	built := make([][]byte, len(zoo))
 	for i, e := range zoo {
 		built[i] = zooBytes(t, e) // build (and time) everything before the daemon runs
@@ -240,9 +243,9 @@ func TestHostileZoo(t *testing.T) {
 // others at once, and says so in the log and in /v1/policies. New bytes
 // in the file end the quarantine.
 func TestCrashLoopQuarantine(t *testing.T) {
-	// The looping start section gets ten minutes: the first daemon is
-	// still loading it when it is killed.
-	td := setup(t, "log_level: debug\nlimits:\n  plugins:\n    start_loop:\n      call_timeout: 10m\n", pluginLastn)
+	// The looping start section gets ten minutes and the most work
+	// there is: the first daemon is still loading it when it is killed.
+	td := setup(t, "log_level: debug\nlimits:\n  plugins:\n    start_loop:\n      call_timeout: 10m\n      start_work_budget: 1000000000000000\n", pluginLastn)
 	loop := zooBytes(t, zooEntry{file: "start_loop.wasm", src: "host/testdata/hostile/start_loop.wat"})
 	os.WriteFile(filepath.Join(td.plugins, "start_loop.wasm"), loop, 0o644)
 	markers := filepath.Join(td.dir, "state", "plugin-loads")

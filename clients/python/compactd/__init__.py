@@ -16,6 +16,7 @@ from .errors import (
     BadRequest,
     CompactdError,
     DaemonUnavailable,
+    Forbidden,
     InternalError,
     InvalidConfig,
     InvalidConversation,
@@ -43,11 +44,14 @@ from .types import (
     Policy,
     PolicyCounts,
     PolicyInstances,
+    ProxyStatus,
+    ProxyUpstreams,
     Stage,
     Stats,
     Status,
     StoreDescriptor,
     Totals,
+    UpstreamChange,
     Usage,
 )
 
@@ -56,9 +60,10 @@ __version__ = "0.1.0"
 __all__ = [
     "Client", "compact", "default_socket_path", "DEFAULT_TIMEOUT", "ERROR_CODES",
     "CompactdError", "DaemonUnavailable", "APIError", "InvalidJSON", "BadRequest",
-    "InvalidConversation", "UnsupportedFormat", "InvalidConfig", "NoPolicy", "Unauthorized", "UnknownPolicy",
+    "InvalidConversation", "UnsupportedFormat", "InvalidConfig", "NoPolicy", "Unauthorized", "Forbidden", "UnknownPolicy",
     "NotFound", "MethodNotAllowed", "RequestTooLarge", "TooManyMessages", "InternalError",
     "CompactResponse", "Stats", "Stage", "Policy", "PolicyInstances", "Limits", "LoadError", "Status",
-    "PolicyCounts", "Totals", "StoreDescriptor", "Conversation", "CompactionDetail",
+    "PolicyCounts", "Totals", "StoreDescriptor", "ProxyStatus", "ProxyUpstreams", "UpstreamChange",
+    "Conversation", "CompactionDetail",
     "CompactionRow", "MessagePreview", "ConfigDocument", "Health", "Message", "Usage",
 ]

@@ -13,6 +13,7 @@ ERROR_CODES: Dict[str, int] = {
     "invalid_config": 400,
     "no_policy": 400,
     "unauthorized": 401,
+    "forbidden": 403,
     "unknown_policy": 404,
     "not_found": 404,
     "method_not_allowed": 405,
@@ -81,6 +82,11 @@ class Unauthorized(APIError):
     """401 unauthorized: the TCP listener needs the bearer token."""
 
 
+class Forbidden(APIError):
+    """403 forbidden: a config update the running config forbids
+    (proxy.allow_upstream_change: false refuses changing the upstreams)."""
+
+
 class UnknownPolicy(APIError):
     """404 unknown_policy: no plugin serves that policy."""
 
@@ -113,6 +119,7 @@ _BY_CODE: Dict[str, Type[APIError]] = {
     "invalid_config": InvalidConfig,
     "no_policy": NoPolicy,
     "unauthorized": Unauthorized,
+    "forbidden": Forbidden,
     "unknown_policy": UnknownPolicy,
     "not_found": NotFound,
     "method_not_allowed": MethodNotAllowed,

@@ -80,6 +80,10 @@ class Limits:
     call_timeout: str
     max_output_bytes: int
     max_instances: int
+    work_budget: int
+    """The steps (loop iterations and calls) one call may take."""
+    start_work_budget: int
+    """The steps the start section, and then _initialize, may each take."""
 
 
 @dataclass
@@ -243,6 +247,34 @@ class StoreDescriptor:
 
 
 @dataclass
+class ProxyUpstreams:
+    """The proxy's running upstreams ("" when not proxied)."""
+
+    openai: str
+    anthropic: str
+
+
+@dataclass
+class UpstreamChange:
+    """One change of a provider's upstream while the daemon ran."""
+
+    provider: str
+    old: str
+    new: str
+    at: _dt.datetime
+    by: str
+
+
+@dataclass
+class ProxyStatus:
+    """Where the proxy forwards, and the upstream changes since the start."""
+
+    upstreams: ProxyUpstreams
+    allow_upstream_change: bool
+    upstream_changes: List[UpstreamChange]
+
+
+@dataclass
 class Status:
     """The answer to GET /v1/status."""
 
@@ -254,6 +286,7 @@ class Status:
     totals: Totals
     conversations: List[Conversation]
     store: StoreDescriptor
+    proxy: ProxyStatus
 
 
 @dataclass

@@ -303,6 +303,8 @@ SCHEMAS = {
     "Limits": types.Limits,
     "LoadError": types.LoadError,
     "Status": types.Status,
+    "ProxyStatus": types.ProxyStatus,
+    "UpstreamChange": types.UpstreamChange,
     "Conversation": types.Conversation,
     "Usage": types.Usage,
     "CompactionDetail": types.CompactionDetail,
@@ -327,6 +329,8 @@ def test_status_nested_schemas_match(client):
     props = client.openapi()["components"]["schemas"]["Status"]["properties"]
     for key, cls in (("policies", types.PolicyCounts), ("totals", types.Totals), ("store", types.StoreDescriptor)):
         assert {f.name for f in dataclasses.fields(cls)} == set(props[key]["properties"])
+    props = client.openapi()["components"]["schemas"]["ProxyStatus"]["properties"]
+    assert {f.name for f in dataclasses.fields(types.ProxyUpstreams)} == set(props["upstreams"]["properties"])
     props = client.openapi()["components"]["schemas"]["Policy"]["properties"]
     assert {f.name for f in dataclasses.fields(types.PolicyInstances)} == set(props["instances"]["properties"])
 

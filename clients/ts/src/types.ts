@@ -219,18 +219,30 @@ export interface Config {
    * the OpenAI- and Anthropic-compatible proxy (docs/proxy.md)
    */
   proxy: {
+    /**
+     * whether PUT /v1/config and SIGHUP may change the upstreams of the running daemon (default true); while false they refuse such a change, and turning this back on, with 403 `forbidden` (SIGHUP: logged, running config kept); a start applies the file
+     */
+    allow_upstream_change: boolean;
     anthropic: ProxyUpstream;
+    /**
+     * the most the proxy holds of an upstream answer at a time: one stream event (past it the stream ends with an error event), or a non-streamed answer (a larger one passes through unread) (default 16 MiB)
+     */
+    max_event_bytes: number;
     /**
      * memory for the conversations' last requests, for manual compaction (default 64 MiB)
      */
     max_stored_bytes: number;
     openai: ProxyUpstream;
     /**
+     * 1s to 24h; the longest silence of an upstream once its headers arrived, between two reads of its body; not a limit on the whole answer (default 5m)
+     */
+    read_timeout: string;
+    /**
      * the usage ratio that triggers a compaction (default 0.8)
      */
     threshold: number;
     /**
-     * 1s to 24h; one upstream exchange, streams included (default 10m)
+     * 1s to 24h; the wait for an upstream's response headers, its request sent (default 10m)
      */
     timeout: string;
     /**
@@ -404,6 +416,7 @@ export type ErrorBadRequest = ErrorBody;
  * | `invalid_config` | 400 | a policy config or config update is invalid |
  * | `no_policy` | 400 | no policy named and no default configured |
  * | `unauthorized` | 401 | the TCP listener without the bearer token |
+ * | `forbidden` | 403 | a config update the running config forbids (`proxy.allow_upstream_change: false`) |
  * | `unknown_policy` | 404 | no plugin serves that policy |
  * | `not_found` | 404 | no such endpoint or conversation |
  * | `method_not_allowed` | 405 | the endpoint does not take the method |
@@ -411,7 +424,7 @@ export type ErrorBadRequest = ErrorBody;
  * | `too_many_messages` | 413 | the conversation is over `limits.max_messages` |
  * | `internal` | 500 | a bug in compactd |
  */
-export type ErrorCode = "invalid_json" | "bad_request" | "invalid_conversation" | "unsupported_format" | "invalid_config" | "no_policy" | "unauthorized" | "unknown_policy" | "not_found" | "method_not_allowed" | "request_too_large" | "too_many_messages" | "internal";
+export type ErrorCode = "invalid_json" | "bad_request" | "invalid_conversation" | "unsupported_format" | "invalid_config" | "no_policy" | "unauthorized" | "forbidden" | "unknown_policy" | "not_found" | "method_not_allowed" | "request_too_large" | "too_many_messages" | "internal";
 
 /** The HTTP status of each ErrorCode. */
 export const ERROR_CODE_STATUS: Readonly<Record<ErrorCode, number>> = {
@@ -422,6 +435,7 @@ export const ERROR_CODE_STATUS: Readonly<Record<ErrorCode, number>> = {
   invalid_config: 400,
   no_policy: 400,
   unauthorized: 401,
+  forbidden: 403,
   unknown_policy: 404,
   not_found: 404,
   method_not_allowed: 405,
@@ -493,12 +507,20 @@ export interface InputAudioPart {
  */
 export interface Limits {
   /**
-   * a Go duration, e.g. 10s
+   * a Go duration, e.g. 10s: the wall-clock limit of a call
    */
   call_timeout: string;
   max_instances: number;
   max_memory_bytes: number;
   max_output_bytes: number;
+  /**
+   * the steps the start section, and then _initialize, may each take
+   */
+  start_work_budget: number;
+  /**
+   * the steps (loop iterations and calls) one call may take
+   */
+  work_budget: number;
 }
 
 /**
@@ -615,6 +637,8 @@ export interface PluginLimits {
    */
   max_memory_mb?: number;
   max_output_bytes?: number;
+  start_work_budget?: number;
+  work_budget?: number;
 }
 
 /**
@@ -697,9 +721,31 @@ export interface PolicyList {
  * | `not_found` | 404 | a forwarded path whose upstream was removed as the request arrived |
  * | `upstream_unreachable` | 502 | the upstream could not be reached |
  * | `bad_upstream` | 502 | the upstream URL is unusable |
- * | `upstream_timeout` | 504 | the upstream did not answer within `proxy.timeout` |
+ * | `upstream_timeout` | 504 | the upstream did not send its headers within `proxy.timeout`, or went silent after them for `proxy.read_timeout` (a stream: its error event) |
+ * | `upstream_event_too_large` | — | a stream's error event: a line or an event of the upstream's ran past `proxy.max_event_bytes` |
  */
-export type ProxyErrorCode = "bad_request" | "unauthorized" | "proxy_off" | "not_found" | "upstream_unreachable" | "bad_upstream" | "upstream_timeout";
+export type ProxyErrorCode = "bad_request" | "unauthorized" | "proxy_off" | "not_found" | "upstream_unreachable" | "bad_upstream" | "upstream_timeout" | "upstream_event_too_large";
+
+/**
+ * where the proxy forwards each provider's requests (and the provider keys they carry), and who moved it
+ */
+export interface ProxyStatus {
+  /**
+   * `proxy.allow_upstream_change`: false when the running daemon refuses to change its upstreams
+   */
+  allow_upstream_change: boolean;
+  /**
+   * the upstream changes since the daemon started (PUT /v1/config, SIGHUP), oldest first, the last 16
+   */
+  upstream_changes: UpstreamChange[];
+  /**
+   * the running upstreams' base URLs ("" when that provider is not proxied)
+   */
+  upstreams: {
+    anthropic: string;
+    openai: string;
+  };
+}
 
 /**
  * one provider's upstream (without `upstream`, that provider is not proxied)
@@ -780,6 +826,7 @@ export interface Status {
     failed: number;
     serving: number;
   };
+  proxy: ProxyStatus;
   started_at: string;
   store: {
     max_conversations: number;
@@ -801,6 +848,23 @@ export interface TextPart {
   text: string;
   type: "text";
   [key: string]: unknown;
+}
+
+export interface UpstreamChange {
+  at: string;
+  /**
+   * how: "PUT /v1/config on the Unix socket", "PUT /v1/config on the TCP listener from ADDRESS", or "SIGHUP (the config file reloaded)"
+   */
+  by: string;
+  /**
+   * the new base URL ("" when it is no longer proxied)
+   */
+  new: string;
+  /**
+   * the old base URL ("" when it was not proxied)
+   */
+  old: string;
+  provider: "openai" | "anthropic";
 }
 
 /**

@@ -236,7 +236,11 @@ func appendU32(dst []byte, v uint32) []byte {
 	}
 }
 
-func appendS32(dst []byte, v int32) []byte {
+func appendS32(dst []byte, v int32) []byte { return appendS64(dst, int64(v)) }
+
+// appendS64 appends a signed LEB128 (an i64.const's immediate: a budget
+// above 2^63 is written as the negative number with the same bits).
+func appendS64(dst []byte, v int64) []byte {
 	for {
 		c := byte(v & 0x7f)
 		v >>= 7

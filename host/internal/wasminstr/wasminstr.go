@@ -1,5 +1,6 @@
 // Package wasminstr makes a WebAssembly module interruptible at a low
-// cost, so the host can run it without wazero's termination checks.
+// cost, so the host can run it without wazero's termination checks, and
+// bounds the work it may do in each call.
 //
 // wazero makes a module interruptible (WithCloseOnContextDone) by calling
 // out to Go at every loop header, to check whether the call's context is
@@ -10,21 +11,36 @@
 //
 // Instrument rewrites the module instead: at every loop header (and at
 // the entry of every function that calls and does not open with a loop,
-// for recursion that loops nowhere) it decrements a fuel counter (a global of its own), and only when the
-// counter reaches zero (every Fuel loop iterations) it leaves the guest
-// (a memory.grow of zero pages, which wazero serves in Go, so the Go
-// runtime can preempt the goroutine there, e.g. for a garbage collection)
-// and looks at a stop flag (another global, exported as StopGlobal) that
-// the host sets from a timer when the call must end: the guest then
-// traps. The module's start function, which would run inside
-// instantiation where nothing can stop it, is exported as StartExport
-// instead, for the host to call under the same guard.
+// for recursion that loops nowhere) it decrements a fuel counter (a
+// global of its own), and only when the counter reaches zero (every Fuel
+// such steps) it calls an added function that refills it, takes one from
+// a work budget (another global; the guest traps in a function of its
+// own, OutOfWork, when the budget is used up), leaves the guest (a memory.grow of zero pages,
+// which wazero serves in Go, so the Go runtime can preempt the goroutine
+// there, e.g. for a garbage collection) and looks at a stop flag (a third
+// global, exported as StopGlobal) that the host sets from a timer when
+// the call must end: the guest then traps.
+//
+// The budget counts work, not time: the same call on the same input
+// stops at the same step on any machine, however busy, compiled or
+// interpreted. Every exported function is reached through an added
+// wrapper that sets the budget (Options.CallBudget, or
+// Options.StartBudget for _initialize and the like) when the host calls
+// in, and only then: a call from inside the guest does not reset it. The
+// module's start function runs under the budget's initial value,
+// StartBudget. The start function, which would run inside instantiation
+// where nothing but the budget can stop it, is exported as StartExport
+// instead, for the host to call under the same guard, unless
+// Options.KeepStart asks otherwise (the Extism SDK owns instantiation,
+// and wazero's own checks guard it there).
 //
 // Nothing else changes: no index of any existing function, global,
-// table or memory moves, so the rest of the module is copied as it is.
-// A module the instrumenter does not fully understand (an opcode it does
-// not know, no memory to grow) is refused with an error, and the host
-// keeps wazero's checks for it, with EntryLoops' empty loops at function
+// table, memory or type moves (what is added comes after), so the rest
+// of the module is copied as it is. A module the instrumenter does not
+// fully understand (an opcode it does not know, no memory to grow, code
+// that names a function or global the module does not have, which would
+// reach the added ones) is refused with an error, and the host keeps
+// wazero's checks for it, with EntryLoops' empty loops at function
 // entries so that those checks cover recursion too.
 package wasminstr
 
@@ -41,26 +57,63 @@ const (
 	// StopGlobal is the mutable i32 global the host sets to a non-zero
 	// value to make the guest trap at its next check.
 	StopGlobal = "compactd:stop"
-	// StartExport is the module's start function, when it had one.
+	// BudgetGlobal is the mutable i64 global that holds what is left of
+	// the running call's work budget, in refills of Fuel steps.
+	BudgetGlobal = "compactd:budget"
+	// StartExport is the module's start function, when it had one (and
+	// Options.KeepStart was not set).
 	StartExport = "compactd:start"
+	// NopExport is a function that does nothing. Calling it makes the
+	// Extism SDK run the guest's runtime initialization (_initialize),
+	// which it does before a module's first call.
+	NopExport = "compactd:nop"
 )
 
-// Fuel is the number of loop iterations between two checks of the stop
-// flag (and two visits to Go).
+// Fuel is the number of steps (loop iterations and entries of functions
+// that call) between two checks of the stop flag and the work budget
+// (and two visits to Go).
 const Fuel = 1024
+
+// initExports are the exports a runtime calls to initialize the guest
+// (WASI reactors' _initialize; __wasm_call_ctors and hs_init, which the
+// Extism SDK calls for WASI commands and Haskell): they run under
+// Options.StartBudget.
+var initExports = map[string]bool{"_initialize": true, "__wasm_call_ctors": true, "hs_init": true}
 
 // ErrUnsupported wraps the reasons a module cannot be instrumented.
 var ErrUnsupported = errors.New("wasminstr: module not supported")
+
+// Options are Instrument's settings.
+type Options struct {
+	// CallBudget is the work budget of each call of an exported
+	// function, in refills: a call traps after CallBudget×Fuel steps.
+	// Zero means no budget (2^64 refills).
+	CallBudget uint64
+	// StartBudget is the work budget of the module's start function and
+	// of _initialize, in refills. Zero means no budget.
+	StartBudget uint64
+	// KeepStart leaves the start section in place: the start function
+	// runs during instantiation, under StartBudget, rather than being
+	// exported as StartExport.
+	KeepStart bool
+}
 
 // Result is an instrumented module.
 type Result struct {
 	// Module is the instrumented module.
 	Module []byte
 	// HasStart reports that the module had a start function, now
-	// exported as StartExport: call it once, right after instantiation.
+	// exported as StartExport (unless Options.KeepStart): call it once,
+	// right after instantiation.
 	HasStart bool
 	// Loops is the number of loop headers instrumented.
 	Loops int
+	// OutOfWork is the index of the function in which the guest traps
+	// (unreachable) when its work budget is used up: a trap whose
+	// innermost frame is this function is the budget's doing.
+	OutOfWork uint32
+	// Options are the options the module was instrumented with.
+	Options Options
 }
 
 // Section ids.
@@ -91,8 +144,37 @@ type section struct {
 	body []byte
 }
 
+// layout is what Instrument learns of a module before it rewrites it:
+// the sizes of its index spaces and the indices it adds.
+type layout struct {
+	types        []funcType // the type section's function types
+	funcTypes    []uint32   // type index of each defined function
+	importedFunc uint32
+	funcs        uint32 // imported + defined functions
+	globals      uint32 // imported + defined globals
+	mems         uint32 // imported + defined memories
+	startFunc    uint32
+	hasStart     bool
+
+	// Added: the globals (fuel, stop, budget, and whether a call from the
+	// host is running), the type [] -> [] and the functions before the
+	// wrappers.
+	fuel, stop, budget, active       uint32
+	voidType, outOfWork, nop, refill uint32
+}
+
+// funcType is a function type's parameter count (all a wrapper needs).
+type funcType struct{ params uint32 }
+
+// wrapper is an added function through which the host enters an
+// exported one.
+type wrapper struct {
+	target, typ, params uint32
+	budget              uint64
+}
+
 // Instrument returns the instrumented module.
-func Instrument(module []byte) (*Result, error) {
+func Instrument(module []byte, opts Options) (*Result, error) {
 	if len(module) < 8 || !bytes.Equal(module[:4], []byte("\x00asm")) || binary.LittleEndian.Uint32(module[4:8]) != 1 {
 		return nil, fmt.Errorf("%w: not a WebAssembly 1.0 binary", ErrUnsupported)
 	}
@@ -107,72 +189,50 @@ func Instrument(module []byte) (*Result, error) {
 		}
 		secs = append(secs, section{id: id, body: body})
 	}
-
-	var (
-		importedGlobals, importedMems, definedGlobals, definedMems uint32
-		startFunc                                                  uint32
-		hasStart                                                   bool
-	)
-	for _, s := range secs {
-		switch s.id {
-		case secImport:
-			g, m, err := countImports(s.body)
-			if err != nil {
-				return nil, err
-			}
-			importedGlobals, importedMems = g, m
-		case secGlobal:
-			rr := reader{b: s.body}
-			definedGlobals = rr.u32()
-			if rr.err != nil {
-				return nil, fmt.Errorf("%w: global section: %v", ErrUnsupported, rr.err)
-			}
-		case secMemory:
-			rr := reader{b: s.body}
-			definedMems = rr.u32()
-		case secStart:
-			rr := reader{b: s.body}
-			startFunc, hasStart = rr.u32(), true
-			if rr.err != nil {
-				return nil, fmt.Errorf("%w: start section: %v", ErrUnsupported, rr.err)
-			}
-		}
+	l, err := readLayout(secs)
+	if err != nil {
+		return nil, err
 	}
-	if importedMems+definedMems == 0 {
+	if l.mems == 0 {
 		return nil, fmt.Errorf("%w: no memory (the check leaves the guest with memory.grow)", ErrUnsupported)
 	}
-	fuel := importedGlobals + definedGlobals
-	stop := fuel + 1
-	check := checkCode(fuel, stop)
+	check := checkCode(l)
 
-	res := &Result{HasStart: hasStart}
+	res := &Result{HasStart: l.hasStart && !opts.KeepStart, OutOfWork: l.outOfWork, Options: opts}
+	// The wrappers: one per export of a defined function, and one for
+	// the start function when it is exported.
+	var wrappers []wrapper
+	exports, err := rewriteExports(secs, l, opts, &wrappers)
+	if err != nil {
+		return nil, err
+	}
 	var out []section
-	var haveGlobals, haveExports bool
+	var seen [secTag + 1]bool
 	for _, s := range secs {
+		if int(s.id) < len(seen) {
+			seen[s.id] = true
+		}
 		switch s.id {
+		case secType:
+			out = append(out, section{id: secType, body: appendVec(s.body, 1, []byte{0x60, 0x00, 0x00})})
+		case secFunction:
+			out = append(out, section{id: secFunction, body: appendVec(s.body, added+len(wrappers), addedFuncTypes(l, wrappers))})
 		case secGlobal:
-			body, err := appendGlobals(s.body)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, section{id: secGlobal, body: body})
-			haveGlobals = true
+			out = append(out, section{id: secGlobal, body: appendVec(s.body, 4, addedGlobals(opts))})
 		case secExport:
-			body, err := appendExports(s.body, stop, startFunc, hasStart)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, section{id: secExport, body: body})
-			haveExports = true
+			out = append(out, section{id: secExport, body: exports})
 		case secStart:
-			// Dropped: exported as StartExport, called by the host.
+			if opts.KeepStart {
+				out = append(out, s)
+			}
+			// Otherwise dropped: exported as StartExport, called by the host.
 		case secCode:
-			body, loops, err := instrumentCode(s.body, check)
+			body, loops, err := instrumentCode(s.body, check, l)
 			if err != nil {
 				return nil, err
 			}
 			res.Loops = loops
-			out = append(out, section{id: secCode, body: body})
+			out = append(out, section{id: secCode, body: appendVec(body, added+len(wrappers), addedCode(l, wrappers))})
 		case secCustom:
 			if isDebugSection(s.body) {
 				continue // code offsets moved: DWARF would lie
@@ -183,13 +243,21 @@ func Instrument(module []byte) (*Result, error) {
 		}
 	}
 	// Sections the module lacks are created where they belong.
-	if !haveGlobals {
-		body, _ := appendGlobals([]byte{0})
-		out = insertSection(out, section{id: secGlobal, body: body})
+	empty := []byte{0}
+	if !seen[secType] {
+		out = insertSection(out, section{id: secType, body: appendVec(empty, 1, []byte{0x60, 0x00, 0x00})})
 	}
-	if !haveExports {
-		body, _ := appendExports([]byte{0}, stop, startFunc, hasStart)
-		out = insertSection(out, section{id: secExport, body: body})
+	if !seen[secFunction] {
+		out = insertSection(out, section{id: secFunction, body: appendVec(empty, added+len(wrappers), addedFuncTypes(l, wrappers))})
+	}
+	if !seen[secGlobal] {
+		out = insertSection(out, section{id: secGlobal, body: appendVec(empty, 4, addedGlobals(opts))})
+	}
+	if !seen[secExport] {
+		out = insertSection(out, section{id: secExport, body: exports})
+	}
+	if !seen[secCode] {
+		out = insertSection(out, section{id: secCode, body: appendVec(empty, added+len(wrappers), addedCode(l, wrappers))})
 	}
 	var buf bytes.Buffer
 	buf.Write(module[:8])
@@ -200,6 +268,254 @@ func Instrument(module []byte) (*Result, error) {
 	}
 	res.Module = buf.Bytes()
 	return res, nil
+}
+
+// readLayout reads the index spaces' sizes and the types of the defined
+// functions.
+func readLayout(secs []section) (*layout, error) {
+	l := &layout{}
+	var definedGlobals, definedMems, definedFuncs uint32
+	haveFuncs, haveCode := false, false
+	for _, s := range secs {
+		rr := reader{b: s.body}
+		switch s.id {
+		case secType:
+			n := rr.u32()
+			for i := uint32(0); i < n && rr.err == nil; i++ {
+				if form := rr.byte(); form != 0x60 {
+					return nil, fmt.Errorf("%w: type %d is not a function type (form 0x%02x)", ErrUnsupported, i, form)
+				}
+				params := rr.u32()
+				for j := uint32(0); j < params && rr.err == nil; j++ {
+					rr.valtype()
+				}
+				results := rr.u32()
+				for j := uint32(0); j < results && rr.err == nil; j++ {
+					rr.valtype()
+				}
+				l.types = append(l.types, funcType{params: params})
+			}
+		case secImport:
+			f, g, m, err := countImports(s.body)
+			if err != nil {
+				return nil, err
+			}
+			l.importedFunc, l.globals, l.mems = f, l.globals+g, l.mems+m
+		case secFunction:
+			definedFuncs = rr.u32()
+			haveFuncs = true
+			for i := uint32(0); i < definedFuncs && rr.err == nil; i++ {
+				t := rr.u32()
+				l.funcTypes = append(l.funcTypes, t)
+			}
+		case secGlobal:
+			definedGlobals = rr.u32()
+		case secMemory:
+			definedMems = rr.u32()
+		case secStart:
+			l.startFunc, l.hasStart = rr.u32(), true
+		case secCode:
+			haveCode = true
+			if n := rr.u32(); rr.err == nil && n != definedFuncs {
+				return nil, fmt.Errorf("%w: %d function bodies for %d functions", ErrUnsupported, n, definedFuncs)
+			}
+		}
+		if rr.err != nil {
+			return nil, fmt.Errorf("%w: section %d: %v", ErrUnsupported, s.id, rr.err)
+		}
+	}
+	if haveFuncs != haveCode && definedFuncs > 0 {
+		return nil, fmt.Errorf("%w: a function section without code, or code without functions", ErrUnsupported)
+	}
+	for i, t := range l.funcTypes {
+		if int(t) >= len(l.types) {
+			return nil, fmt.Errorf("%w: function %d has type %d of %d", ErrUnsupported, i, t, len(l.types))
+		}
+	}
+	l.globals += definedGlobals
+	l.mems += definedMems
+	l.funcs = l.importedFunc + definedFuncs
+	if l.hasStart && l.startFunc >= l.funcs {
+		return nil, fmt.Errorf("%w: start function %d of %d", ErrUnsupported, l.startFunc, l.funcs)
+	}
+	l.fuel, l.stop, l.budget, l.active = l.globals, l.globals+1, l.globals+2, l.globals+3
+	l.voidType = uint32(len(l.types))
+	l.outOfWork, l.nop, l.refill = l.funcs, l.funcs+1, l.funcs+2
+	return l, nil
+}
+
+// appendVec appends n encoded items (add) to a vector's body (its count
+// and its items).
+func appendVec(body []byte, n int, add []byte) []byte {
+	r := reader{b: body}
+	count := r.u32()
+	out := appendU32(make([]byte, 0, len(body)+len(add)+5), count+uint32(n))
+	out = append(out, body[r.off:]...)
+	return append(out, add...)
+}
+
+// added is the number of functions Instrument adds besides the
+// wrappers: OutOfWork, the nop and $refill.
+const added = 3
+
+// addedFuncTypes is the function section's entries for OutOfWork, the
+// nop, $refill and the wrappers.
+func addedFuncTypes(l *layout, wrappers []wrapper) []byte {
+	b := appendU32(nil, l.voidType)
+	b = appendU32(b, l.voidType)
+	b = appendU32(b, l.voidType)
+	for _, w := range wrappers {
+		b = appendU32(b, w.typ)
+	}
+	return b
+}
+
+// addedGlobals is the global section's entries for the fuel counter,
+// the stop flag, the budget and the flag that a call from the host is
+// running (the wrappers set the budget only when it is not, so that no
+// call from inside the guest resets it).
+func addedGlobals(opts Options) []byte {
+	// i32 mut = Fuel; i32 mut = 0; i64 mut = StartBudget; i32 mut = 0.
+	b := []byte{0x7f, 0x01, 0x41}
+	b = appendS32(b, Fuel)
+	b = append(b, 0x0b)
+	b = append(b, 0x7f, 0x01, 0x41, 0x00, 0x0b)
+	b = append(b, 0x7e, 0x01, 0x42)
+	b = appendS64(b, int64(opts.StartBudget))
+	b = append(b, 0x0b)
+	return append(b, 0x7f, 0x01, 0x41, 0x00, 0x0b)
+}
+
+// addedCode is the code section's bodies for OutOfWork, the nop, $refill
+// and the wrappers.
+func addedCode(l *layout, wrappers []wrapper) []byte {
+	// OutOfWork: no locals; unreachable. The nop: no locals, nothing.
+	b := []byte{0x03, 0x00, 0x00, 0x0b, 0x02, 0x00, 0x0b}
+	refill := refillCode(l)
+	b = appendU32(b, uint32(len(refill)))
+	b = append(b, refill...)
+	for _, w := range wrappers {
+		fn := wrapperCode(l, w)
+		b = appendU32(b, uint32(len(fn)))
+		b = append(b, fn...)
+	}
+	return b
+}
+
+// wrapperCode is a wrapper's body:
+//
+//	(local $was i32)
+//	global.get $active; local.tee $was; i32.eqz
+//	if
+//	  i32.const 1; global.set $active
+//	  i32.const Fuel; global.set $fuel
+//	  i64.const budget; global.set $budget
+//	end
+//	local.get 0 … local.get n-1; call target
+//	local.get $was; global.set $active
+//
+// The target's results stay on the stack under the last two
+// instructions. A trap leaves $active set, so an instance that trapped
+// must not be called again (the host discards it).
+func wrapperCode(l *layout, w wrapper) []byte {
+	n := w.params
+	b := []byte{0x01, 0x01, 0x7f}
+	b = append(b, 0x23)
+	b = appendU32(b, l.active)
+	b = append(b, 0x22)
+	b = appendU32(b, n)
+	b = append(b, 0x45, 0x04, 0x40)
+	b = append(b, 0x41, 0x01, 0x24)
+	b = appendU32(b, l.active)
+	b = append(b, 0x41)
+	b = appendS32(b, Fuel)
+	b = append(b, 0x24)
+	b = appendU32(b, l.fuel)
+	b = append(b, 0x42)
+	b = appendS64(b, int64(w.budget))
+	b = append(b, 0x24)
+	b = appendU32(b, l.budget)
+	b = append(b, 0x0b)
+	for i := uint32(0); i < n; i++ {
+		b = append(b, 0x20)
+		b = appendU32(b, i)
+	}
+	b = append(b, 0x10)
+	b = appendU32(b, w.target)
+	b = append(b, 0x20)
+	b = appendU32(b, n)
+	b = append(b, 0x24)
+	b = appendU32(b, l.active)
+	return append(b, 0x0b)
+}
+
+// rewriteExports returns the new export section: every export of a
+// defined function goes through a wrapper (appended to wrappers), and
+// the added names are exported.
+func rewriteExports(secs []section, l *layout, opts Options, wrappers *[]wrapper) ([]byte, error) {
+	body := []byte{0}
+	for _, s := range secs {
+		if s.id == secExport {
+			body = s.body
+		}
+	}
+	r := reader{b: body}
+	n := r.u32()
+	var out []byte
+	wrap := func(w wrapper) uint32 {
+		*wrappers = append(*wrappers, w)
+		return l.refill + uint32(len(*wrappers))
+	}
+	for i := uint32(0); i < n; i++ {
+		name := r.bytes(int(r.u32()))
+		kind := r.byte()
+		idx := r.u32()
+		if r.err != nil {
+			return nil, fmt.Errorf("%w: export section: %v", ErrUnsupported, r.err)
+		}
+		switch s := string(name); {
+		case s == StopGlobal, s == BudgetGlobal, s == StartExport, s == NopExport:
+			return nil, fmt.Errorf("%w: the module already exports %q", ErrUnsupported, name)
+		case kind == 0x00 && idx >= l.funcs, kind == 0x03 && idx >= l.globals:
+			return nil, fmt.Errorf("%w: export %q names index %d, which the module does not have", ErrUnsupported, name, idx)
+		case kind == 0x00 && idx >= l.importedFunc:
+			budget := opts.CallBudget
+			if initExports[s] {
+				budget = opts.StartBudget
+			}
+			typ := l.funcTypes[idx-l.importedFunc]
+			idx = wrap(wrapper{target: idx, typ: typ, params: l.types[typ].params, budget: budget})
+		}
+		out = appendName(out, string(name))
+		out = append(out, kind)
+		out = appendU32(out, idx)
+	}
+	if r.off != len(r.b) {
+		return nil, fmt.Errorf("%w: %d bytes after the exports", ErrUnsupported, len(r.b)-r.off)
+	}
+	count := n + 3
+	out = appendName(out, StopGlobal)
+	out = append(out, 0x03)
+	out = appendU32(out, l.stop)
+	out = appendName(out, BudgetGlobal)
+	out = append(out, 0x03)
+	out = appendU32(out, l.budget)
+	out = appendName(out, NopExport)
+	out = append(out, 0x00)
+	out = appendU32(out, l.nop)
+	if l.hasStart && !opts.KeepStart {
+		// A start function takes and returns nothing.
+		count++
+		out = appendName(out, StartExport)
+		out = append(out, 0x00)
+		out = appendU32(out, wrap(wrapper{target: l.startFunc, typ: l.voidType, budget: opts.StartBudget}))
+	}
+	return append(appendU32(nil, count), out...), nil
+}
+
+func appendName(dst []byte, s string) []byte {
+	dst = appendU32(dst, uint32(len(s)))
+	return append(dst, s...)
 }
 
 // insertSection puts s before the first known section that must follow
@@ -213,67 +529,9 @@ func insertSection(secs []section, s section) []section {
 	return append(secs, s)
 }
 
-// appendGlobals adds the fuel and stop globals to a global section.
-func appendGlobals(body []byte) ([]byte, error) {
-	r := reader{b: body}
-	n := r.u32()
-	if r.err != nil {
-		return nil, fmt.Errorf("%w: global section: %v", ErrUnsupported, r.err)
-	}
-	out := appendU32(nil, n+2)
-	out = append(out, body[r.off:]...)
-	// i32, mutable, init i32.const Fuel / 0.
-	out = append(out, 0x7f, 0x01, 0x41)
-	out = appendS32(out, Fuel)
-	out = append(out, 0x0b)
-	out = append(out, 0x7f, 0x01, 0x41, 0x00, 0x0b)
-	return out, nil
-}
-
-// appendExports exports the stop global (and the start function).
-func appendExports(body []byte, stop, startFunc uint32, hasStart bool) ([]byte, error) {
-	r := reader{b: body}
-	n := r.u32()
-	if r.err != nil {
-		return nil, fmt.Errorf("%w: export section: %v", ErrUnsupported, r.err)
-	}
-	// Refuse a module that already uses our names.
-	rest := r
-	for i := uint32(0); i < n; i++ {
-		name := rest.bytes(int(rest.u32()))
-		rest.byte()
-		rest.u32()
-		if rest.err != nil {
-			return nil, fmt.Errorf("%w: export section: %v", ErrUnsupported, rest.err)
-		}
-		if string(name) == StopGlobal || string(name) == StartExport {
-			return nil, fmt.Errorf("%w: the module already exports %q", ErrUnsupported, name)
-		}
-	}
-	add := uint32(1)
-	if hasStart {
-		add++
-	}
-	out := appendU32(nil, n+add)
-	out = append(out, body[r.off:]...)
-	out = appendName(out, StopGlobal)
-	out = append(out, 0x03) // global
-	out = appendU32(out, stop)
-	if hasStart {
-		out = appendName(out, StartExport)
-		out = append(out, 0x00) // func
-		out = appendU32(out, startFunc)
-	}
-	return out, nil
-}
-
-func appendName(dst []byte, s string) []byte {
-	dst = appendU32(dst, uint32(len(s)))
-	return append(dst, s...)
-}
-
-// countImports returns the number of imported globals and memories.
-func countImports(body []byte) (globals, mems uint32, err error) {
+// countImports returns the number of imported functions, globals and
+// memories.
+func countImports(body []byte) (funcs, globals, mems uint32, err error) {
 	r := reader{b: body}
 	n := r.u32()
 	for i := uint32(0); i < n && r.err == nil; i++ {
@@ -282,6 +540,7 @@ func countImports(body []byte) (globals, mems uint32, err error) {
 		switch kind := r.byte(); kind {
 		case 0x00: // func: type index
 			r.u32()
+			funcs++
 		case 0x01: // table: reftype, limits
 			r.byte()
 			r.limits()
@@ -296,13 +555,13 @@ func countImports(body []byte) (globals, mems uint32, err error) {
 			r.byte()
 			r.u32()
 		default:
-			return 0, 0, fmt.Errorf("%w: import kind %d", ErrUnsupported, kind)
+			return 0, 0, 0, fmt.Errorf("%w: import kind %d", ErrUnsupported, kind)
 		}
 	}
 	if r.err != nil {
-		return 0, 0, fmt.Errorf("%w: import section: %v", ErrUnsupported, r.err)
+		return 0, 0, 0, fmt.Errorf("%w: import section: %v", ErrUnsupported, r.err)
 	}
-	return globals, mems, nil
+	return funcs, globals, mems, nil
 }
 
 func isDebugSection(body []byte) bool {
@@ -311,38 +570,57 @@ func isDebugSection(body []byte) bool {
 	return r.err == nil && bytes.HasPrefix(name, []byte(".debug"))
 }
 
-// checkCode is the code inserted at every loop header:
+// checkCode is the code inserted at every loop header (and at the entry
+// of functions that call):
 //
 //	global.get $fuel; i32.const 1; i32.sub; global.set $fuel
 //	global.get $fuel; i32.eqz
-//	if
-//	  i32.const Fuel; global.set $fuel
-//	  i32.const 0; memory.grow 0; drop     ;; a visit to Go
-//	  global.get $stop
-//	  if unreachable end
-//	end
-func checkCode(fuel, stop uint32) []byte {
-	var b []byte
-	getFuel := append([]byte{0x23}, appendU32(nil, fuel)...)
-	setFuel := append([]byte{0x24}, appendU32(nil, fuel)...)
+//	if call $refill end
+//
+// The rest, every Fuel steps, is in an added function (refillCode): it
+// keeps the code inserted thousands of times small.
+func checkCode(l *layout) []byte {
+	getFuel := append([]byte{0x23}, appendU32(nil, l.fuel)...)
+	b := append([]byte(nil), getFuel...)
+	b = append(b, 0x41, 0x01, 0x6b, 0x24)
+	b = appendU32(b, l.fuel)
 	b = append(b, getFuel...)
-	b = append(b, 0x41, 0x01, 0x6b)
-	b = append(b, setFuel...)
-	b = append(b, getFuel...)
-	b = append(b, 0x45, 0x04, 0x40)
-	b = append(b, 0x41)
+	b = append(b, 0x45, 0x04, 0x40, 0x10)
+	b = appendU32(b, l.refill)
+	return append(b, 0x0b)
+}
+
+// refillCode is the body of the added function $refill:
+//
+//	i32.const Fuel; global.set $fuel
+//	global.get $budget; i64.const 1; i64.sub; global.set $budget
+//	global.get $budget; i64.eqz
+//	if call $outOfWork end                 ;; traps
+//	i32.const 0; memory.grow 0; drop       ;; a visit to Go
+//	global.get $stop
+//	if unreachable end
+func refillCode(l *layout) []byte {
+	getBudget := append([]byte{0x23}, appendU32(nil, l.budget)...)
+	b := []byte{0x00, 0x41} // no locals
 	b = appendS32(b, Fuel)
-	b = append(b, setFuel...)
+	b = append(b, 0x24)
+	b = appendU32(b, l.fuel)
+	b = append(b, getBudget...)
+	b = append(b, 0x42, 0x01, 0x7d, 0x24)
+	b = appendU32(b, l.budget)
+	b = append(b, getBudget...)
+	b = append(b, 0x50, 0x04, 0x40, 0x10)
+	b = appendU32(b, l.outOfWork)
+	b = append(b, 0x0b)
 	b = append(b, 0x41, 0x00, 0x40, 0x00, 0x1a)
 	b = append(b, 0x23)
-	b = appendU32(b, stop)
-	b = append(b, 0x04, 0x40, 0x00, 0x0b, 0x0b)
-	return b
+	b = appendU32(b, l.stop)
+	return append(b, 0x04, 0x40, 0x00, 0x0b, 0x0b)
 }
 
 // instrumentCode rewrites the code section, inserting check after every
 // loop opcode and its block type.
-func instrumentCode(body, check []byte) ([]byte, int, error) {
+func instrumentCode(body, check []byte, lay *layout) ([]byte, int, error) {
 	r := reader{b: body}
 	n := r.u32()
 	out := appendU32(make([]byte, 0, len(body)+len(body)/8), n)
@@ -356,7 +634,7 @@ func instrumentCode(body, check []byte) ([]byte, int, error) {
 		}
 		var err error
 		var l int
-		fn, l, err = instrumentFunc(fn[:0], code, check)
+		fn, l, err = instrumentFunc(fn[:0], code, check, lay)
 		if err != nil {
 			return nil, 0, fmt.Errorf("%w: function %d: %v", ErrUnsupported, i, err)
 		}
@@ -371,8 +649,11 @@ func instrumentCode(body, check []byte) ([]byte, int, error) {
 }
 
 // instrumentFunc copies one function body (locals and code) to dst with
-// check after each loop header.
-func instrumentFunc(dst, code, check []byte) ([]byte, int, error) {
+// check after each loop header. Code that names a function or a global
+// beyond the module's own (an invalid module, which the instrumentation
+// would make valid) is refused: it would reach the added ones, and could
+// reset its own budget or clear the stop flag.
+func instrumentFunc(dst, code, check []byte, l *layout) ([]byte, int, error) {
 	r := reader{b: code}
 	groups := r.u32()
 	for g := uint32(0); g < groups && r.err == nil; g++ {
@@ -393,8 +674,19 @@ func instrumentFunc(dst, code, check []byte) ([]byte, int, error) {
 	start := r.off
 	for r.off < len(code) {
 		op := r.byte()
-		if err := r.skipImmediates(op); err != nil {
-			return nil, 0, err
+		switch op {
+		case 0x10, 0x12, 0xd2: // call, return_call, ref.func
+			if fn := r.u32(); r.err == nil && fn >= l.funcs {
+				return nil, 0, fmt.Errorf("names function %d of %d", fn, l.funcs)
+			}
+		case 0x23, 0x24: // global.get, global.set
+			if g := r.u32(); r.err == nil && g >= l.globals {
+				return nil, 0, fmt.Errorf("names global %d of %d", g, l.globals)
+			}
+		default:
+			if err := r.skipImmediates(op); err != nil {
+				return nil, 0, err
+			}
 		}
 		if r.err != nil {
 			return nil, 0, r.err

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,7 +41,7 @@ func wat(t testing.TB, src string, flags ...string) []byte {
 // returns it.
 func run(t *testing.T, module []byte) (api.Module, *Result) {
 	t.Helper()
-	res, err := Instrument(module)
+	res, err := Instrument(module, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +165,7 @@ func TestImportedGlobalsAndMemory(t *testing.T) {
 	    (local $i i32)
 	    (loop $l (local.set $i (i32.add (local.get $i) (i32.const 1))) (br_if $l (i32.lt_u (local.get $i) (i32.const 5000))))
 	    (i32.add (i32.add (global.get $g) (global.get $h)) (local.get $i))))`
-	res, err := Instrument(wat(t, src))
+	res, err := Instrument(wat(t, src), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,8 +217,15 @@ func TestRefuses(t *testing.T) {
 		{"truncated", wat(t, loops)[:100]},
 		{"no memory", wat(t, `(module (func (loop)))`)},
 		{"our name taken", wat(t, `(module (memory 1) (func (export "compactd:stop")))`)},
+		{"another of our names taken", wat(t, `(module (memory 1) (func (export "compactd:nop")))`)},
+		// Invalid modules that the added functions and globals would make
+		// valid, giving the guest a way to reset its budget or clear its
+		// stop flag.
+		{"a global it does not have", wat(t, `(module (memory 1) (func (global.set 1 (i64.const 9))))`, "--no-check")},
+		{"a function it does not have", wat(t, `(module (memory 1) (func (call 3)))`, "--no-check")},
+		{"an export of a global it does not have", wat(t, `(module (memory 1) (export "g" (global 2)))`, "--no-check")},
 	} {
-		if _, err := Instrument(tt.in); !errors.Is(err, ErrUnsupported) {
+		if _, err := Instrument(tt.in, Options{}); !errors.Is(err, ErrUnsupported) {
 			t.Errorf("%s: err = %v", tt.name, err)
 		}
 	}
@@ -231,20 +239,23 @@ func TestPlugins(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := Instrument(wasm)
-		if err != nil {
-			t.Fatalf("%s: %v", rel, err)
+		var res *Result
+		for _, keep := range []bool{false, true} {
+			res, err = Instrument(wasm, Options{CallBudget: 1 << 20, StartBudget: 1 << 10, KeepStart: keep})
+			if err != nil {
+				t.Fatalf("%s: %v", rel, err)
+			}
+			fns, err := FunctionExports(res.Module)
+			if err != nil || !fns["compact"] || !fns["describe"] || !fns[NopExport] {
+				t.Errorf("%s: exports %v, %v", rel, fns, err)
+			}
+			ctx := context.Background()
+			rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
+			if _, err := rt.CompileModule(ctx, res.Module); err != nil {
+				t.Errorf("%s: does not compile: %v", rel, err)
+			}
+			rt.Close(ctx)
 		}
-		fns, err := FunctionExports(res.Module)
-		if err != nil || !fns["compact"] || !fns["describe"] {
-			t.Errorf("%s: exports %v, %v", rel, fns, err)
-		}
-		ctx := context.Background()
-		rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
-		if _, err := rt.CompileModule(ctx, res.Module); err != nil {
-			t.Errorf("%s: does not compile: %v", rel, err)
-		}
-		rt.Close(ctx)
 		if growth := len(res.Module) - len(wasm); growth > len(wasm)/20 {
 			t.Errorf("%s grew by %d bytes", rel, growth)
 		}
@@ -260,7 +271,7 @@ func FuzzInstrument(f *testing.F) {
 	f.Add([]byte("\x00asm\x01\x00\x00\x00\x05\x03\x01\x00\x01\x0a\x07\x01\x05\x00\x03\x40\x0b\x0b"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		looped, lerr := EntryLoops(b)
-		res, err := Instrument(b)
+		res, err := Instrument(b, Options{CallBudget: 3, StartBudget: 1 << 40})
 		ctx := context.Background()
 		rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
 		defer rt.Close(ctx)
@@ -377,5 +388,157 @@ func TestEntryLoops(t *testing.T) {
 		if err != nil || len(out) <= len(m) {
 			t.Errorf("EntryLoops: %d → %d bytes, %v", len(m), len(out), err)
 		}
+	}
+}
+
+// counted loops n times (forever if n is 0), counting its iterations in
+// an exported global; _initialize and the start function loop like it.
+const counted = `(module
+  (memory 1)
+  (global $n (export "n") (mut i64) (i64.const 0))
+  (global $started (export "started") (mut i32) (i32.const 0))
+  (func $loop (export "loop") (param $max i64)
+    (global.set $n (i64.const 0))
+    (loop $again
+      (global.set $n (i64.add (global.get $n) (i64.const 1)))
+      (br_if $again (i32.or (i64.eqz (local.get $max)) (i64.lt_u (global.get $n) (local.get $max))))))
+  (func (export "_initialize") (call $loop (i64.const 0)))
+  (func $start (global.set $started (i32.const 1)) (call $loop (i64.const 6000)))
+  (start $start))`
+
+// instrumented instantiates module instrumented with opts, without
+// wazero's checks, on the compiler or the interpreter.
+func instrumented(t *testing.T, module []byte, opts Options, interpreter bool) (api.Module, *Result, error) {
+	t.Helper()
+	res, err := Instrument(module, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rc := wazero.NewRuntimeConfigCompiler()
+	if interpreter {
+		rc = wazero.NewRuntimeConfigInterpreter()
+	}
+	rt := wazero.NewRuntimeWithConfig(ctx, rc.WithCloseOnContextDone(false))
+	t.Cleanup(func() { rt.Close(ctx) })
+	mod, err := rt.InstantiateWithConfig(ctx, res.Module, wazero.NewModuleConfig().WithStartFunctions())
+	return mod, res, err
+}
+
+// outOfWork reports whether err is a trap whose innermost frame is the
+// instrumented module's OutOfWork function, as wazero's stack trace
+// names it.
+func outOfWork(err error, res *Result) bool {
+	if err == nil {
+		return false
+	}
+	_, trace, ok := strings.Cut(err.Error(), "wasm stack trace:\n\t")
+	first, _, _ := strings.Cut(trace, "\n")
+	return ok && strings.HasSuffix(first, ".$"+strconv.Itoa(int(res.OutOfWork))+"()")
+}
+
+// TestBudget: a call that loops forever traps in OutOfWork after exactly
+// CallBudget×Fuel steps, compiled and interpreted; every call from the
+// host starts with the whole budget, so calls that each stay within it
+// all succeed.
+func TestBudget(t *testing.T) {
+	for _, interp := range []bool{false, true} {
+		t.Run(map[bool]string{false: "compiler", true: "interpreter"}[interp], func(t *testing.T) {
+			mod, res, err := instrumented(t, wat(t, counted), Options{CallBudget: 3, StartBudget: 5}, interp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			loop, n := mod.ExportedFunction("loop"), mod.ExportedGlobal("n")
+			_, err = loop.Call(ctx, 0)
+			if !outOfWork(err, res) {
+				t.Fatalf("an endless loop: %v, want a trap in OutOfWork ($%d)", err, res.OutOfWork)
+			}
+			// The check sits at the loop header, before the body: the
+			// 3×Fuel-th step traps before its iteration counts.
+			if got := n.Get(); got != 3*Fuel-1 {
+				t.Errorf("stopped after %d iterations, want %d", got, 3*Fuel-1)
+			}
+			if left := mod.ExportedGlobal(BudgetGlobal).Get(); left != 0 {
+				t.Errorf("budget left: %d", left)
+			}
+			// A fresh instance: calls of 2×Fuel steps each, more than the
+			// budget together.
+			mod, _, err = instrumented(t, wat(t, counted), Options{CallBudget: 3, StartBudget: 5}, interp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 5; i++ {
+				if _, err := mod.ExportedFunction("loop").Call(ctx, 2*Fuel); err != nil {
+					t.Fatalf("call %d within its budget: %v", i, err)
+				}
+			}
+			// _initialize runs under StartBudget; its entry (it calls)
+			// is one step.
+			_, err = mod.ExportedFunction("_initialize").Call(ctx)
+			if !outOfWork(err, res) || mod.ExportedGlobal("n").Get() != 5*Fuel-2 {
+				t.Errorf("_initialize: %v after %d iterations, want a trap after %d", err, mod.ExportedGlobal("n").Get(), 5*Fuel-2)
+			}
+		})
+	}
+}
+
+// TestBudgetZeroIsUnlimited: a zero budget never traps (2^64 refills).
+func TestBudgetZeroIsUnlimited(t *testing.T) {
+	mod, _, err := instrumented(t, wat(t, counted), Options{}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mod.ExportedFunction("loop").Call(context.Background(), 100*Fuel); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStartBudget: a start function left in place (KeepStart) runs at
+// instantiation under StartBudget; exported (StartExport), it runs under
+// StartBudget when the host calls it.
+func TestStartBudget(t *testing.T) {
+	ctx := context.Background()
+	// The start function takes 6001 steps (its entry, which calls, and
+	// 6000 iterations): more than 5 refills, fewer than 6.
+	_, res, err := instrumented(t, wat(t, counted), Options{StartBudget: 5, KeepStart: true}, false)
+	if !outOfWork(err, res) {
+		t.Fatalf("a start function over its budget, kept: instantiation = %v", err)
+	}
+	mod, _, err := instrumented(t, wat(t, counted), Options{StartBudget: 6, KeepStart: true}, false)
+	if err != nil || mod.ExportedGlobal("started").Get() != 1 || mod.ExportedFunction(StartExport) != nil {
+		t.Fatalf("a start function within its budget, kept: %v", err)
+	}
+	mod, res, err = instrumented(t, wat(t, counted), Options{StartBudget: 5, CallBudget: 100}, true)
+	if err != nil || mod.ExportedGlobal("started").Get() != 0 {
+		t.Fatalf("instantiating with the start function exported: %v", err)
+	}
+	if _, err := mod.ExportedFunction(StartExport).Call(ctx); !outOfWork(err, res) {
+		t.Fatalf("an exported start function over its budget: %v", err)
+	}
+}
+
+// TestNop: the nop export does nothing, and costs no budget.
+func TestNop(t *testing.T) {
+	mod, _, err := instrumented(t, wat(t, counted), Options{CallBudget: 1, StartBudget: 1}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := mod.ExportedFunction(NopExport).Call(context.Background()); err != nil || len(out) != 0 {
+		t.Fatalf("nop = %v, %v", out, err)
+	}
+}
+
+// TestWrapperKeepsResults: a wrapped export takes its parameters and
+// returns its results as before, multi-value included.
+func TestWrapperKeepsResults(t *testing.T) {
+	mod, _, err := instrumented(t, wat(t, `(module (memory 1)
+	  (func (export "swap") (param i32 i64) (result i64 i32) (local.get 1) (local.get 0)))`), Options{CallBudget: 1}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := mod.ExportedFunction("swap").Call(context.Background(), 7, 9)
+	if err != nil || len(out) != 2 || out[0] != 9 || out[1] != 7 {
+		t.Fatalf("swap(7, 9) = %v, %v", out, err)
 	}
 }

@@ -74,7 +74,11 @@ type line struct {
 	Usage     json.RawMessage `json:"usage"`
 }
 
-func TestSDKs(t *testing.T) {
+// sdks returns the directory of the SDK scripts, with the SDKs installed
+// in it, and node; without them the test fails (skips with -short). A unit
+// run (COMPACTD_TEST=unit) skips the tests that need them.
+func sdks(t *testing.T) (dir, node string) {
+	t.Helper()
 	testenv.Integration(t, "node and a daemon")
 	dir, err := filepath.Abs("testdata")
 	if err != nil {
@@ -86,10 +90,15 @@ func TestSDKs(t *testing.T) {
 		}
 		t.Fatalf("the SDKs are not installed: run `make deps` (npm ci in %s): %v", dir, err)
 	}
-	node, err := exec.LookPath("node")
+	node, err = exec.LookPath("node")
 	if err != nil {
 		t.Fatalf("node is not installed: run `make deps`: %v", err)
 	}
+	return dir, node
+}
+
+func TestSDKs(t *testing.T) {
+	dir, node := sdks(t)
 
 	hist := history(t)
 	sys, msgs, err := anthropic.FromChat(hist.Messages)
