@@ -218,43 +218,64 @@ func TestShutdownDrains(t *testing.T) {
 }
 
 // TestShutdownDeadline: a request that outlives shutdown_timeout is cut
-// off and Shutdown returns anyway, long before the request would end.
+// off and Shutdown returns anyway. The plugin loops with no work budget
+// to speak of (10^15 steps) and a call limit of 2 minutes, so only the
+// deadline can end the request sooner: the test asserts that it was cut
+// off (the client gets no answer; a drained request would have one, after
+// the plugin's call limit) and that Shutdown reports the deadline, not how
+// many seconds it took, which a busy machine stretches (issue 20: a 5 s
+// bound failed at 8.6 s with a load average of 9 on 2 cores).
 func TestShutdownDeadline(t *testing.T) {
 	t.Parallel()
-	td := startDaemon(t, "limits:\n  shutdown_timeout: 100ms\n  plugins:\n    gohostile: {call_timeout: 2m}\n", pluginGohostile)
-	done := make(chan error, 1)
+	const callLimit = 2 * time.Minute
+	td := startDaemon(t, fmt.Sprintf("limits:\n  shutdown_timeout: 100ms\n  plugins:\n    gohostile: {call_timeout: %s, work_budget: %d}\n", callLimit, uint64(host.MaxWorkBudget)), pluginGohostile)
+	type answer struct {
+		resp *client.CompactResponse
+		err  error
+	}
+	done := make(chan answer, 1)
 	go func() {
-		_, err := td.c.Compact(bg, &client.CompactRequest{Policy: "gohostile", Config: map[string]any{"mode": "loop"}, Messages: chatMessages(2)})
-		done <- err
+		resp, err := td.c.Compact(bg, &client.CompactRequest{Policy: "gohostile", Config: map[string]any{"mode": "loop"}, Messages: chatMessages(2)})
+		done <- answer{resp, err}
 	}()
 	td.waitInFlight(t)
-	start := time.Now()
 	err := td.Shutdown(bg)
-	if took := time.Since(start); took > time.Minute {
-		t.Errorf("Shutdown took %v with a 100ms deadline", took)
-	}
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Shutdown = %v, want a deadline error", err)
 	}
+	// The request ends when Shutdown closes its connection. Waiting as
+	// long as the plugin's own limit is only a guard against a hang: a
+	// request that ran that long was not cut off.
 	select {
-	case <-done:
-	case <-time.After(time.Minute):
-		t.Error("the cut-off request never returned")
+	case a := <-done:
+		if a.err == nil {
+			t.Errorf("the request was answered (%d messages, warnings %v), not cut off", len(a.resp.Messages), a.resp.Warnings)
+		} else {
+			t.Logf("the cut-off request: %v", a.err)
+		}
+	case <-time.After(callLimit):
+		t.Errorf("the cut-off request did not end within the plugin's call limit of %v", callLimit)
 	}
 }
 
 // TestRequestTimeout: request_timeout ends a request whose plugin runs
-// on, long before the plugin's own limit would.
+// on, long before the plugin's own limits would (2 minutes, 10^15 steps):
+// the answer is the conversation unchanged, with a warning that says
+// the request's time ran out, not the plugin's limits. No duration is
+// asserted: a busy machine stretches them.
 func TestRequestTimeout(t *testing.T) {
 	t.Parallel()
-	td := startDaemon(t, "limits:\n  request_timeout: 200ms\n  plugins:\n    gohostile: {call_timeout: 2m}\n", pluginGohostile)
-	start := time.Now()
+	td := startDaemon(t, fmt.Sprintf("limits:\n  request_timeout: 200ms\n  plugins:\n    gohostile: {call_timeout: 2m, work_budget: %d}\n", uint64(host.MaxWorkBudget)), pluginGohostile)
 	resp, err := td.c.Compact(bg, &client.CompactRequest{Policy: "gohostile", Config: map[string]any{"mode": "loop"}, Messages: chatMessages(2)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(start); took > time.Minute || len(resp.Messages) != 6 || len(resp.Warnings) != 1 {
-		t.Errorf("after %v: %d messages, warnings %v", took, len(resp.Messages), resp.Warnings)
+	if len(resp.Messages) != 6 || len(resp.Warnings) != 1 {
+		t.Fatalf("%d messages, warnings %v", len(resp.Messages), resp.Warnings)
+	}
+	t.Logf("warning: %s", resp.Warnings[0])
+	if w := resp.Warnings[0]; !strings.Contains(w, "caller's deadline") {
+		t.Errorf("the plugin's own limit ended the request, not request_timeout: %s", w)
 	}
 }
 
