@@ -442,6 +442,13 @@ func TestHostileC(t *testing.T) {
 	}
 	e := newTestEngine(t, false, Limits{})
 	for _, tt := range tests {
+		// Only LOOP is about the wall clock: the others get a generous
+		// one, so that a busy machine cannot turn their failure into a
+		// timeout (ALLOC under -race at a load average of 20 ran past the
+		// default 10s before it reached 64 MiB).
+		if tt.limits.CallTimeout == 0 {
+			tt.limits.CallTimeout = 10 * time.Minute
+		}
 		t.Run(tt.mode, func(t *testing.T) {
 			p := loadTestPlugin(t, e, "host/testdata/hostile/hostile.c#HOSTILE_"+tt.mode, tt.limits)
 			if p.Path() != "extism" {
