@@ -88,6 +88,7 @@ func modeRequest(c *chat.Conversation, mode string) *Request {
 func snapshot(c *chat.Conversation) []byte { return c.Encode() }
 
 func TestLoadDescribes(t *testing.T) {
+	t.Parallel()
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
 			e := newTestEngine(t, path.disable, Limits{})
@@ -107,6 +108,7 @@ func TestLoadDescribes(t *testing.T) {
 }
 
 func TestRefsAreByteIdentical(t *testing.T) {
+	t.Parallel()
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
 			e := newTestEngine(t, path.disable, Limits{})
@@ -156,6 +158,7 @@ func TestRefsAreByteIdentical(t *testing.T) {
 
 // TestHostileGo runs the Go misbehaving plugin on both paths.
 func TestHostileGo(t *testing.T) {
+	t.Parallel()
 	testenv.Long(t, "a Go plugin run out of memory, time and output, on both paths")
 	// A Go guest takes a few seconds to die of memory exhaustion (its
 	// runtime collects and retries before it gives up), hence the limit;
@@ -186,6 +189,7 @@ func TestHostileGo(t *testing.T) {
 	}
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
+			t.Parallel()
 			e := newTestEngine(t, path.disable, limits)
 			for _, tt := range tests {
 				t.Run(tt.mode, func(t *testing.T) {
@@ -237,6 +241,7 @@ func (f fakeLLM) Complete(_ context.Context, req abi.LLMRequest) (abi.LLMRespons
 }
 
 func TestHostFunctions(t *testing.T) {
+	t.Parallel()
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
 			e := newTestEngine(t, path.disable, Limits{})
@@ -271,6 +276,7 @@ func TestHostFunctions(t *testing.T) {
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 
 func TestPoolServesConcurrentCallers(t *testing.T) {
+	t.Parallel()
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
 			e := newTestEngine(t, path.disable, Limits{MaxInstances: 2})
@@ -321,6 +327,7 @@ func (b blockingLLM) Complete(ctx context.Context, _ abi.LLMRequest) (abi.LLMRes
 }
 
 func TestCloseWaitsForCallsInFlight(t *testing.T) {
+	t.Parallel()
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
 			e := newTestEngine(t, path.disable, Limits{})
@@ -362,6 +369,7 @@ func TestCloseWaitsForCallsInFlight(t *testing.T) {
 }
 
 func TestCanceledContext(t *testing.T) {
+	t.Parallel()
 	e := newTestEngine(t, false, Limits{CallTimeout: time.Minute})
 	p := loadTestPlugin(t, e, "host/testdata/gohostile", Limits{})
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -376,6 +384,7 @@ func TestCanceledContext(t *testing.T) {
 }
 
 func TestLoadRejects(t *testing.T) {
+	t.Parallel()
 	e := newTestEngine(t, false, Limits{})
 	good, err := os.ReadFile(wasmbuild.ForTest(t, "plugins/sliding"))
 	if err != nil {
@@ -416,6 +425,7 @@ var foreignImportModule = []byte{
 // TestHostileC runs the C misbehaving plugins (testdata/hostile), which
 // take the Extism path like any plugin not built with our PDK.
 func TestHostileC(t *testing.T) {
+	t.Parallel()
 	testenv.Long(t, "C plugins run to their limits")
 	tests := []struct {
 		mode   string
@@ -475,6 +485,7 @@ func TestHostileC(t *testing.T) {
 
 // TestCPluginLastn runs the C policy through the same path as Go ones.
 func TestCPluginLastn(t *testing.T) {
+	t.Parallel()
 	e := newTestEngine(t, false, Limits{})
 	p := loadTestPlugin(t, e, "plugins/lastn/lastn.c", Limits{})
 	cfg, err := p.Schema().Resolve(policyLayer(map[string]any{"n": 2}))
@@ -504,6 +515,7 @@ func TestCPluginLastn(t *testing.T) {
 // memory to 1.6 GiB); a leak of 32 KiB a call (short mode) or 4 KiB (full)
 // passes the bound too.
 func TestGuestMemoryStaysFlat(t *testing.T) {
+	t.Parallel()
 	calls := 10_000
 	if testing.Short() {
 		calls = 1_000
@@ -535,6 +547,7 @@ func TestGuestMemoryStaysFlat(t *testing.T) {
 // fast path writes into the plugin's memory; the Extism path falls back
 // to a kernel block).
 func TestHeaderView(t *testing.T) {
+	t.Parallel()
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
 			e := newTestEngine(t, path.disable, Limits{})
@@ -652,6 +665,7 @@ func TestQuickLoad(t *testing.T) {
 // TestDescribedLoad: a plugin loaded from its description compiles on
 // its first call.
 func TestDescribedLoad(t *testing.T) {
+	t.Parallel()
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
 			e := newTestEngine(t, path.disable, Limits{})
@@ -735,6 +749,7 @@ func waitTier(t *testing.T, p *Plugin, tier string, limit time.Duration) {
 // TestReleaseIdle: an idle plugin gives its code and instances back and
 // compiles again on its next call.
 func TestReleaseIdle(t *testing.T) {
+	t.Parallel()
 	e := newTestEngine(t, false, Limits{})
 	p := loadTestPlugin(t, e, "plugins/sliding", Limits{})
 	ctx := context.Background()
@@ -781,7 +796,10 @@ func TestCloseReleasesMemory(t *testing.T) {
 		versions           int
 		limit              int64
 	}{
-		{"fast", "plugins/sliding", "1.1.0", false, 2, 4 << 20},
+		// One more version after the first: a Go plugin compiles for
+		// a minute and more under -race on a busy machine, and the leak
+		// was 20 MB a version, five times the limit.
+		{"fast", "plugins/sliding", "1.1.0", false, 1, 4 << 20},
 		{"extism", "plugins/lastn/lastn.c", "0.2.0", true, 20, 2 << 20},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -29,6 +29,7 @@ func hostileWat(t testing.TB, name string) []byte {
 // TestHostileLoads: modules that must not load, refused with the right
 // kind of error within the call timeout, on the path they take.
 func TestHostileLoads(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		file   string
 		path   string // the path the module would take
@@ -69,6 +70,7 @@ func TestHostileLoads(t *testing.T) {
 // TestHostileCalls: modules that load and then misbehave in compact. The
 // host answers each call with the right error, and keeps serving.
 func TestHostileCalls(t *testing.T) {
+	t.Parallel()
 	testenv.Long(t, "hostile modules run to their limits")
 	tok := tokens.New(tokens.Options{}).ForModel("gpt-4o")
 	tests := []struct {
@@ -131,6 +133,7 @@ func TestHostileCalls(t *testing.T) {
 // in, then calls it with a smaller one: the instantiation that the load
 // check normally prevents must end as an error, not a crash.
 func TestMemoryOverCapRaisesNoPanic(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	limits := Limits{MaxMemoryPages: MinMemoryPages, CallTimeout: time.Second}.withDefaults()
 	rc := wazero.NewRuntimeConfig().WithCloseOnContextDone(true).WithMemoryLimitPages(MaxMemoryPages)
@@ -149,6 +152,7 @@ func TestMemoryOverCapRaisesNoPanic(t *testing.T) {
 // fails that call (ErrPanic), discards its instance, and the plugin keeps
 // serving.
 func TestPanicInCallIsRecovered(t *testing.T) {
+	t.Parallel()
 	e := newTestEngine(t, false, Limits{})
 	p := loadTestPlugin(t, e, "plugins/lastn/lastn.c", Limits{})
 	err := p.run(context.Background(), abi.ExportDescribe, nil, CallEnv{}, nil, func([]byte) *PluginError { panic("boom") })
@@ -165,6 +169,7 @@ func TestPanicInCallIsRecovered(t *testing.T) {
 // -1 and counts one within it, on both paths (a Go guest through the PDK
 // splits long texts itself, so the refusal is tested with count_huge).
 func TestCountTokensLimit(t *testing.T) {
+	t.Parallel()
 	st := &callState{env: CallEnv{CountTokens: func(s string) int { return len(s) }}}
 	for _, n := range []int{0, 10, countChunk, 3*countChunk + 17} {
 		text := []byte(strings.Repeat("word\nWord ", n/10+1)[:n])
@@ -185,6 +190,7 @@ func TestCountTokensLimit(t *testing.T) {
 // TestChunkedCountMatches: counting a long text in chunks gives the real
 // tokenizer's count of the whole when the text has line breaks.
 func TestChunkedCountMatches(t *testing.T) {
+	t.Parallel()
 	tok := tokens.New(tokens.Options{}).ForModel("gpt-4o")
 	var b strings.Builder
 	for i := 0; b.Len() < 5*countChunk; i++ {
@@ -207,6 +213,7 @@ func TestChunkedCountMatches(t *testing.T) {
 }
 
 func TestLogLimiter(t *testing.T) {
+	t.Parallel()
 	l := newLogLimiter()
 	now := time.Unix(1000, 0)
 	allowed := 0
@@ -244,6 +251,7 @@ func TestLogLimiter(t *testing.T) {
 // TestKernelStaysWithinItsLimit: the fast path's kernel arena doubles as
 // it grows, but never past the memory limit.
 func TestKernelStaysWithinItsLimit(t *testing.T) {
+	t.Parallel()
 	k := newKernel(1 << 20)
 	if k.alloc(600<<10) == 0 || k.alloc(300<<10) == 0 {
 		t.Fatal("allocations within the limit failed")
@@ -265,6 +273,7 @@ func TestKernelStaysWithinItsLimit(t *testing.T) {
 // minute); the load's retry, compiled, is stopped the same way by the
 // stop global.
 func TestInterpretedTierInterruptible(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	short := newTestEngine(t, false, Limits{CallTimeout: 2 * time.Second})
 	short.minStartTimeout = time.Second // the backstop is the call timeout, 2s
