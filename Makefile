@@ -40,10 +40,14 @@ run: build plugins
 # -race. test-unit leaves out the tests that start a daemon, a browser or
 # node (they skip themselves when COMPACTD_TEST=unit, see
 # internal/testenv): about a minute. TESTFLAGS go to go test (-json, -v,
-# -run ...).
+# -run ...). TESTTIMEOUT is each package's hang guard, not its budget (5
+# minutes, quiet): under -race on a 2-core machine other work kept at a
+# load average of 20-30, the host package's tests alone took about go
+# test's default of 10 minutes.
 TESTFLAGS ?=
+TESTTIMEOUT ?= 30m
 test: deps
-	$(GO) test -race -count=1 $(TESTFLAGS) ./...
+	$(GO) test -race -count=1 -timeout $(TESTTIMEOUT) $(TESTFLAGS) ./...
 
 test-short: deps
 	$(GO) test -short -count=1 $(TESTFLAGS) ./...
