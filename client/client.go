@@ -214,6 +214,18 @@ func (c *Client) Policy(ctx context.Context, name string) (*Policy, error) {
 	return &out, nil
 }
 
+// RetryPolicy loads a plugin file again now (POST
+// /v1/policies/{name}/retry), lifting its quarantine or the failure of
+// its bytes the daemon remembers; name is the policy, or the file's name.
+// It returns the file's state once the load is over.
+func (c *Client) RetryPolicy(ctx context.Context, name string) (*Policy, error) {
+	var out Policy
+	if err := c.do(ctx, http.MethodPost, "/v1/policies/"+url.PathEscape(name)+"/retry", nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Status returns the daemon's status and its most recently seen
 // conversations, at most limit of them (0: the daemon's default, 100).
 func (c *Client) Status(ctx context.Context, limit int) (*Status, error) {

@@ -133,9 +133,12 @@ type Policy struct {
 	// keeps serving.
 	Error *LoadError `json:"error,omitempty"`
 	// Quarantined reports that the daemon died while loading the file's
-	// current bytes: they are not loaded again until the file changes or
-	// is removed and put back (Error says when).
+	// current bytes: they are not loaded again until the file changes, or
+	// is removed and put back, or a retry (Client.RetryPolicy; Error says
+	// when and why).
 	Quarantined bool `json:"quarantined,omitempty"`
+	// Loading reports that a load of the file is under way.
+	Loading bool `json:"loading,omitempty"`
 	// LogLinesDropped and LogLinesTruncated count the file's log lines
 	// dropped over the rate limit and cut to the line-length limit.
 	LogLinesDropped   uint64 `json:"log_lines_dropped"`
@@ -356,8 +359,17 @@ type ConfigDocument struct {
 
 // Health is the answer to GET /healthz.
 type Health struct {
+	// Status is "ok"; "starting" while the daemon tries its plugin files
+	// for the first time (policies serve as they load); or "degraded"
+	// when no policy serves, or a plugin file that fails to load (or is
+	// quarantined) keeps a policy of the default pipeline from serving.
+	// The answer is 200 in every case: the daemon is alive.
 	Status   string `json:"status"`
 	Policies int    `json:"policies"`
+	// Loading counts the plugin files being loaded.
+	Loading int `json:"loading,omitempty"`
+	// Problems say what makes the daemon degraded, and how to clear it.
+	Problems []string `json:"problems,omitempty"`
 }
 
 // ErrorBody is the shape of every error response.

@@ -19,7 +19,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"runtime/debug"
 	"sync"
@@ -212,7 +211,7 @@ func (e *Engine) Load(ctx context.Context, wasm []byte, opts LoadOptions) (p *Pl
 		if fns, err := wasminstr.FunctionExports(wasm); err == nil && fns[abi.ExportFastAlloc] && fns[abi.ExportFastCall] && !e.cfg.DisableFastPath {
 			p.lazyPath = "fast"
 		}
-		p.loadModule = e.reloader(opts.Source, wasm, sum, label, limits, pluginLogger, logs, opts.Compiling)
+		p.loadModule = e.reloader(opts.Source, wasm, len(wasm), sum, label, limits, pluginLogger, logs, opts.Compiling)
 		if err := p.setDescription(*opts.Described); err != nil {
 			return nil, err
 		}
@@ -235,7 +234,7 @@ func (e *Engine) Load(ctx context.Context, wasm []byte, opts LoadOptions) (p *Pl
 		// After ReleaseIdle, the module is compiled again from its file.
 		if opts.Source != "" {
 			p.lazyPath = b.mod.path()
-			p.loadModule = e.reloader(opts.Source, nil, sum, label, limits, pluginLogger, logs, opts.Compiling)
+			p.loadModule = e.reloader(opts.Source, nil, len(wasm), sum, label, limits, pluginLogger, logs, opts.Compiling)
 		}
 		for name := range b.exports {
 			p.exportNames[name] = true
@@ -269,10 +268,11 @@ func tierOf(b *built) string {
 
 // reloader returns a plugin's loadModule: it compiles the module from
 // wasm or, when that is nil, from the file source, which must still hold
-// the bytes with hash sum (a file that changed is a new version, which
-// the registry loads on its own). Keeping no copy of the bytes keeps an
-// unloaded plugin's memory at nothing.
-func (e *Engine) reloader(source string, wasm []byte, sum [sha256.Size]byte, label string, limits Limits, logger hclog.Logger, logs *logLimiter, compiling func() func()) func(context.Context) (module, error) {
+// the size bytes with hash sum (a file that changed is a new version,
+// which the registry loads on its own; one that is no longer a regular
+// file is refused without blocking, see ReadModuleFile). Keeping no copy
+// of the bytes keeps an unloaded plugin's memory at nothing.
+func (e *Engine) reloader(source string, wasm []byte, size int, sum [sha256.Size]byte, label string, limits Limits, logger hclog.Logger, logs *logLimiter, compiling func() func()) func(context.Context) (module, error) {
 	if source != "" {
 		wasm = nil
 	}
@@ -280,8 +280,8 @@ func (e *Engine) reloader(source string, wasm []byte, sum [sha256.Size]byte, lab
 		code := wasm
 		if code == nil {
 			var err error
-			code, err = os.ReadFile(source)
-			if err == nil && sha256.Sum256(code) != sum {
+			code, err = ReadModuleFile(source, int64(size))
+			if errors.Is(err, ErrFileTooLarge) || err == nil && sha256.Sum256(code) != sum {
 				err = fmt.Errorf("%s changed since it was loaded", source)
 			}
 			if err != nil {

@@ -697,6 +697,18 @@ func TestDescribedLoad(t *testing.T) {
 			if p.Tier() != TierCompiled || p.Path() != path.name {
 				t.Errorf("after its first call: tier %s, path %s", p.Tier(), p.Path())
 			}
+			// Warm compiles a lazy plugin now, and says nothing when all
+			// is well (nor for a plugin already compiled).
+			warm, err := e.Load(ctx, wasm, LoadOptions{Described: &desc})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer warm.Close(ctx)
+			for range 2 {
+				if err := warm.Warm(ctx); err != nil || warm.Tier() != TierCompiled {
+					t.Errorf("Warm = %v, tier %s", err, warm.Tier())
+				}
+			}
 			// A description that does not validate is refused at once.
 			bad := desc
 			bad.Name = "Not A Name"

@@ -99,8 +99,10 @@ func (p *Plugin) Tier() string {
 // Warm compiles a lazily loaded plugin's module now, rather than on its
 // first call. It does nothing for a loaded one.
 func (p *Plugin) Warm(ctx context.Context) error {
-	_, err := p.module(ctx)
-	return err
+	if _, err := p.module(ctx); err != nil {
+		return err
+	}
+	return nil // not module's nil *PluginError, which is a non-nil error
 }
 
 // module returns the current module, compiling it first for a lazily

@@ -1,9 +1,11 @@
 package registry
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,11 +22,18 @@ func hashOf(b []byte) string {
 // leaves behind (the real thing is tested in internal/server, by killing
 // a daemon process mid-load).
 func leaveMarker(t testing.TB, stateDir, path string, wasm []byte) {
+	leaveWork(t, stateDir, path, wasm, "", 4242)
+}
+
+// leaveWork writes the marker of a daemon (pid) that died with work of
+// kind on path's bytes under way.
+func leaveWork(t testing.TB, stateDir, path string, wasm []byte, kind string, pid int) {
 	t.Helper()
 	dir := filepath.Join(stateDir, markerDir)
 	os.MkdirAll(dir, 0o700)
-	rec := loadRecord{File: path, SHA256: hashOf(wasm), PID: 4242, Started: time.Now().Add(-time.Minute)}
-	if err := writeRecord(filepath.Join(dir, recordID(path)+".json"), rec); err != nil {
+	rec := loadRecord{File: path, SHA256: hashOf(wasm), Kind: kind, PID: pid, Started: time.Now().Add(-time.Minute)}
+	name := fmt.Sprintf("%s-%d-%s.json", recordID(path), pid, kind)
+	if err := writeRecord(filepath.Join(dir, name), rec); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -33,9 +42,7 @@ func startRegistry(t testing.TB, dir, stateDir string) *Registry {
 	t.Helper()
 	r := New(Options{Dir: dir, Engine: newEngine(t), Debounce: 20 * time.Millisecond, StateDir: stateDir})
 	t.Cleanup(func() { r.Close(bg) })
-	if err := r.Start(bg); err != nil {
-		t.Fatal(err)
-	}
+	startReady(t, r)
 	return r
 }
 
@@ -136,5 +143,154 @@ func TestFileTooLarge(t *testing.T) {
 	}
 	if servingVersion(r, "lastn") == "" {
 		t.Error("lastn does not serve")
+	}
+}
+
+// TestCrashEvidence: what a start makes of the markers a dead daemon
+// left, by the work under way and what else was.
+func TestCrashEvidence(t *testing.T) {
+	lastn := built(t, "plugins/lastn/lastn.c")
+	other := withDescribe(t, lastn, "name", "other")
+	tests := []struct {
+		name string
+		// leave leaves the markers, in the directory dir, state state.
+		leave func(t *testing.T, dir, state string)
+		// quarantined: the file lastn.wasm is quarantined, with reason;
+		// else it serves.
+		quarantined bool
+		reason      string
+	}{
+		{"a load alone", func(t *testing.T, dir, state string) {
+			leaveWork(t, state, filepath.Join(dir, "lastn.wasm"), lastn, kindLoad, 4242)
+		}, true, reasonLoad},
+		{"a load, in a marker of an older daemon (no kind)", func(t *testing.T, dir, state string) {
+			leaveWork(t, state, filepath.Join(dir, "lastn.wasm"), lastn, "", 4242)
+		}, true, reasonLoad},
+		{"a first compile alone", func(t *testing.T, dir, state string) {
+			leaveWork(t, state, filepath.Join(dir, "lastn.wasm"), lastn, kindCompile, 4242)
+		}, false, ""},
+		{"a compile alone, of bytes that crashed the daemon before", func(t *testing.T, dir, state string) {
+			r := New(Options{StateDir: state})
+			r.updateHistory(hashOf(lastn), func(h *record) bool { h.Crashes = 1; return true })
+			leaveWork(t, state, filepath.Join(dir, "lastn.wasm"), lastn, kindCompile, 4242)
+		}, true, reasonCompile},
+		{"a load and a compile of the same file", func(t *testing.T, dir, state string) {
+			leaveWork(t, state, filepath.Join(dir, "lastn.wasm"), lastn, kindCompile, 4242)
+			leaveWork(t, state, filepath.Join(dir, "lastn.wasm"), lastn, kindLoad, 4242)
+		}, true, reasonLoad},
+		{"two files", func(t *testing.T, dir, state string) {
+			leaveWork(t, state, filepath.Join(dir, "lastn.wasm"), lastn, kindLoad, 4242)
+			leaveWork(t, state, filepath.Join(dir, "other.wasm"), other, kindLoad, 4242)
+		}, false, ""},
+		{"a load when the daemon was stopping", func(t *testing.T, dir, state string) {
+			leaveWork(t, state, filepath.Join(dir, "lastn.wasm"), lastn, kindLoad, 4242)
+			writeRecord(filepath.Join(state, markerDir, stoppingNote), stopping{PID: 4242, At: time.Now()})
+		}, false, ""},
+		{"a load after another daemon stopped", func(t *testing.T, dir, state string) {
+			leaveWork(t, state, filepath.Join(dir, "lastn.wasm"), lastn, kindLoad, 4242)
+			writeRecord(filepath.Join(state, markerDir, stoppingNote), stopping{PID: 4241, At: time.Now()})
+		}, true, reasonLoad},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir, state := t.TempDir(), t.TempDir()
+			path := filepath.Join(dir, "lastn.wasm")
+			os.WriteFile(path, lastn, 0o644)
+			os.WriteFile(filepath.Join(dir, "other.wasm"), other, 0o644)
+			tt.leave(t, dir, state)
+			r := startRegistry(t, dir, state)
+			in := fileInfo(r, path)
+			if servingVersion(r, "other") == "" {
+				t.Errorf("other.wasm does not serve: %+v", fileInfo(r, filepath.Join(dir, "other.wasm")))
+			}
+			if left := markersLeft(t, state); len(left) != 0 {
+				t.Errorf("markers left after the start: %v", left)
+			}
+			if !tt.quarantined {
+				if in.Plugin == nil || in.Quarantined {
+					t.Fatalf("lastn.wasm does not serve: %+v", in)
+				}
+				// It got through: its bytes have no crash against them.
+				r.histMu.Lock()
+				h := r.historyLocked(hashOf(lastn))
+				r.histMu.Unlock()
+				if h != nil && h.Crashes != 0 {
+					t.Errorf("history after a load that got through: %+v", h)
+				}
+				return
+			}
+			if !in.Quarantined || in.Plugin != nil || !strings.Contains(in.Error.Error(), tt.reason) || !strings.Contains(in.Error.Error(), "compactd plugins retry lastn") {
+				t.Fatalf("lastn.wasm: %+v", in)
+			}
+			// A retry lifts the quarantine, and the file serves.
+			in, err := r.Retry(context.Background(), "lastn")
+			if err != nil || in.Plugin == nil || in.Quarantined || in.Error != nil {
+				t.Fatalf("after Retry: %v, %+v", err, in)
+			}
+			if entries, _ := os.ReadDir(filepath.Join(state, quarantineDir)); len(entries) != 0 {
+				t.Errorf("%d quarantine records left after Retry", len(entries))
+			}
+		})
+	}
+}
+
+// TestCompileMarkers: the first compile of some bytes by this build is
+// marked; once one got through, compiling them again is ordinary work,
+// and writes no marker.
+func TestCompileMarkers(t *testing.T) {
+	state := t.TempDir()
+	r := New(Options{StateDir: state})
+	r.recoverMarkers()
+	hook := r.compiling("/plugins/x.wasm", "abc123")
+	done := hook()
+	if done == nil || len(markersLeft(t, state)) != 1 {
+		t.Fatalf("a first compile: done %v, markers %v", done != nil, markersLeft(t, state))
+	}
+	done()
+	if left := markersLeft(t, state); len(left) != 0 || !r.compiledBefore("abc123") {
+		t.Fatalf("after it: markers %v, compiled %v", left, r.compiledBefore("abc123"))
+	}
+	if hook() != nil {
+		t.Error("a second compile of the same bytes is marked")
+	}
+	// Another registry on the same state (the next start) knows it; a
+	// registry of another build would not.
+	r2 := New(Options{StateDir: state})
+	if !r2.compiledBefore("abc123") {
+		t.Error("the next start does not know the bytes compiled")
+	}
+	r2.compiler = "another build"
+	if r2.compiledBefore("abc123") {
+		t.Error("another build trusts this one's compile")
+	}
+}
+
+// TestRetryByDescribedName: a quarantined file whose bytes' description
+// is cached is found, and retried, by the policy it serves.
+func TestRetryByDescribedName(t *testing.T) {
+	dir, state := t.TempDir(), t.TempDir()
+	described := filepath.Join(state, "described")
+	lastn := built(t, "plugins/lastn/lastn.c")
+	path := filepath.Join(dir, "some-file.wasm")
+	os.WriteFile(path, lastn, 0o644)
+	open := func() *Registry {
+		r := New(Options{Dir: dir, Engine: newEngine(t), StateDir: state, DescribedDir: described})
+		t.Cleanup(func() { r.Close(bg) })
+		startReady(t, r)
+		return r
+	}
+	r := open()
+	if servingVersion(r, "lastn") == "" {
+		t.Fatal("lastn does not serve")
+	}
+	r.Close(bg)
+	leaveWork(t, state, path, lastn, kindLoad, 4242)
+	r = open()
+	in, ok := r.Policy("lastn")
+	if !ok || !in.Quarantined || in.Name != "lastn" || in.File != path {
+		t.Fatalf("Policy(lastn) of the quarantined file: %v %+v", ok, in)
+	}
+	if in, err := r.Retry(bg, "lastn"); err != nil || in.Plugin == nil {
+		t.Fatalf("Retry(lastn): %v %+v", err, in)
 	}
 }

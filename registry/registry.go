@@ -9,16 +9,27 @@
 // SHA-256) is left alone. A new version is compiled, described and smoke
 // tested (Options.Smoke; the daemon's makes one compact call on a sample
 // conversation) before it is swapped in; until then, and if it fails, the
-// old version keeps serving. A failure is recorded with the file's hash (Policies shows
-// it) and the same bytes are not tried again. Two files claiming one
-// policy name is a conflict: the first keeps the name, the second is
-// reported; when the first goes away the second is tried again.
+// old version keeps serving. A failure is recorded with the file's hash
+// (Policies shows it) and the same bytes are not tried again; with
+// Options.StateDir that holds across restarts (see history.go). Two files
+// claiming one policy name is a conflict: the first by file name keeps the
+// name, the second is reported; when the first goes away the second is
+// tried again.
+//
+// Each file loads on its own (see load.go): a file that serves joins the
+// others as soon as it is loaded, whatever the files beside it do, and no
+// file can hold up another: only regular files are read (a FIFO, a device
+// or a socket is refused without being waited on), and a load that is
+// slow gives its turn to the next. Start returns at once; Ready says when
+// every file of the directory has been tried, and until then Acquire
+// waits for a name some file still loading may serve.
 //
 // The registry contains plugins that misbehave: a panic while loading a
 // file or serving a watch event is recovered and recorded as that file's
 // load error, a file over Options.MaxFileBytes is refused unread, and with
-// Options.StateDir a file that was being loaded when the daemon died is
-// quarantined at the next start (see quarantine.go).
+// Options.StateDir a file whose load or first compile was under way when
+// the daemon died is, on the evidence, quarantined at the next start (see
+// quarantine.go); Retry lifts a quarantine or a remembered failure.
 //
 // Acquire hands out a plugin with a reference; the caller releases it when
 // its calls are over. A replaced or removed version is closed when its
@@ -28,15 +39,9 @@ package registry
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
-	"os"
 	"path/filepath"
-	"runtime"
 	"runtime/debug"
 	"sort"
 	"strings"
@@ -54,7 +59,7 @@ var (
 	// ErrNoDir is returned when the plugins directory does not exist.
 	ErrNoDir = errors.New("plugins directory not found")
 	// ErrUnknownPolicy: no loaded plugin serves the name (Acquire,
-	// Resolve).
+	// Resolve, Retry).
 	ErrUnknownPolicy = errors.New("unknown policy")
 	// ErrConflict: a file describes a policy name another file serves.
 	ErrConflict = errors.New("policy name conflict")
@@ -63,10 +68,18 @@ var (
 	// ErrClosed: the registry was closed.
 	ErrClosed = errors.New("registry is closed")
 	// ErrQuarantined: the daemon died while loading these bytes; they are
-	// not loaded again until the file changes.
+	// not loaded again until the file changes or Retry lifts it.
 	ErrQuarantined = errors.New("plugin file quarantined")
+	// ErrFailedBefore: these bytes failed to load, under the same limits,
+	// in an earlier daemon (Options.StateDir); they are not tried again
+	// until they change or Retry asks for it.
+	ErrFailedBefore = errors.New("failed to load before")
 	// ErrTooLarge: the file is over Options.MaxFileBytes.
-	ErrTooLarge = errors.New("plugin file too large")
+	ErrTooLarge = host.ErrFileTooLarge
+	// ErrNotRegular: the file is a FIFO, a device, a socket or a
+	// directory (or a symlink to one, or to nothing): only regular files
+	// are loaded.
+	ErrNotRegular = host.ErrNotRegularFile
 	// ErrPanic: loading the file made the registry panic (recovered).
 	ErrPanic = errors.New("loading the plugin file panicked")
 )
@@ -111,9 +124,11 @@ type Options struct {
 	// (host.LoadOptions.Quick): a new version serves in a fraction of a
 	// second and the compiled module replaces it in the background.
 	Quick bool
-	// StateDir, if set, holds the crash-loop protection's load markers
-	// and quarantine records (see quarantine.go). The daemon sets it to its
-	// state directory; one-shot commands leave it empty.
+	// StateDir, if set, holds what outlives the process: the crash-loop
+	// protection's load markers and quarantine records (quarantine.go)
+	// and what the registry learned about plugin bytes (history.go). The
+	// daemon sets it to its state directory; one-shot commands leave it
+	// empty.
 	StateDir string
 	// MaxFileBytes refuses plugin files larger than this, unread (default
 	// DefaultMaxFileBytes).
@@ -139,26 +154,46 @@ const DefaultMaxFileBytes = 64 << 20
 // Registry maps policy names to loaded plugins. It is safe for concurrent
 // use.
 type Registry struct {
-	opts   Options
-	logger hclog.Logger
+	opts     Options
+	logger   hclog.Logger
+	compiler string // this build's identity (history.go)
 
-	loadMu sync.Mutex // one load at a time; held across compile and swap
+	// ctx is the loads' context: Close cancels it (stop).
+	ctx  context.Context
+	stop context.CancelFunc
+
+	commitMu sync.Mutex // one swap-in or unload at a time
 
 	mu       sync.RWMutex
 	byName   map[string]*version // the serving version of each name
 	byFile   map[string]*fileState
 	draining []*version // retired versions, closed after their last release
 	closed   bool
+	// changed is closed, and replaced, whenever a load ends: Acquire
+	// waits on it during the first scan.
+	changed chan struct{}
 	// quarantine holds the files the daemon died loading, by path;
 	// suspects the files it may have died loading (path → hash), loaded
-	// one at a time. See quarantine.go.
-	quarantine map[string]loadRecord
-	suspects   map[string]string
-	markersOff bool
+	// alone. See quarantine.go.
+	quarantine   map[string]loadRecord
+	suspects     map[string]string
+	markersOff   bool
+	markerSeq    atomic.Uint64
+	stoppingOnce sync.Once
 
-	watcher *fsnotify.Watcher
-	cancel  context.CancelFunc
-	done    chan struct{}
+	histMu  sync.Mutex
+	history map[string]*record // by SHA-256, read from StateDir as needed
+
+	loads loads // see load.go
+
+	// scanning is set from Start until every file of the directory has
+	// been tried once; ready is closed then.
+	scanning atomic.Bool
+	ready    chan struct{}
+
+	watcher     *fsnotify.Watcher
+	watchCancel context.CancelFunc
+	watchDone   chan struct{}
 
 	closeOnce sync.Once
 	counters  struct{ loads, failures, reloads, unloads, conflicts atomic.Uint64 }
@@ -204,6 +239,12 @@ type fileState struct {
 	err     error // last load error; nil when the file's bytes serve
 	errHash string
 	errAt   time.Time
+	// errLimits are the limits the failed bytes were loaded under.
+	errLimits host.Limits
+	// described is the policy name the failed bytes describe, when the
+	// registry knows it (their description is cached, or a quarantine
+	// record names it).
+	described string
 	// conflict is the name this file could not take; it is tried again
 	// when that name is freed.
 	conflict string
@@ -227,8 +268,12 @@ func New(opts Options) *Registry {
 	if opts.MaxFileBytes <= 0 {
 		opts.MaxFileBytes = DefaultMaxFileBytes
 	}
-	r := &Registry{opts: opts, logger: opts.Logger, byName: map[string]*version{}, byFile: map[string]*fileState{},
-		quarantine: map[string]loadRecord{}, suspects: map[string]string{}}
+	ctx, stop := context.WithCancel(context.Background())
+	r := &Registry{opts: opts, logger: opts.Logger, compiler: compilerID(), ctx: ctx, stop: stop,
+		byName: map[string]*version{}, byFile: map[string]*fileState{}, changed: make(chan struct{}),
+		quarantine: map[string]loadRecord{}, suspects: map[string]string{}, history: map[string]*record{},
+		ready: make(chan struct{})}
+	r.loads.init()
 	if r.logger == nil {
 		r.logger = hclog.NewNullLogger()
 	}
@@ -237,149 +282,58 @@ func New(opts Options) *Registry {
 
 // Acquire returns the plugin serving name and a release function to call
 // when the caller's calls on it are over; it fails with an error wrapping
-// ErrUnknownPolicy when no plugin serves name. The reference is taken under
-// the registry's lock, so a version being replaced is closed only after
-// every caller that got it has called release. release may be called once;
-// further calls do nothing.
-func (r *Registry) Acquire(name string) (*host.Plugin, func(), error) {
-	r.mu.RLock()
-	v, ok := r.byName[name]
-	if ok {
-		v.refs.Add(1)
-	}
-	closed := r.closed
-	r.mu.RUnlock()
-	if !ok {
-		if closed {
-			return nil, nil, ErrClosed
-		}
-		return nil, nil, r.unknown(name)
-	}
-	var released atomic.Bool
-	return v.plugin, func() {
-		if released.CompareAndSwap(false, true) {
-			v.release()
-		}
-	}, nil
-}
-
-// wasmFiles lists the .wasm files of the plugins directory, sorted.
-func (r *Registry) wasmFiles() ([]string, error) {
-	entries, err := os.ReadDir(r.opts.Dir)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("%w: %s (build the plugins with `make plugins`, or pass --plugins DIR)", ErrNoDir, r.opts.Dir)
-		}
-		return nil, fmt.Errorf("reading plugins directory: %w", err)
-	}
-	var files []string
-	for _, e := range entries {
-		if e.Type().IsRegular() || e.Type()&fs.ModeSymlink != 0 {
-			if isPluginFile(e.Name()) {
-				files = append(files, filepath.Join(r.opts.Dir, e.Name()))
-			}
-		}
-	}
-	sort.Strings(files)
-	return files, nil
-}
-
-// isPluginFile reports whether a file name is a plugin's: NAME.wasm, not
-// hidden (editors and copy tools write hidden temporary files).
-func isPluginFile(name string) bool {
-	return strings.HasSuffix(name, ".wasm") && !strings.HasPrefix(name, ".")
-}
-
-// LoadAll loads every .wasm file of the directory and unloads the files
-// that are gone. A file that fails to load is recorded (see Policies) and
-// does not stop the others; the error is returned only when the directory
-// cannot be read.
-func (r *Registry) LoadAll(ctx context.Context) error {
-	files, err := r.wasmFiles()
-	if err != nil {
-		return err
-	}
-	r.loadMu.Lock()
-	defer r.loadMu.Unlock()
-	defer r.opts.Engine.HoldCompiles()() // the compiler waits for the quick loads
-	// Compile and check the files in parallel (a cold compile of a Go
-	// plugin takes seconds), then swap them in in file order, so that of
-	// two files claiming one name the first by name wins. Files suspected
-	// of having crashed the last daemon are prepared one at a time, after
-	// the others (see quarantine.go).
-	ready := make([]*prepared, len(files))
-	r.mu.RLock()
-	var suspects []int
-	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
-	var wg sync.WaitGroup
-	for i, f := range files {
-		if _, ok := r.suspects[f]; ok {
-			suspects = append(suspects, i)
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			sem <- struct{}{}
-			defer func() { <-sem; wg.Done() }()
-			ready[i] = r.safePrepare(ctx, f, false)
-		}()
-	}
-	r.mu.RUnlock()
-	wg.Wait()
-	for _, i := range suspects {
-		ready[i] = r.safePrepare(ctx, files[i], false)
-	}
-	present := map[string]bool{}
-	for i, f := range files {
-		present[f] = true
-		r.commit(ctx, ready[i])
-	}
-	r.mu.RLock()
-	var gone []string
-	for path := range r.byFile {
-		if filepath.Dir(path) == r.opts.Dir && !present[path] {
-			gone = append(gone, path)
-		}
-	}
-	r.mu.RUnlock()
-	for _, path := range gone {
-		r.loadLocked(ctx, path, false) // finds it missing and unloads it
-	}
-	return nil
-}
-
-// Resolve makes sure the policy name is loaded, loading as little as it
-// can: NAME.wasm first, then every other file until one describes itself
-// as name. The one-shot CLI uses it to avoid compiling plugins it does not
-// need.
-func (r *Registry) Resolve(ctx context.Context, name string) error {
-	if r.serving(name) {
-		return nil
-	}
-	guess := filepath.Join(r.opts.Dir, name+".wasm")
-	if _, err := os.Stat(guess); err == nil {
-		r.loadFile(ctx, guess, false)
-		if r.serving(name) {
-			return nil
-		}
-	}
-	files, err := r.wasmFiles()
-	if err != nil {
-		return err
-	}
-	for _, f := range files {
+// ErrUnknownPolicy when no plugin serves name. While the first scan of
+// the directory is under way (Start, Ready), a name that a file still
+// loading may serve is waited for, until that file's load is over or ctx
+// ends. The reference is taken under the registry's lock, so a version
+// being replaced is closed only after every caller that got it has
+// called release. release may be called once; further calls do nothing.
+func (r *Registry) Acquire(ctx context.Context, name string) (*host.Plugin, func(), error) {
+	for {
 		r.mu.RLock()
-		_, seen := r.byFile[f]
+		v, ok := r.byName[name]
+		if ok {
+			v.refs.Add(1)
+		}
+		closed, changed := r.closed, r.changed
 		r.mu.RUnlock()
-		if !seen {
-			r.loadFile(ctx, f, false)
-			if r.serving(name) {
-				return nil
-			}
+		switch {
+		case ok:
+			var released atomic.Bool
+			return v.plugin, func() {
+				if released.CompareAndSwap(false, true) {
+					v.release()
+				}
+			}, nil
+		case closed:
+			return nil, nil, ErrClosed
+		case !r.mayServe(name):
+			return nil, nil, r.unknown(name)
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("%w (the daemon is still loading its plugins: %v)", r.unknown(name), ctx.Err())
 		}
 	}
-	return r.unknown(name)
 }
+
+// notify wakes the callers waiting in Acquire.
+func (r *Registry) notify() {
+	r.mu.Lock()
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
+}
+
+// Ready is closed once every file of the directory has been tried after
+// Start (each serves, or failed with its error recorded); new files are
+// loaded as they arrive after that. It is never closed before Start.
+func (r *Registry) Ready() <-chan struct{} { return r.ready }
+
+// Starting reports whether Start's first scan of the directory is under
+// way.
+func (r *Registry) Starting() bool { return r.scanning.Load() }
 
 func (r *Registry) serving(name string) bool {
 	r.mu.RLock()
@@ -413,235 +367,15 @@ func (r *Registry) unknown(name string) error {
 	return fmt.Errorf("%w %q in %s%s", ErrUnknownPolicy, name, r.opts.Dir, extra)
 }
 
-// LoadFile loads one file (which need not be in the plugins directory)
-// and returns the policy name it serves.
-func (r *Registry) LoadFile(ctx context.Context, path string) (string, error) {
-	r.loadFile(ctx, path, false)
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	fs := r.byFile[path]
-	switch {
-	case fs == nil:
-		return "", fmt.Errorf("loading %s: %w", path, os.ErrNotExist)
-	case fs.err != nil:
-		return "", fs.err
-	}
-	return fs.name, nil
-}
-
-func (r *Registry) loadFile(ctx context.Context, path string, force bool) {
-	r.loadMu.Lock()
-	defer r.loadMu.Unlock()
-	r.loadLocked(ctx, path, force)
-}
-
 // limitsFor returns the limits a plugin serving name gets. The caller
 // holds r.mu.
 func (r *Registry) limitsFor(name string) host.Limits {
 	return r.opts.DefaultLimits.Over(r.opts.Limits[name])
 }
 
-// loadLocked brings one file up to date: it unloads it if it is gone,
-// and loads, checks and swaps in its bytes if they are new (or force is
-// set). The caller holds loadMu.
-func (r *Registry) loadLocked(ctx context.Context, path string, force bool) {
-	r.commit(ctx, r.safePrepare(ctx, path, force))
-}
-
-// safePrepare is prepare with a panic recovered and recorded as the
-// file's load error.
-func (r *Registry) safePrepare(ctx context.Context, path string, force bool) (pr *prepared) {
-	defer func() {
-		if p := recover(); p != nil {
-			r.counters.failures.Add(1)
-			r.logger.Error("panic while loading a plugin file; recorded as its load error", "file", path, "panic", p, "stack", string(debug.Stack()))
-			r.recordError(path, "", fmt.Errorf("%w: %v", ErrPanic, p))
-			pr = nil
-		}
-	}()
-	return r.prepare(ctx, path, force)
-}
-
-// readPlugin reads a plugin file of at most max bytes; a larger one is
-// refused without reading it.
-func readPlugin(path string, max int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Size() > max {
-		return nil, fmt.Errorf("%w: %s is %d bytes; the limit is %d", ErrTooLarge, filepath.Base(path), st.Size(), max)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("%w: %s is over %d bytes", ErrTooLarge, filepath.Base(path), max)
-	}
-	return b, nil
-}
-
-// prepared is a file's bytes loaded and checked, not yet serving.
-type prepared struct {
-	path, hash string
-	gone       bool // the file does not exist
-	plugin     *host.Plugin
-	limits     host.Limits
-	took       time.Duration
-}
-
-// prepare reads a file and, unless its bytes are the serving ones or known
-// bad, loads and checks them. It swaps nothing in, so several files can be
-// prepared at once. nil means there is nothing to do.
-func (r *Registry) prepare(ctx context.Context, path string, force bool) *prepared {
-	before, _ := os.Stat(path)
-	wasm, err := readPlugin(path, r.opts.MaxFileBytes)
-	if errors.Is(err, fs.ErrNotExist) {
-		return &prepared{path: path, gone: true}
-	}
-	if errors.Is(err, ErrTooLarge) {
-		r.counters.failures.Add(1)
-		r.logger.Error("plugin file refused", "file", path, "error", err)
-		r.recordError(path, "", err)
-		return nil
-	}
-	if err != nil {
-		r.recordError(path, "", fmt.Errorf("reading %s: %w", path, err))
-		return nil
-	}
-	sum := sha256.Sum256(wasm)
-	hash := hex.EncodeToString(sum[:])
-	base := strings.TrimSuffix(filepath.Base(path), ".wasm")
-
-	r.mu.Lock()
-	fs := r.byFile[path]
-	if !force && fs != nil {
-		switch {
-		case fs.sha256 == hash && fs.name != "":
-			// The serving bytes (again): nothing to load. A file put back
-			// after a bad version clears that version's error.
-			fs.err, fs.errHash, fs.conflict = nil, "", ""
-			r.mu.Unlock()
-			return nil
-		case fs.errHash == hash:
-			// Known bad: not retried until the bytes change (a conflict is
-			// retried when the name is freed, with force).
-			r.mu.Unlock()
-			return nil
-		}
-	}
-	if err := r.quarantinedLocked(path, hash); err != nil {
-		r.mu.Unlock()
-		r.counters.failures.Add(1)
-		r.logger.Error("plugin file is quarantined; the other plugins serve", "file", path, "sha256", short(hash), "error", err)
-		r.recordError(path, hash, err)
-		return nil
-	}
-	limits := r.limitsFor(base)
-	r.mu.Unlock()
-
-	r.counters.loads.Add(1)
-	start := time.Now()
-	done := r.beginLoad(path, hash)
-	defer func() {
-		done()
-		r.mu.Lock()
-		delete(r.suspects, path)
-		r.mu.Unlock()
-	}()
-	p, limits, err := r.load(ctx, path, wasm, hash, limits)
-	if err != nil {
-		if after, serr := os.Stat(path); serr == nil && before != nil && (after.Size() != before.Size() || !after.ModTime().Equal(before.ModTime())) {
-			// The file changed while it loaded (a writer still at it):
-			// its next event brings the complete bytes.
-			r.logger.Debug("plugin file changed while loading; waiting for its next version", "file", path, "error", err)
-			return nil
-		}
-		r.counters.failures.Add(1)
-		r.logger.Error("plugin failed to load; the previous version (if any) keeps serving", "file", path, "sha256", hash[:12], "error", err)
-		r.recordError(path, hash, err)
-		return nil
-	}
-	r.logger.Debug("plugin file loaded and checked", "file", path, "sha256", short(hash), "took", time.Since(start).Round(time.Millisecond))
-	return &prepared{path: path, hash: hash, plugin: p, limits: limits, took: time.Since(start)}
-}
-
-// commit swaps a prepared file in (or unloads a file that is gone). The
-// caller holds loadMu.
-func (r *Registry) commit(ctx context.Context, pr *prepared) {
-	switch {
-	case pr == nil:
-	case pr.gone:
-		r.unloadLocked(ctx, pr.path)
-	default:
-		freed := r.install(ctx, pr.path, pr.hash, pr.plugin, pr.limits, pr.took)
-		r.retryConflicts(ctx, freed)
-	}
-}
-
-// load compiles wasm, lets the host check its description, and smoke
-// tests it. limits are the file's (keyed by its base name); once the
-// plugin has said its policy name, it is loaded again under that name's
-// limits if they differ, so the smoke test runs under the limits the
-// policy will serve with. It returns the limits it used. Bytes that
-// passed before (their description is cached) are loaded from their
-// description: they compile on first use. Every compile after Load
-// returns (first use, the background compile, a compile after an idle
-// unload) writes a load marker too, so a crash while compiling is
-// attributed to the file (see quarantine.go).
-func (r *Registry) load(ctx context.Context, path string, wasm []byte, hash string, limits host.Limits) (*host.Plugin, host.Limits, error) {
-	compiling := func() (done func()) { return r.beginLoad(path, hash) }
-	if desc := r.lookupDescribed(hash); desc != nil {
-		r.mu.RLock()
-		want := r.limitsFor(desc.Name)
-		r.mu.RUnlock()
-		p, err := r.opts.Engine.Load(ctx, wasm, host.LoadOptions{Source: path, Limits: want, Described: desc, Compiling: compiling})
-		if err == nil {
-			return p, want, nil
-		}
-		r.logger.Warn("a cached description does not load; checking the file again", "file", path, "error", err)
-	}
-	p, err := r.opts.Engine.Load(ctx, wasm, host.LoadOptions{Source: path, Limits: limits, Quick: r.opts.Quick, Compiling: compiling})
-	if err != nil {
-		return nil, limits, err
-	}
-	r.mu.RLock()
-	want := r.limitsFor(p.Name())
-	r.mu.RUnlock()
-	if want != limits {
-		p.Close(ctx)
-		limits = want
-		if p, err = r.opts.Engine.Load(ctx, wasm, host.LoadOptions{Source: path, Limits: limits, Quick: r.opts.Quick, Compiling: compiling}); err != nil {
-			return nil, limits, err
-		}
-	}
-	if r.opts.Smoke != nil {
-		err = r.opts.Smoke(ctx, p)
-		if errors.Is(err, host.ErrTimeout) && ctx.Err() == nil {
-			// A smoke test that failed on the wall clock alone (a busy
-			// machine, or the interpreter's slowness) is tried once
-			// more, compiled, before it is reported, as the host does
-			// with describe; one that used up its work budget is not.
-			r.logger.Warn("the smoke test ran past a wall-clock limit; trying once more, compiled", "file", path, "tier", p.Tier(), "error", err)
-			p.Close(ctx)
-			if p, err = r.opts.Engine.Load(ctx, wasm, host.LoadOptions{Source: path, Limits: limits, Compiling: compiling}); err != nil {
-				return nil, limits, err
-			}
-			err = r.opts.Smoke(ctx, p)
-		}
-		if err != nil {
-			p.Close(ctx)
-			return nil, limits, fmt.Errorf("%w: %s@%s: %w", ErrSmoke, p.Name(), p.Version(), err)
-		}
-	}
-	r.storeDescribed(hash, p.Description())
-	return p, limits, nil
-}
-
 // install makes p the serving version of its name, unless another file
-// serves that name. It returns the names this file stopped serving.
+// serves that name. It returns the names this file stopped serving, and
+// the names another file stopped serving because this one took them.
 func (r *Registry) install(ctx context.Context, path, hash string, p *host.Plugin, limits host.Limits, took time.Duration) (freed []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -657,13 +391,25 @@ func (r *Registry) install(ctx context.Context, path, hash string, p *host.Plugi
 	name := p.Name()
 	now := time.Now()
 	if cur, ok := r.byName[name]; ok && cur.file != path {
-		fs.err = fmt.Errorf("%w: %s describes itself as %q, which %s already serves (rename one of them)",
-			ErrConflict, filepath.Base(path), name, filepath.Base(cur.file))
-		fs.errHash, fs.errAt, fs.conflict = hash, now, name
+		if !r.scanning.Load() || path > cur.file {
+			fs.err = conflictError(path, cur.file, name)
+			fs.errHash, fs.errAt, fs.conflict, fs.described = hash, now, name, name
+			r.counters.conflicts.Add(1)
+			r.logger.Error("plugin name conflict", "file", path, "name", name, "served_by", cur.file)
+			p.Close(ctx)
+			return freed
+		}
+		// At a start the files load side by side, in no set order: of two
+		// files claiming one name, the first by file name takes it, as
+		// it would have had they loaded in order.
+		other := r.byFile[cur.file]
+		delete(r.byName, name)
+		r.retireLocked(cur)
+		other.err = conflictError(cur.file, path, name)
+		other.errHash, other.errAt, other.conflict, other.described = other.sha256, now, name, name
+		other.sha256, other.name = "", ""
 		r.counters.conflicts.Add(1)
-		r.logger.Error("plugin name conflict", "file", path, "name", name, "served_by", cur.file)
-		p.Close(ctx)
-		return nil
+		r.logger.Error("plugin name conflict", "file", cur.file, "name", name, "served_by", path)
 	}
 	if fs.name != "" && fs.name != name {
 		// The file now describes another policy: its old name goes.
@@ -676,17 +422,22 @@ func (r *Registry) install(ctx context.Context, path, hash string, p *host.Plugi
 	old := r.byName[name]
 	r.byName[name] = &version{plugin: p, file: path, limits: limits}
 	fs.sha256, fs.name, fs.loaded, fs.limits = hash, name, now, limits
-	fs.err, fs.errHash, fs.conflict = nil, "", ""
+	fs.err, fs.errHash, fs.conflict, fs.described = nil, "", "", ""
 	if old != nil {
 		r.retireLocked(old)
 		r.counters.reloads.Add(1)
 		r.logger.Info("plugin reloaded", "name", name, "version", p.Version(), "previous", old.plugin.Version(),
-			"file", path, "sha256", hash[:12], "took", took.Round(time.Millisecond))
+			"file", path, "sha256", short(hash), "took", took.Round(time.Millisecond))
 	} else {
 		r.logger.Info("plugin loaded", "name", name, "version", p.Version(), "file", path, "path", p.Path(),
-			"sha256", hash[:12], "took", took.Round(time.Millisecond))
+			"sha256", short(hash), "took", took.Round(time.Millisecond))
 	}
 	return freed
+}
+
+func conflictError(path, servedBy, name string) error {
+	return fmt.Errorf("%w: %s describes itself as %q, which %s already serves (rename one of them)",
+		ErrConflict, filepath.Base(path), name, filepath.Base(servedBy))
 }
 
 // retireLocked retires v. The caller holds r.mu for writing.
@@ -703,9 +454,9 @@ func (r *Registry) retireLocked(v *version) {
 	v.retire()
 }
 
-// unloadLocked forgets a file that is gone; the policy it served is
-// unloaded once its calls in flight end.
-func (r *Registry) unloadLocked(ctx context.Context, path string) {
+// unload forgets a file that is gone; the policy it served is unloaded
+// once its calls in flight end. The caller holds commitMu.
+func (r *Registry) unload(path string) {
 	r.mu.Lock()
 	fs := r.byFile[path]
 	if fs == nil {
@@ -714,6 +465,7 @@ func (r *Registry) unloadLocked(ctx context.Context, path string) {
 	}
 	delete(r.byFile, path)
 	r.forgetLocked(path)
+	delete(r.suspects, path)
 	var freed []string
 	if v := r.byName[fs.name]; fs.name != "" && v != nil && v.file == path {
 		delete(r.byName, fs.name)
@@ -723,32 +475,13 @@ func (r *Registry) unloadLocked(ctx context.Context, path string) {
 		r.logger.Info("plugin removed; unloaded after its calls in flight", "name", fs.name, "file", path)
 	}
 	r.mu.Unlock()
-	r.retryConflicts(ctx, freed)
+	r.retryConflicts(freed)
 }
 
-// retryConflicts loads again the files that could not take a name that is
-// now free. The caller holds loadMu.
-func (r *Registry) retryConflicts(ctx context.Context, freed []string) {
-	for _, name := range freed {
-		r.mu.RLock()
-		var waiting []string
-		for path, fs := range r.byFile {
-			if fs.conflict == name {
-				waiting = append(waiting, path)
-			}
-		}
-		r.mu.RUnlock()
-		sort.Strings(waiting)
-		for _, path := range waiting {
-			if r.serving(name) {
-				break
-			}
-			r.loadLocked(ctx, path, true)
-		}
-	}
-}
-
-func (r *Registry) recordError(path, hash string, err error) {
+// recordError records a failure to load path (hash: the bytes that
+// failed, "" if they could not be read). It reports whether the error is
+// news: the same message for the same bytes again is not.
+func (r *Registry) recordError(path, hash string, err error) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	fs := r.byFile[path]
@@ -756,7 +489,17 @@ func (r *Registry) recordError(path, hash string, err error) {
 		fs = &fileState{path: path}
 		r.byFile[path] = fs
 	}
+	news := fs.err == nil || fs.errHash != hash || fs.err.Error() != err.Error()
 	fs.err, fs.errHash, fs.errAt, fs.conflict = err, hash, time.Now(), ""
+	fs.described = ""
+	if hash != "" {
+		if d := r.lookupDescribed(hash); d != nil {
+			fs.described = d.Name
+		} else if q, ok := r.quarantine[path]; ok && q.SHA256 == hash {
+			fs.described = q.Name
+		}
+	}
+	return news
 }
 
 // ReleaseIdle unloads the code and instances of every plugin that has had
@@ -786,28 +529,40 @@ func (r *Registry) ReleaseIdle(ctx context.Context) int {
 }
 
 // SetLimits changes the plugins' limits (a config reload) and reloads the
-// plugins whose limits changed. Calls in flight finish under the old ones.
+// plugins whose limits changed, returning once those loads are over (or
+// ctx ends); calls in flight finish under the old limits. The files that
+// failed to load under other limits than they would get now are tried
+// again too (it may have been the limits' doing), without waiting.
 func (r *Registry) SetLimits(ctx context.Context, def host.Limits, per map[string]host.Limits) {
-	r.loadMu.Lock()
-	defer r.loadMu.Unlock()
 	r.mu.Lock()
 	r.opts.DefaultLimits, r.opts.Limits = def, per
-	var stale []string
+	var stale, failed []string
 	for path, fs := range r.byFile {
-		if fs.name != "" && fs.limits != r.limitsFor(fs.name) {
+		switch {
+		case fs.name != "" && fs.limits != r.limitsFor(fs.name):
 			stale = append(stale, path)
+		case fs.name == "" && fs.err != nil && fs.errHash != "" && fs.conflict == "" && !errors.Is(fs.err, ErrQuarantined) &&
+			fs.errLimits != r.limitsFor(strings.TrimSuffix(filepath.Base(path), ".wasm")):
+			failed = append(failed, path)
 		}
 	}
 	r.mu.Unlock()
 	sort.Strings(stale)
-	for _, path := range stale {
-		r.loadLocked(ctx, path, true)
+	sort.Strings(failed)
+	for _, path := range failed {
+		r.schedule(path, true)
 	}
+	var waits []<-chan struct{}
+	for _, path := range stale {
+		waits = append(waits, r.schedule(path, true))
+	}
+	wait(ctx, waits)
 }
 
 // Info describes one file of the plugins directory.
 type Info struct {
-	// Name is the policy the file serves ("" if it never loaded).
+	// Name is the policy the file serves; for a file that does not, the
+	// policy its bytes describe when the registry knows it ("" if not).
 	Name string
 	File string
 	// SHA256 and LoadedAt describe the serving version.
@@ -822,45 +577,63 @@ type Info struct {
 	ErrorSHA256 string
 	ErrorAt     time.Time
 	// Quarantined reports that the daemon died while loading the file's
-	// current bytes: they are not loaded until the file changes.
+	// current bytes: they are not loaded until the file changes or Retry.
 	Quarantined bool
+	// Loading reports that a load of the file is under way.
+	Loading bool
 	// LogDropped and LogTruncated count the file's log lines dropped over
 	// the rate limit and cut to the line limit, over every version.
 	LogDropped, LogTruncated uint64
 }
 
-// Policies lists the files the registry knows, sorted by file.
+// Policies lists the files the registry knows, and those it is loading
+// for the first time, sorted by file.
 func (r *Registry) Policies() []Info {
+	loading := r.loading()
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	out := make([]Info, 0, len(r.byFile))
 	for _, fs := range r.byFile {
 		info := Info{Name: fs.name, File: fs.path, SHA256: fs.sha256, LoadedAt: fs.loaded,
-			Error: fs.err, ErrorSHA256: fs.errHash, ErrorAt: fs.errAt, Quarantined: errors.Is(fs.err, ErrQuarantined)}
+			Error: fs.err, ErrorSHA256: fs.errHash, ErrorAt: fs.errAt, Quarantined: errors.Is(fs.err, ErrQuarantined),
+			Loading: loading[fs.path]}
+		if info.Name == "" {
+			info.Name = fs.described
+		}
 		info.LogDropped, info.LogTruncated = r.opts.Engine.LogCounts(filepath.Base(fs.path))
 		if v, ok := r.byName[fs.name]; ok && v.file == fs.path {
 			info.Plugin = v.plugin
 		}
 		out = append(out, info)
 	}
+	for path := range loading {
+		if r.byFile[path] == nil {
+			out = append(out, Info{File: path, Loading: true}) // its first load
+		}
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].File < out[j].File })
 	return out
 }
 
-// Policy returns the file serving policy name or, failing that, the file
-// named NAME.wasm (which may have failed to load).
+// Policy returns the file serving policy name or, failing that, a file
+// whose bytes describe it, or the file named NAME.wasm (which may have
+// failed to load).
 func (r *Registry) Policy(name string) (Info, bool) {
-	var byBase *Info
+	var byDesc, byBase *Info
 	for _, in := range r.Policies() {
-		if in.Plugin != nil && in.Name == name {
+		switch {
+		case in.Plugin != nil && in.Name == name:
 			return in, true
-		}
-		if strings.TrimSuffix(filepath.Base(in.File), ".wasm") == name && byBase == nil {
-			in := in
+		case in.Plugin == nil && in.Name == name && byDesc == nil:
+			byDesc = &in
+		case strings.TrimSuffix(filepath.Base(in.File), ".wasm") == name && byBase == nil:
 			byBase = &in
 		}
 	}
-	if byBase != nil {
+	switch {
+	case byDesc != nil:
+		return *byDesc, true
+	case byBase != nil:
 		return *byBase, true
 	}
 	return Info{}, false
@@ -875,15 +648,17 @@ type Counters struct {
 	Conflicts    uint64 // loads refused because the name was taken
 	Serving      int    // names serving now
 	Draining     int    // replaced versions still finishing calls
+	Loading      int    // files being loaded now
 }
 
 // Counters returns the registry's counters.
 func (r *Registry) Counters() Counters {
+	loading := len(r.loading())
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	c := Counters{
 		Loads: r.counters.loads.Load(), LoadFailures: r.counters.failures.Load(), Reloads: r.counters.reloads.Load(),
-		Unloads: r.counters.unloads.Load(), Conflicts: r.counters.conflicts.Load(), Serving: len(r.byName),
+		Unloads: r.counters.unloads.Load(), Conflicts: r.counters.conflicts.Load(), Serving: len(r.byName), Loading: loading,
 	}
 	for _, d := range r.draining {
 		select {
@@ -895,19 +670,25 @@ func (r *Registry) Counters() Counters {
 	return c
 }
 
-// Close stops watching, unloads every plugin and waits (until ctx ends)
-// for calls in flight to finish and the modules to be released. Acquire
-// fails with ErrClosed afterwards. A second Close does nothing.
+// Close stops watching and loading, unloads every plugin and waits (until
+// ctx ends) for the loads under way to stop, calls in flight to finish
+// and the modules to be released. Acquire fails with ErrClosed
+// afterwards. A second Close does nothing.
 func (r *Registry) Close(ctx context.Context) error {
-	var err error
+	var errs []error
 	r.closeOnce.Do(func() {
-		if r.cancel != nil {
-			r.cancel()
+		r.Stopping()
+		if r.watchCancel != nil {
+			r.watchCancel()
 			r.watcher.Close()
-			<-r.done
+			<-r.watchDone
 		}
-		r.loadMu.Lock() // no load in progress from here on
-		defer r.loadMu.Unlock()
+		r.stop() // loads under way end
+		if err := r.loads.close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("registry: waiting for loads under way: %w", err))
+		}
+		r.commitMu.Lock()
+		defer r.commitMu.Unlock()
 		r.mu.Lock()
 		r.closed = true
 		for _, v := range r.byName {
@@ -916,14 +697,15 @@ func (r *Registry) Close(ctx context.Context) error {
 		r.byName = map[string]*version{}
 		wait := append([]*version(nil), r.draining...)
 		r.mu.Unlock()
+		r.notify()
 		for _, v := range wait {
 			select {
 			case <-v.plugin.Done():
 			case <-ctx.Done():
-				err = fmt.Errorf("registry: closing plugins: %w", ctx.Err())
+				errs = append(errs, fmt.Errorf("registry: closing plugins: %w", ctx.Err()))
 				return
 			}
 		}
 	})
-	return err
+	return errors.Join(errs...)
 }

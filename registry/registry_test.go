@@ -110,9 +110,23 @@ func newRegistry(t testing.TB, dir string) *Registry {
 	return r
 }
 
+// startReady starts r and waits until every file of its directory has
+// been tried.
+func startReady(t testing.TB, r *Registry) {
+	t.Helper()
+	if err := r.Start(bg); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.Ready():
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the first scan is not over after 2 minutes: %+v", r.Policies())
+	}
+}
+
 // servingVersion returns the version serving name, or "" if none.
 func servingVersion(r *Registry, name string) string {
-	p, release, err := r.Acquire(name)
+	p, release, err := r.Acquire(bg, name)
 	if err != nil {
 		return ""
 	}
@@ -167,7 +181,7 @@ func TestLoadAllAndAcquire(t *testing.T) {
 	if in := infos[1]; in.Plugin == nil || in.Name != "lastn" || in.Error != nil || len(in.SHA256) != 64 || in.LoadedAt.IsZero() {
 		t.Errorf("lastn.wasm = %+v", in)
 	}
-	p, release, err := r.Acquire("lastn")
+	p, release, err := r.Acquire(bg, "lastn")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +190,7 @@ func TestLoadAllAndAcquire(t *testing.T) {
 	}
 	release()
 	release() // a second release does nothing
-	_, _, err = r.Acquire("nope")
+	_, _, err = r.Acquire(bg, "nope")
 	if !errors.Is(err, ErrUnknownPolicy) || !strings.Contains(err.Error(), "available: lastn") || !strings.Contains(err.Error(), "broken.wasm") {
 		t.Errorf("unknown policy error = %v", err)
 	}
@@ -257,9 +271,7 @@ func TestHotReload(t *testing.T) {
 	v1 := lastnVersion(t, "1.0.0")
 	os.WriteFile(path, v1, 0o644)
 	r := newRegistry(t, dir)
-	if err := r.Start(bg); err != nil {
-		t.Fatal(err)
-	}
+	startReady(t, r)
 	if v := servingVersion(r, "lastn"); v != "1.0.0" {
 		t.Fatalf("serving %q", v)
 	}
@@ -329,7 +341,7 @@ func TestHotReload(t *testing.T) {
 	// Removal unloads.
 	os.Remove(path)
 	waitFor(t, "lastn unloaded", func() bool { return servingVersion(r, "lastn") == "" })
-	if _, _, err := r.Acquire("lastn"); !errors.Is(err, ErrUnknownPolicy) {
+	if _, _, err := r.Acquire(bg, "lastn"); !errors.Is(err, ErrUnknownPolicy) {
 		t.Errorf("Acquire after removal = %v", err)
 	}
 	if len(r.Policies()) != 0 {
@@ -348,9 +360,7 @@ func TestConflict(t *testing.T) {
 	os.WriteFile(a, lastnVersion(t, "0.0.a"), 0o644)
 	os.WriteFile(b, lastnVersion(t, "0.0.b"), 0o644)
 	r := newRegistry(t, dir)
-	if err := r.Start(bg); err != nil {
-		t.Fatal(err)
-	}
+	startReady(t, r)
 	if v := servingVersion(r, "lastn"); v != "0.0.a" {
 		t.Errorf("serving %q, want the first file's", v)
 	}
@@ -377,9 +387,7 @@ func TestRename(t *testing.T) {
 	lastn := built(t, "plugins/lastn/lastn.c")
 	os.WriteFile(path, lastn, 0o644)
 	r := newRegistry(t, dir)
-	if err := r.Start(bg); err != nil {
-		t.Fatal(err)
-	}
+	startReady(t, r)
 	writeRename(t, path, withDescribe(t, lastn, "name", "lastm"))
 	waitFor(t, "lastm serving", func() bool { return servingVersion(r, "lastm") != "" })
 	if v := servingVersion(r, "lastn"); v != "" {
@@ -394,10 +402,8 @@ func TestInFlight(t *testing.T) {
 	path := filepath.Join(dir, "lastn.wasm")
 	os.WriteFile(path, lastnVersion(t, "1.0.0"), 0o644)
 	r := newRegistry(t, dir)
-	if err := r.Start(bg); err != nil {
-		t.Fatal(err)
-	}
-	old, release, err := r.Acquire("lastn")
+	startReady(t, r)
+	old, release, err := r.Acquire(bg, "lastn")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,9 +437,7 @@ func TestAcquireHammer(t *testing.T) {
 	os.WriteFile(path, lastnVersion(t, "0.0.0"), 0o644)
 	r := New(Options{Dir: dir, Engine: newEngine(t), Debounce: time.Millisecond, Smoke: daemonSmoke()})
 	t.Cleanup(func() { r.Close(bg) })
-	if err := r.Start(bg); err != nil {
-		t.Fatal(err)
-	}
+	startReady(t, r)
 	swaps, workers := 40, 8
 	if testing.Short() {
 		swaps = 10
@@ -452,7 +456,7 @@ func TestAcquireHammer(t *testing.T) {
 					return
 				default:
 				}
-				p, release, err := r.Acquire("lastn")
+				p, release, err := r.Acquire(bg, "lastn")
 				if err == nil {
 					err = compact(bg, p, conv)
 					release()
@@ -487,7 +491,7 @@ func TestSetLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	limits := func() host.Limits {
-		p, release, _ := r.Acquire("lastn")
+		p, release, _ := r.Acquire(bg, "lastn")
 		defer release()
 		return p.Limits()
 	}
@@ -515,10 +519,8 @@ func TestClose(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "lastn.wasm"), built(t, "plugins/lastn/lastn.c"), 0o644)
 	r := New(Options{Dir: dir, Engine: newEngine(t)})
-	if err := r.Start(bg); err != nil {
-		t.Fatal(err)
-	}
-	p, release, err := r.Acquire("lastn")
+	startReady(t, r)
+	p, release, err := r.Acquire(bg, "lastn")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -532,7 +534,7 @@ func TestClose(t *testing.T) {
 	}
 	release()
 	<-p.Done()
-	if _, _, err := r.Acquire("lastn"); !errors.Is(err, ErrClosed) {
+	if _, _, err := r.Acquire(bg, "lastn"); !errors.Is(err, ErrClosed) {
 		t.Errorf("Acquire after Close = %v", err)
 	}
 	if err := r.Close(bg); err != nil {
@@ -558,7 +560,7 @@ func TestDescribedCache(t *testing.T) {
 		return r
 	}
 	tier := func(r *Registry, name string) string {
-		p, release, err := r.Acquire(name)
+		p, release, err := r.Acquire(bg, name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -578,7 +580,7 @@ func TestDescribedCache(t *testing.T) {
 		if got := tier(r2, name); got != host.TierLazy {
 			t.Errorf("restart: %s is %s, want lazy", name, got)
 		}
-		p, release, _ := r2.Acquire(name)
+		p, release, _ := r2.Acquire(bg, name)
 		if p.Stats().Calls != 0 {
 			t.Errorf("%s: smoke-tested again (%d calls)", name, p.Stats().Calls)
 		}

@@ -13,12 +13,15 @@ import (
 	"github.com/fsnotify/fsnotify"
 )
 
-// Start loads every plugin of the directory and keeps watching it: a .wasm
-// file created, written, renamed into place or removed is reloaded (or
-// unloaded) without a restart. It returns once the initial load is done;
-// Close stops the watcher. Start may be called once.
+// Start watches the directory and begins loading every plugin file of
+// it, each on its own (see load.go): it returns at once, and the plugins
+// serve as they load. Ready is closed once every file has been tried;
+// meanwhile Acquire waits for a name a file still loading may serve. A
+// .wasm file created, written, renamed into place or removed later is
+// reloaded (or unloaded) without a restart. Close stops the watcher.
+// Start may be called once.
 func (r *Registry) Start(ctx context.Context) error {
-	if r.cancel != nil {
+	if r.watchCancel != nil {
 		return errors.New("registry: Start called twice")
 	}
 	w, err := fsnotify.NewWatcher()
@@ -35,21 +38,58 @@ func (r *Registry) Start(ctx context.Context) error {
 		return fmt.Errorf("watching %s: %w", r.opts.Dir, err)
 	}
 	r.recoverMarkers()
-	if err := r.LoadAll(ctx); err != nil {
+	r.scanning.Store(true)
+	waits, err := r.scan(true)
+	if err != nil {
+		r.scanning.Store(false)
 		w.Close()
 		return err
 	}
+	if !r.loads.spawn(func() { r.finishScan(waits) }) { // closed meanwhile
+		r.scanning.Store(false)
+		close(r.ready)
+	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r.watcher, r.cancel, r.done = w, cancel, make(chan struct{})
+	r.watcher, r.watchCancel, r.watchDone = w, cancel, make(chan struct{})
 	go r.watch(wctx)
 	return nil
+}
+
+// finishScan waits for the first scan's loads, then loads the suspects
+// one at a time (quarantine.go), and closes Ready.
+func (r *Registry) finishScan(waits []<-chan struct{}) {
+	defer func() {
+		r.scanning.Store(false)
+		close(r.ready)
+		r.notify()
+	}()
+	if wait(r.ctx, waits) != nil {
+		return
+	}
+	r.mu.RLock()
+	suspects := make([]string, 0, len(r.suspects))
+	for path := range r.suspects {
+		suspects = append(suspects, path)
+	}
+	r.mu.RUnlock()
+	sort.Strings(suspects)
+	for _, path := range suspects {
+		if wait(r.ctx, []<-chan struct{}{r.schedule(path, false)}) != nil {
+			return
+		}
+		r.mu.Lock()
+		delete(r.suspects, path) // its load is over, whatever came of it
+		r.mu.Unlock()
+	}
+	c := r.Counters()
+	r.logger.Debug("every plugin file tried", "serving", c.Serving, "failed_loads", c.LoadFailures)
 }
 
 // watch collects events and acts on them once the directory has been
 // quiet for Debounce (or MaxDelay after the first of a steady stream). A
 // panic in one round is recovered and logged, and the watch goes on.
 func (r *Registry) watch(ctx context.Context) {
-	defer close(r.done)
+	defer close(r.watchDone)
 	for !r.watchRound(ctx) {
 	}
 }
@@ -126,7 +166,7 @@ func (r *Registry) watchEvents(ctx context.Context) {
 			pending, first = map[string]bool{}, time.Time{}
 			if rescan {
 				rescan = false
-				if err := r.LoadAll(ctx); err != nil {
+				if _, err := r.scan(false); err != nil {
 					r.logger.Error("rescanning the plugins directory", "error", err)
 				}
 				continue
@@ -137,10 +177,7 @@ func (r *Registry) watchEvents(ctx context.Context) {
 			}
 			sort.Strings(sorted)
 			for _, path := range sorted {
-				if ctx.Err() != nil {
-					return
-				}
-				r.loadFile(ctx, path, false)
+				r.schedule(path, false) // loads on its own: nothing here waits for a file
 			}
 		}
 	}

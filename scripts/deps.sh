@@ -46,12 +46,16 @@ NPM_DIRS="
 clients/ts
 kits/assemblyscript
 internal/proxy/sdktest/testdata
+internal/proxy/clienttest/testdata
 "
 # clients/ts: the TypeScript client's dev dependencies (typescript, @types/node)
 # kits/assemblyscript: the AssemblyScript compiler and JSON library; `npm ci`
 #   fills npm's cache, so projects from `compactd new assemblyscript` install
 #   them without a download
 # internal/proxy/sdktest/testdata: the official openai and @anthropic-ai/sdk SDKs, run against the proxy
+# internal/proxy/clienttest/testdata: the clients agents use (openai, @anthropic-ai/sdk, the Vercel AI
+#   SDK, LangChain JS, @mistralai/mistralai), each driving a long session through the proxy; pinned
+#   to the newest releases that support node 20 (ai 7, @langchain/openai >= 1.5.9 and openai 7 want node 22)
 
 # Commands (or paths) whose presence means the Debian packages are installed.
 TOOLS="clang wasm-ld wat2wasm wasm-opt gcc curl chromium node npm"

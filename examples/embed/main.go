@@ -70,7 +70,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			fmt.Fprintf(stderr, "%s did not load: %v\n", in.File, in.Error)
 		}
 	}
-	p, release, err := reg.Acquire(*policy)
+	p, release, err := reg.Acquire(ctx, *policy)
 	if errors.Is(err, registry.ErrUnknownPolicy) {
 		return fmt.Errorf("no plugin in %s serves %q: %w", *dir, *policy, err)
 	}

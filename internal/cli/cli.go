@@ -75,11 +75,13 @@ func commands() map[string]command {
 		"compact":  {"compact a conversation once (or on the running daemon, --socket) and print the result", runCompact},
 		"policies": {"list the policies in the plugins directory (or the daemon's, --socket)", runPolicies},
 		"status":   {"show the running daemon's health, policies and conversations", runStatus},
+		"plugins":  {"act on the running daemon's plugin files: retry NAME loads one again (lifts a quarantine)", runPlugins},
 		"conform":  {"check that a plugin keeps compactd's ABI contract", runConform},
 		"eval":     {"measure policies on recorded conversations: tokens, cache, cost, retention", runEval},
 		"version":  {"print the version, commit, Go version and plugin ABI version", runVersion},
 		"serve":    {"run the daemon: the HTTP/JSON API on a Unix socket", runServe},
 		"new":      {"write a new policy project (go, c, rust, assemblyscript)", runNew},
+		"provider": {"run a local LLM provider (OpenAI and Anthropic wire formats) to try the proxy against", runProvider},
 	}
 }
 

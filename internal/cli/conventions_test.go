@@ -45,7 +45,7 @@ func checkOneError(t *testing.T, stderr string) {
 	}
 }
 
-var subcommands = []string{"compact", "policies", "status", "conform", "eval", "version", "serve", "new"}
+var subcommands = []string{"compact", "policies", "status", "plugins", "conform", "eval", "version", "serve", "new"}
 
 func TestHelpAndUnknownFlags(t *testing.T) {
 	for _, cmd := range subcommands {

@@ -92,6 +92,11 @@ func TestDaemonCommands(t *testing.T) {
 		{name: "policies without a daemon", args: []string{"policies", "--daemon"}, code: 1, stderr: "no daemon is answering on"},
 		{name: "status --limit 0", args: []string{"status", "--socket", sock, "--limit", "0"}, code: 2, stderr: "--limit 0"},
 		{name: "unknown conversation", args: []string{"status", "--socket", sock, "--conversation", "nope"}, code: 1, stderr: `answered not_found (HTTP 404): no tracked conversation "nope"`},
+		{name: "retry an unknown plugin", args: []string{"plugins", "retry", "nope", "--socket", sock}, code: 5, stderr: `answered unknown_policy (HTTP 404): no policy or plugin file named "nope" to retry`},
+		{name: "retry without a name", args: []string{"plugins", "retry", "--socket", sock}, code: 2, stderr: "retry takes one NAME"},
+		{name: "plugins without a subcommand", args: []string{"plugins", "--socket", sock}, code: 2, stderr: "name a subcommand: retry NAME"},
+		{name: "plugins with an unknown subcommand", args: []string{"plugins", "reload", "lastn", "--socket", sock}, code: 2, stderr: `unknown subcommand "reload"`},
+		{name: "retry without a daemon", args: []string{"plugins", "retry", "lastn", "--socket", filepath.Join(dir, "none.sock")}, code: 1, stderr: "no daemon is answering on"},
 	}
 	for _, tt := range errorCases {
 		t.Run(tt.name, func(t *testing.T) {
@@ -132,6 +137,34 @@ func TestDaemonCommands(t *testing.T) {
 				t.Fatalf("broken plugin not listed: exit %d\n%s", r.code, r.stdout)
 			}
 			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	t.Run("plugins retry", func(t *testing.T) {
+		// A file that serves: retried, and it still serves.
+		r := run(t, "", "plugins", "retry", "lastn", "--socket", sock)
+		if r.code != 0 || !strings.HasPrefix(r.stdout, "lastn.wasm serves lastn ") || r.stderr != "" {
+			t.Errorf("retry lastn: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		// A file that fails is loaded again, by its file name, and fails
+		// again: the command waits for the load and says so.
+		bad := filepath.Join(plugins, "retried.wasm")
+		os.WriteFile(bad, []byte("not wasm either"), 0o644)
+		defer os.Remove(bad)
+		d.waitLog(t, "retried.wasm")
+		for _, name := range []string{"retried", "retried.wasm"} {
+			r = run(t, "", "plugins", "retry", name, "--socket", sock)
+			if r.code != 5 || r.stdout != "" || !strings.Contains(r.stderr, "compactd: retried.wasm still does not load: ") || !strings.Contains(r.stderr, "not a valid compactd plugin module") {
+				t.Errorf("retry %s: exit %d, stdout %q, stderr %q", name, r.code, r.stdout, r.stderr)
+			}
+			checkOneError(t, r.stderr)
+		}
+		if n := strings.Count(d.log(), "plugin file retried by hand: file="+bad); n != 2 {
+			t.Errorf("the daemon logged %d retries, want 2:\n%s", n, d.log())
+		}
+		r = run(t, "", "plugins", "retry", "lastn", "--json", "--socket", sock)
+		var p client.Policy
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &p) != nil || !p.Serving || p.Name != "lastn" {
+			t.Errorf("retry --json: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 		}
 	})
 	t.Run("status", func(t *testing.T) {

@@ -175,7 +175,7 @@ func runConform(ctx context.Context, env *Env, args []string) int {
 	if err != nil {
 		return env.errorf(exitFor(err), "FAIL load: %v", err)
 	}
-	p, release, err := reg.Acquire(name)
+	p, release, err := reg.Acquire(ctx, name)
 	if err != nil {
 		return env.errorf(exitFor(err), "FAIL: %v", err)
 	}

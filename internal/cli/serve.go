@@ -98,12 +98,14 @@ func runServe(ctx context.Context, env *Env, args []string) int {
 		}
 		return env.fail(code, err)
 	}
-	serving := d.Registry().Counters().Serving
-	fmt.Fprintf(env.Stderr, "compactd %s serving %d policies on %s (SIGHUP reloads %s; Ctrl-C stops)\n", Version, serving, d.Socket(), d.Config().Path())
-	if serving == 0 {
-		fmt.Fprintln(env.Stderr, noPoliciesMessage(d.Config().Current().PluginsDir, d.Registry().Counters().LoadFailures))
+	if ctx.Err() == nil { // else stopped during the start: drained below
+		serving := d.Registry().Counters().Serving
+		fmt.Fprintf(env.Stderr, "compactd %s serving %d policies on %s (SIGHUP reloads %s; Ctrl-C stops)\n", Version, serving, d.Socket(), d.Config().Path())
+		if serving == 0 {
+			fmt.Fprintln(env.Stderr, noPoliciesMessage(d.Config().Current().PluginsDir, d.Registry().Counters().LoadFailures))
+		}
+		notify(env, fmt.Sprintf("READY=1\nSTATUS=serving %d policies on %s", serving, d.Socket()))
 	}
-	notify(env, fmt.Sprintf("READY=1\nSTATUS=serving %d policies on %s", serving, d.Socket()))
 
 	code = ExitOK
 loop:

@@ -102,7 +102,10 @@ func startServe(t testing.TB, bin string, dir string, args ...string) *daemonPro
 // pipe may lag behind its answers on the socket).
 func (d *daemonProc) waitLog(t testing.TB, want string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	// Generous: a busy machine (the race detector, other tests) can take
+	// many seconds to load plugins; the test waits for the line, it does
+	// not time it.
+	deadline := time.Now().Add(2 * time.Minute)
 	for !strings.Contains(d.log(), want) {
 		if time.Now().After(deadline) {
 			exited := "running"

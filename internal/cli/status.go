@@ -14,7 +14,8 @@ import (
 
 const statusAbout = `
 Asks the running daemon (GET /v1/status, /healthz and /v1/config) how it
-is: version, uptime, health ("degraded" while no policy is loaded),
+is: version, uptime, health ("starting" while it loads its plugins,
+"degraded" while no policy is loaded or the default one cannot load),
 policies serving and failed, where its plugins, config and state live,
 totals, and the conversations it tracks, most recent first. Exit 1 when no
 daemon answers.`
@@ -74,10 +75,16 @@ func runStatus(ctx context.Context, env *Env, args []string) int {
 	w := env.Stdout
 	fmt.Fprintf(w, "compactd %s (plugin ABI %s) on %s, up %s\n", st.Version, st.ABI, socket, roundDuration(time.Duration(st.UptimeSeconds*float64(time.Second))))
 	h := health.Status
-	if health.Status != "ok" {
+	switch {
+	case health.Status == "starting":
+		h += fmt.Sprintf(" (loading %d plugin files; policies serve as they load)", health.Loading)
+	case health.Status != "ok" && len(health.Problems) == 0:
 		h += " (no policy loaded: every compaction fails until a plugin loads; see below)"
 	}
 	fmt.Fprintf(w, "health:         %s\n", h)
+	for _, p := range health.Problems {
+		fmt.Fprintf(w, "  problem:      %s\n", p)
+	}
 	fmt.Fprintf(w, "policies:       %d serving, %d failed to load (compactd policies --socket %s)\n", st.Policies.Serving, st.Policies.Failed, socket)
 	fmt.Fprintf(w, "plugins:        %s\n", cfg.PluginsDir)
 	fmt.Fprintf(w, "config:         %s\n", doc.File)

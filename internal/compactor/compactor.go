@@ -41,8 +41,9 @@ type PolicySource interface {
 	// Acquire returns the plugin for name and a release function the
 	// caller must call when its call is over. It fails with an error
 	// wrapping registry.ErrUnknownPolicy when no plugin has that name
-	// (*registry.Registry is the daemon's source).
-	Acquire(name string) (*host.Plugin, func(), error)
+	// (*registry.Registry is the daemon's source: while the daemon
+	// starts, it waits, until ctx ends, for a plugin still loading).
+	Acquire(ctx context.Context, name string) (*host.Plugin, func(), error)
 }
 
 // ConfigSource gives the config layers under a request's overrides, lowest
@@ -226,7 +227,7 @@ func (c *Compactor) Compact(ctx context.Context, req Request) (*Response, error)
 		}
 	}()
 	for _, name := range req.Pipeline {
-		p, release, err := c.opts.Policies.Acquire(name)
+		p, release, err := c.opts.Policies.Acquire(ctx, name)
 		if err != nil {
 			return nil, err
 		}

@@ -38,7 +38,7 @@ type source map[string]*host.Plugin
 
 var _ compactor.PolicySource = source(nil)
 
-func (s source) Acquire(name string) (*host.Plugin, func(), error) {
+func (s source) Acquire(_ context.Context, name string) (*host.Plugin, func(), error) {
 	p, ok := s[name]
 	if !ok {
 		return nil, nil, fmt.Errorf("%w %q", registry.ErrUnknownPolicy, name)

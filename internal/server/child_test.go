@@ -96,7 +96,11 @@ func startChild(t testing.TB, td *testDaemon) *childDaemon {
 	t.Helper()
 	d := &childDaemon{t: t, socket: filepath.Join(td.dir, "s.sock"), done: make(chan struct{})}
 	d.cmd = exec.Command(os.Args[0], "-test.run=^$")
-	d.cmd.Env = append(os.Environ(), childDirEnv+"="+td.dir, childCacheEnv+"="+wasmbuild.TestCacheDir(t))
+	cache := td.childCache
+	if cache == "" {
+		cache = wasmbuild.TestCacheDir(t)
+	}
+	d.cmd.Env = append(os.Environ(), childDirEnv+"="+td.dir, childCacheEnv+"="+cache)
 	d.cmd.Stderr = childLog{d}
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -86,9 +86,13 @@ type Daemon struct {
 }
 
 // Start starts a daemon: it reads the config, takes the socket (failing
-// with ErrRunning if another daemon has it), opens the store, loads and
-// smoke-tests every plugin, checks the config against them, and serves.
-// It returns once the API answers. Shutdown stops it.
+// with ErrRunning if another daemon has it), opens the store, starts
+// loading the plugins and serves the API at once (each policy serves as
+// soon as its plugin is loaded and smoke-tested; /healthz says "starting"
+// until every plugin file has been tried). It returns once every file has
+// been tried and the config checked against the plugins, or once ctx ends
+// (then with the daemon serving: the caller shuts it down). Shutdown stops
+// it.
 func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 	if opts.Getenv == nil {
 		opts.Getenv = os.Getenv
@@ -151,13 +155,6 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 		return nil, err
 	}
 	d.cfg.SetCheck(d.checkConfig)
-	warnings, err := d.cfg.Check()
-	if err != nil {
-		return nil, fmt.Errorf("config file %s: %w", d.cfg.Path(), err)
-	}
-	for _, w := range warnings {
-		d.logger.Warn(w)
-	}
 
 	copts := compactor.Options{Policies: d.reg, Tokens: counter, Config: d.cfg, State: d.store, Logger: d.logger.Named("compactor")}
 	sopts := Options{Registry: d.reg, Store: d.store, Config: d.cfg, Version: opts.Version, Logger: d.logger.Named("api"),
@@ -195,12 +192,44 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 		d.httpTCP = d.httpServer(cfg, d.server.TokenHandler(token))
 		go d.serve(d.httpTCP, d.tcp)
 	}
+	// The API answers while the plugins load: each policy serves as soon
+	// as its file is loaded, a request for one still loading waits for
+	// it, and /healthz says "starting". Start returns once every file has
+	// been tried.
+	d.logger.Info("compactd answering; loading the plugins", "socket", cfg.Socket, "plugins", cfg.PluginsDir)
+	select {
+	case <-d.reg.Ready():
+	case <-ctx.Done():
+		// Stopped during the start (SIGTERM): the daemon serves until
+		// the caller's Shutdown drains it, as it would have later.
+		d.logger.Info("stopping before every plugin file was tried", "loading", d.reg.Counters().Loading)
+		return d, nil
+	}
+	warnings, err := d.cfg.Check()
+	if err != nil {
+		return nil, fmt.Errorf("config file %s: %w", d.cfg.Path(), err)
+	}
+	for _, w := range warnings {
+		d.logger.Warn(w)
+	}
+	for _, problem := range d.server.defaultPolicyProblems() {
+		d.logger.Error(problem)
+	}
 	c := d.reg.Counters()
+	// Files that do not serve: failed loads of this start, and files
+	// refused without a load (remembered failures, quarantines, files
+	// that are not regular files).
+	refused := 0
+	for _, in := range d.reg.Policies() {
+		if in.Error != nil {
+			refused++
+		}
+	}
 	if cfg.Proxy.Enabled() {
 		d.logger.Info("proxy forwarding", "openai", cfg.Proxy.OpenAI.Upstream, "anthropic", cfg.Proxy.Anthropic.Upstream)
 	}
 	d.logger.Info("compactd serving", "socket", cfg.Socket, "tcp", cfg.TCP.Listen, "policies", c.Serving,
-		"failed_loads", c.LoadFailures, "plugins", cfg.PluginsDir, "state", d.store.Path(), "config", d.cfg.Path())
+		"failed_loads", c.LoadFailures, "files_not_serving", refused, "plugins", cfg.PluginsDir, "state", d.store.Path(), "config", d.cfg.Path())
 	return d, nil
 }
 
@@ -310,7 +339,7 @@ func (d *Daemon) checkConfig(c *config.Config) ([]string, error) {
 		}
 	}
 	for _, name := range names {
-		p, release, err := d.reg.Acquire(name)
+		p, release, err := d.reg.Acquire(context.Background(), name)
 		if err != nil {
 			warnings = append(warnings, fmt.Sprintf("policy %q is configured but not loaded; its config is checked on each request once it loads", name))
 			continue
@@ -408,6 +437,8 @@ func (d *Daemon) Errors() <-chan error { return d.errc }
 // socket. A second call returns the first one's result.
 func (d *Daemon) Shutdown(ctx context.Context) error {
 	d.closeOnce.Do(func() {
+		// A kill from here on (a stop timeout) is not a plugin's doing.
+		d.reg.Stopping()
 		timeout := d.cfg.Current().Limits.ShutdownTimeout.D()
 		dctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
@@ -443,6 +474,11 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 // closeAll releases what Start opened, in reverse order.
 func (d *Daemon) closeAll(ctx context.Context) error {
 	var errs []error
+	for _, srv := range []*http.Server{d.httpUnix, d.httpTCP} {
+		if srv != nil {
+			srv.Close() // a failed start's; after Shutdown, nothing is left to close
+		}
+	}
 	if d.proxy != nil {
 		d.proxy.Close()
 	}

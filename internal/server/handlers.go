@@ -40,6 +40,22 @@ func (s *Server) handlePolicy(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// handleRetry loads a plugin file again now, lifting its quarantine or
+// the failure of its bytes the daemon remembers, and answers with the
+// file's state once the load is over.
+func (s *Server) handleRetry(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("name")
+	in, err := s.opts.Registry.Retry(r.Context(), name)
+	if errors.Is(err, registry.ErrUnknownPolicy) {
+		return apiErrorf(http.StatusNotFound, CodeUnknownPolicy, "no policy or plugin file named %q to retry (GET /v1/policies lists them)", name)
+	}
+	if err != nil {
+		return err // the caller went away; the load goes on
+	}
+	writeJSON(w, http.StatusOK, policyOf(in))
+	return nil
+}
+
 func policyOf(in registry.Info) client.Policy {
 	p := client.Policy{Name: in.Name, File: in.File, SHA256: in.SHA256, LoadedAt: in.LoadedAt}
 	if p.Name == "" {
@@ -60,7 +76,7 @@ func policyOf(in registry.Info) client.Policy {
 	if in.Error != nil {
 		p.Error = &client.LoadError{Message: in.Error.Error(), SHA256: in.ErrorSHA256, At: in.ErrorAt}
 	}
-	p.Quarantined, p.LogLinesDropped, p.LogLinesTruncated = in.Quarantined, in.LogDropped, in.LogTruncated
+	p.Quarantined, p.Loading, p.LogLinesDropped, p.LogLinesTruncated = in.Quarantined, in.Loading, in.LogDropped, in.LogTruncated
 	return p
 }
 
@@ -236,16 +252,51 @@ func (s *Server) handlePutConfig(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// handleHealth answers "ok", or "degraded" while no policy is loaded (the
-// daemon is up but every compaction would fail). Both are 200: the daemon
-// itself is alive.
+// handleHealth answers "ok"; "starting" while the plugin files are
+// tried for the first time (policies serve as they load); or "degraded"
+// when no policy serves, or a policy of the default pipeline does not
+// because its file failed to load or is quarantined, with the problems
+// and how to clear them. All are 200: the daemon itself is alive. It
+// waits for nothing.
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
-	h := client.Health{Status: "ok", Policies: s.opts.Registry.Counters().Serving}
-	if h.Policies == 0 {
+	rc := s.opts.Registry.Counters()
+	h := client.Health{Status: "ok", Policies: rc.Serving, Loading: rc.Loading}
+	if rc.Serving == 0 && !s.opts.Registry.Starting() {
+		h.Problems = append(h.Problems, "no policy is loaded: every compaction fails until a plugin loads (GET /v1/policies says why files failed)")
+	}
+	h.Problems = append(h.Problems, s.defaultPolicyProblems()...)
+	switch {
+	case s.opts.Registry.Starting():
+		h.Status = "starting"
+	case len(h.Problems) > 0:
 		h.Status = "degraded"
 	}
 	writeJSON(w, http.StatusOK, h)
 	return nil
+}
+
+// defaultPolicyProblems says which policies of the default pipeline (the
+// config's policy or pipeline, else ledger) a plugin file that failed to
+// load, or is quarantined, keeps from serving, and how to clear it.
+func (s *Server) defaultPolicyProblems() []string {
+	var out []string
+	for _, name := range s.opts.Config.Current().DefaultPipeline() {
+		in, ok := s.opts.Registry.Policy(name)
+		if !ok || in.Plugin != nil || in.Error == nil || in.Loading {
+			continue
+		}
+		what := "failed to load"
+		if in.Quarantined {
+			what = "is quarantined"
+		}
+		msg := fmt.Sprintf("the default policy %q does not serve, so requests that name no policy fail: %s %s: %v",
+			name, filepath.Base(in.File), what, in.Error)
+		if !strings.Contains(msg, "plugins retry") {
+			msg += fmt.Sprintf("; once the cause is fixed, `compactd plugins retry %s` (POST /v1/policies/%s/retry) loads it again", name, name)
+		}
+		out = append(out, msg)
+	}
+	return out
 }
 
 // writePluginFileMetrics writes what is counted per plugin file: log
@@ -301,6 +352,7 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) error {
 	writeCounter(&b, "compactd_plugin_conflicts_total", "Plugin loads refused because another file serves the name.", rc.Conflicts)
 	writeGauge(&b, "compactd_plugins_serving", "Policies serving.", float64(rc.Serving))
 	writeGauge(&b, "compactd_plugins_draining", "Replaced plugin versions still finishing calls.", float64(rc.Draining))
+	writeGauge(&b, "compactd_plugins_loading", "Plugin files being loaded.", float64(rc.Loading))
 	writePluginFileMetrics(&b, s.opts.Registry.Policies())
 	m.configReloads.write(&b)
 	writeGauge(&b, "compactd_conversations_tracked", "Conversations in the store.", float64(s.opts.Store.Totals().Conversations))

@@ -39,6 +39,9 @@ type testDaemon struct {
 	plugins string
 	config  string
 	opts    DaemonOptions
+	// childCache, if set, is the compilation cache of the daemons
+	// startChild starts (default: the tests' shared one).
+	childCache string
 }
 
 // setup prepares a daemon's directory: plugins copied in, and a config

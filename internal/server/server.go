@@ -8,10 +8,11 @@
 //	POST /v1/compact            compact a conversation
 //	GET  /v1/policies           plugin files and the policies they serve
 //	GET  /v1/policies/{name}    one policy
+//	POST /v1/policies/{name}/retry  load a plugin file again (lifts a quarantine)
 //	GET  /v1/status             tracked conversations and totals
 //	GET  /v1/config             the running config
 //	PUT  /v1/config             a partial config update, written back
-//	GET  /healthz               liveness
+//	GET  /healthz               liveness: ok, starting or degraded
 //	GET  /metrics               Prometheus text format
 //	GET  /v1/openapi.yaml       the API's OpenAPI 3.1 document (also .json)
 //	GET  /                      the status page (HTML; /conversation?id=ID)
@@ -100,6 +101,7 @@ func New(opts Options) *Server {
 	s.route("/v1/compact", "compact", map[string]handlerFunc{http.MethodPost: s.handleCompact})
 	s.route("/v1/policies", "policies", map[string]handlerFunc{http.MethodGet: s.handlePolicies})
 	s.route("/v1/policies/{name}", "policy", map[string]handlerFunc{http.MethodGet: s.handlePolicy})
+	s.route("/v1/policies/{name}/retry", "policy_retry", map[string]handlerFunc{http.MethodPost: s.handleRetry})
 	s.route("/v1/status", "status", map[string]handlerFunc{http.MethodGet: s.handleStatus})
 	s.route("/v1/config", "config", map[string]handlerFunc{http.MethodGet: s.handleGetConfig, http.MethodPut: s.handlePutConfig})
 	s.route("/healthz", "healthz", map[string]handlerFunc{http.MethodGet: s.handleHealth})

@@ -455,6 +455,7 @@ func TestHealthAndMetrics(t *testing.T) {
 		`compactd_policy_duration_seconds_bucket{policy="lastn",le="+Inf"}`:                  1,
 		`compactd_plugin_loads_total`:                                                        2,
 		`compactd_plugins_serving`:                                                           2,
+		`compactd_plugins_loading`:                                                           0,
 		`compactd_plugin_load_failures_total`:                                                0,
 		`compactd_conversations_tracked`:                                                     1, // both requests sent one conversation
 		`compactd_conversation_cache_entries`:                                                1, // the three requests sent the same messages

@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,40 +21,77 @@ import (
 )
 
 // zooEntry is one hostile plugin of the zoo: a module built from source
-// (host/testdata/hostile, see its README) and what GET /v1/policies must
-// say about its file once the daemon has tried it.
+// (host/testdata/hostile, see its README), or a file that is not a
+// regular file, and what GET /v1/policies must say about its file once
+// the daemon has tried it.
 type zooEntry struct {
 	file string // its name in the plugins directory
 	src  string // as wasmbuild.ForTest takes it
 	want string // in the file's load error
+	// make, if set, puts the entry at path (instead of src's module):
+	// a FIFO, a socket, a symlink to one.
+	make func(t testing.TB, path string)
 }
 
 var zoo = []zooEntry{
-	{"memory_over_cap.wasm", "host/testdata/hostile/memory_over_cap.wat", "declares 4097 pages (256.1 MiB) of initial memory; the limit is 4096 pages"},
-	{"start_loop.wasm", "host/testdata/hostile/start_loop.wat", "instantiate: plugin used up its work budget: the start section or _initialize used up its work budget of 1000000 steps"},
-	{"fast_start_loop.wasm", "host/testdata/hostile/fast_start_loop.wat", "instantiate: plugin used up its work budget: the start section or _initialize used up its work budget of 1000000 steps"},
-	{"fast_init_loop.wasm", "host/testdata/hostile/fast_init_loop.wat", "instantiate: plugin used up its work budget: the start section or _initialize used up its work budget of 1000000 steps"},
-	{"describe_loop.wasm", "host/testdata/hostile/describe_loop.wat", "describe: plugin call timed out"},
-	{"describe_recurse.wasm", "host/testdata/hostile/describe_recurse.wat", "describe: plugin call timed out"},
-	{"fast_start_recurse.wasm", "host/testdata/hostile/fast_start_recurse.wat", "instantiate: plugin used up its work budget: the start section or _initialize used up its work budget of 1000000 steps"},
-	{"describe_huge.wasm", "host/testdata/hostile/describe_huge.wat", "a description is 8388608 bytes; the limit is 1048576"},
-	{"grow_1gib.wasm", "host/testdata/hostile/grow_1gib.wat", "compact: plugin exceeded its memory limit"},
-	{"bad_utf8.wasm", "host/testdata/hostile/bad_utf8.wat", "the description is not UTF-8 (byte"},
-	{"badref.wasm", "host/testdata/hostile/hostile.c#HOSTILE_BADREF", "ref 999999 is out of range"},
-	{"log_spam.wasm", "host/testdata/hostile/log_spam.wat", "compact: plugin call timed out: ran past its wall-clock time limit of"},
-	{"count_huge.wasm", "host/testdata/hostile/count_huge.wat", "compact: plugin call timed out"},
-	{"stack_overflow.wasm", "host/testdata/hostile/stack_overflow.wat", "stack overflow"},
-	{"fast_alloc_trap.wasm", "host/testdata/hostile/fast_alloc_trap.wat", "describe: plugin trapped"},
-	{"unknown_import.wasm", "host/testdata/hostile/unknown_import.wat", "imports env.oops, which compactd does not provide"},
-	{"missing_export.wasm", "host/testdata/hostile/missing_export.wat", `missing required export "compact"`},
+	{"memory_over_cap.wasm", "host/testdata/hostile/memory_over_cap.wat", "declares 4097 pages (256.1 MiB) of initial memory; the limit is 4096 pages", nil},
+	{"start_loop.wasm", "host/testdata/hostile/start_loop.wat", "instantiate: plugin used up its work budget: the start section or _initialize used up its work budget of 1000000 steps", nil},
+	{"fast_start_loop.wasm", "host/testdata/hostile/fast_start_loop.wat", "instantiate: plugin used up its work budget: the start section or _initialize used up its work budget of 1000000 steps", nil},
+	{"fast_init_loop.wasm", "host/testdata/hostile/fast_init_loop.wat", "instantiate: plugin used up its work budget: the start section or _initialize used up its work budget of 1000000 steps", nil},
+	{"describe_loop.wasm", "host/testdata/hostile/describe_loop.wat", "describe: plugin call timed out", nil},
+	{"describe_recurse.wasm", "host/testdata/hostile/describe_recurse.wat", "describe: plugin call timed out", nil},
+	{"fast_start_recurse.wasm", "host/testdata/hostile/fast_start_recurse.wat", "instantiate: plugin used up its work budget: the start section or _initialize used up its work budget of 1000000 steps", nil},
+	{"describe_huge.wasm", "host/testdata/hostile/describe_huge.wat", "a description is 8388608 bytes; the limit is 1048576", nil},
+	{"grow_1gib.wasm", "host/testdata/hostile/grow_1gib.wat", "compact: plugin exceeded its memory limit", nil},
+	{"bad_utf8.wasm", "host/testdata/hostile/bad_utf8.wat", "the description is not UTF-8 (byte", nil},
+	{"badref.wasm", "host/testdata/hostile/hostile.c#HOSTILE_BADREF", "ref 999999 is out of range", nil},
+	{"log_spam.wasm", "host/testdata/hostile/log_spam.wat", "compact: plugin call timed out: ran past its wall-clock time limit of", nil},
+	{"count_huge.wasm", "host/testdata/hostile/count_huge.wat", "compact: plugin call timed out", nil},
+	{"stack_overflow.wasm", "host/testdata/hostile/stack_overflow.wat", "stack overflow", nil},
+	{"fast_alloc_trap.wasm", "host/testdata/hostile/fast_alloc_trap.wat", "describe: plugin trapped", nil},
+	{"unknown_import.wasm", "host/testdata/hostile/unknown_import.wat", "imports env.oops, which compactd does not provide", nil},
+	{"missing_export.wasm", "host/testdata/hostile/missing_export.wat", `missing required export "compact"`, nil},
 	// The healthy lastn plugin, padded with a custom section to just over
 	// the file-size limit: refused unread.
-	{"oversize.wasm", "plugins/lastn/lastn.c", "plugin file too large: oversize.wasm is"},
+	{"oversize.wasm", "plugins/lastn/lastn.c", "plugin file too large: oversize.wasm is", nil},
+	// Files that are not regular files: opening a FIFO to read waits for
+	// a writer, forever; they are refused without being waited on.
+	{"fifo.wasm", "", "fifo.wasm is a FIFO (named pipe); only regular files (or symlinks to them) are loaded", mkfifo},
+	{"fifo_link.wasm", "", "fifo_link.wasm is a symlink to a FIFO (named pipe)", func(t testing.TB, path string) {
+		fifo := filepath.Join(t.TempDir(), "fifo")
+		mkfifo(t, fifo)
+		symlink(t, fifo, path)
+	}},
+	{"device.wasm", "", "device.wasm is a symlink to a character device", func(t testing.TB, path string) { symlink(t, "/dev/zero", path) }},
+	{"socket.wasm", "", "socket.wasm is a socket", func(t testing.TB, path string) {
+		ln, err := net.Listen("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln.(*net.UnixListener).SetUnlinkOnClose(false) // it stays for the restart
+		t.Cleanup(func() { ln.Close() })
+	}},
+	{"dangling.wasm", "", "which does not exist", func(t testing.TB, path string) { symlink(t, filepath.Join(t.TempDir(), "gone.wasm"), path) }},
 }
 
-// zooBytes returns an entry's module.
+func mkfifo(t testing.TB, path string) {
+	if err := syscall.Mkfifo(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func symlink(t testing.TB, target, path string) {
+	if err := os.Symlink(target, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// zooBytes returns an entry's module (nil for the files it makes).
 func zooBytes(t testing.TB, e zooEntry) []byte {
 	t.Helper()
+	if e.make != nil {
+		return nil
+	}
 	b, err := os.ReadFile(wasmbuild.ForTest(t, e.src))
 	if err != nil {
 		t.Fatal(err)
@@ -169,7 +208,11 @@ func TestHostileZoo(t *testing.T) {
 
 	for i, e := range zoo {
 		start := time.Now()
-		writeRename(t, filepath.Join(td.plugins, e.file), built[i])
+		if e.make != nil {
+			e.make(t, filepath.Join(td.plugins, e.file))
+		} else {
+			writeRename(t, filepath.Join(td.plugins, e.file), built[i])
+		}
 		var got client.Policy
 		waitFor(t, e.file+"'s error in /v1/policies", 3*time.Minute, func() bool {
 			if d.exited() {
@@ -216,7 +259,9 @@ func TestHostileZoo(t *testing.T) {
 	}
 	d.stop()
 
-	// A restart with the whole zoo in the directory comes up healthy.
+	// A restart with the whole zoo in the directory comes up healthy, at
+	// once: the daemon remembers which bytes failed, and does not load
+	// them again (lastn, from its cached description, is the one load).
 	start := time.Now()
 	d = startChild(t, td)
 	d.waitHealthy(3 * time.Minute)
@@ -226,9 +271,20 @@ func TestHostileZoo(t *testing.T) {
 		t.Errorf("after the restart lastn does not serve: %+v", p)
 	}
 	for _, e := range zoo {
-		if p := pols[e.file]; p.Serving || p.Error == nil || !strings.Contains(p.Error.Message, e.want) {
+		p := pols[e.file]
+		if p.Serving || p.Error == nil || !strings.Contains(p.Error.Message, e.want) {
 			t.Errorf("after the restart, %s: %+v", e.file, p)
+			continue
 		}
+		// Files refused unread (too large, not regular) are cheap to
+		// refuse again; the others were not tried again.
+		remembered := e.make == nil && e.file != "oversize.wasm"
+		if got := strings.Contains(p.Error.Message, "failed to load before"); got != remembered {
+			t.Errorf("after the restart, %s: remembered %v, want %v: %s", e.file, got, remembered, p.Error.Message)
+		}
+	}
+	if m, _ := d.c.Metrics(context.Background()); !strings.Contains(m, "compactd_plugin_loads_total 1\n") {
+		t.Errorf("after the restart, the zoo's files were loaded again:\n%s", grepLines(m, "compactd_plugin_load"))
 	}
 	r, err := d.c.Compact(context.Background(), &client.CompactRequest{Policy: "lastn", Messages: msgs})
 	if err != nil || len(r.Warnings) > 0 {

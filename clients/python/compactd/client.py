@@ -216,6 +216,13 @@ class Client:
         """One policy (GET /v1/policies/{name})."""
         return from_dict(Policy, self.request("GET", "/v1/policies/" + quote(name, safe="")))
 
+    def retry_policy(self, name: str) -> Policy:
+        """Loads a plugin file again now (POST /v1/policies/{name}/retry),
+        lifting its quarantine or the failure of its bytes the daemon
+        remembers; ``name`` is the policy, or the file's name. Returns the
+        file's state once the load is over."""
+        return from_dict(Policy, self.request("POST", "/v1/policies/" + quote(name, safe="") + "/retry"))
+
     def status(self, limit: Optional[int] = None) -> Status:
         """Uptime, totals and the most recently seen conversations
         (GET /v1/status; the daemon lists 100 unless ``limit`` says)."""

@@ -132,9 +132,12 @@ class Policy:
     view: str = ""
     tier: str = ""
     instances: Optional[PolicyInstances] = None
-    #: the daemon died while loading these bytes; not loaded again until
-    #: the file changes (``error`` says when)
+    #: the daemon died while loading these bytes (or twice compiling
+    #: them); not loaded again until the file changes or
+    #: ``Client.retry_policy`` (``error`` says when)
     quarantined: bool = False
+    #: a load of the file is under way
+    loading: bool = False
 
 
 @dataclass
@@ -303,10 +306,16 @@ class ConfigDocument:
 
 @dataclass
 class Health:
-    """The answer to GET /healthz."""
+    """The answer to GET /healthz. ``status`` is "ok", "starting" (the
+    daemon tries its plugin files for the first time; policies serve as they
+    load) or "degraded" (no policy serves, or a policy of the default
+    pipeline cannot load: ``problems`` says why and how to clear it)."""
 
     status: str
     policies: int
+    #: plugin files being loaded
+    loading: int = 0
+    problems: List[str] = field(default_factory=list)
 
 
 T = TypeVar("T")

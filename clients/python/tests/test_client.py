@@ -179,6 +179,10 @@ def test_policies(client):
     assert client.policy("lastn").path == "fast"  # the C kit exports the fast path
     with pytest.raises(compactd.UnknownPolicy):
         client.policy("nope")
+    retried = client.retry_policy("lastn")  # loads the file again: it still serves
+    assert isinstance(retried, compactd.Policy) and retried.serving and retried.name == "lastn" and not retried.loading
+    with pytest.raises(compactd.UnknownPolicy):
+        client.retry_policy("nope")
 
 
 def test_status_and_last_compaction(client):

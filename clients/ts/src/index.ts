@@ -204,6 +204,16 @@ export class Client {
     return this.request<Policy>("GET", `/v1/policies/${encodeURIComponent(name)}`);
   }
 
+  /**
+   * Loads a plugin file again now (POST /v1/policies/{name}/retry),
+   * lifting its quarantine or the failure of its bytes the daemon
+   * remembers; `name` is the policy, or the file's name. Resolves to the
+   * file's state once the load is over.
+   */
+  retryPolicy(name: string): Promise<Policy> {
+    return this.request<Policy>("POST", `/v1/policies/${encodeURIComponent(name)}/retry`);
+  }
+
   /** Uptime, totals and the most recently seen conversations (GET /v1/status). */
   status(limit?: number): Promise<Status> {
     return this.request<Status>("GET", limit === undefined ? "/v1/status" : `/v1/status?limit=${limit}`);

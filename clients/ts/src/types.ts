@@ -468,9 +468,17 @@ export interface Health {
    */
   policies: number;
   /**
-   * "degraded" while no policy is loaded: the daemon is up (still 200) but every compaction fails until a plugin loads
+   * "starting" while the plugin files are tried for the first time (policies serve as they load); "degraded" while no policy is loaded, or a policy of the default pipeline cannot load (see problems): the daemon is up (still 200)
    */
-  status: "ok" | "degraded";
+  status: "ok" | "starting" | "degraded";
+  /**
+   * plugin files being loaded; absent when none
+   */
+  loading?: number;
+  /**
+   * what makes the daemon degraded, and how to clear it (e.g. `compactd plugins retry ledger`)
+   */
+  problems?: string[];
 }
 
 /**
@@ -685,11 +693,17 @@ export interface Policy {
   };
   limits?: Limits;
   loaded_at?: string;
+  /**
+   * a load of the file is under way; absent when false
+   */
+  loading?: boolean;
   path?: "fast" | "extism";
   /**
-   * the daemon died while loading the file's current bytes: they
-   * are not loaded again until the file changes, or is removed and
-   * put back (`error` says when and why); absent when false
+   * the daemon died while loading the file's current bytes (or
+   * twice while compiling them): they are not loaded again until the
+   * file changes, or is removed and put back, or
+   * `POST /v1/policies/{name}/retry` (`error` says when and why);
+   * absent when false
    */
   quarantined?: boolean;
   sha256?: string;

@@ -197,6 +197,9 @@ describe("status and config", () => {
     assert.ok(sliding.limits && sliding.limits.call_timeout && sliding.calls >= 1);
     assert.ok(!sliding.quarantined && sliding.log_lines_dropped === 0 && sliding.log_lines_truncated === 0);
     await rejectsWith(client.policy("nope"), "unknown_policy", 404);
+    const retried = await client.retryPolicy("lastn"); // loads the file again: it still serves
+    assert.ok(retried.serving && retried.name === "lastn" && !retried.loading);
+    await rejectsWith(client.retryPolicy("nope"), "unknown_policy", 404);
   });
 
   test("status and the last compaction", async () => {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/internal/anthropic"
@@ -101,7 +102,7 @@ func TestSDKs(t *testing.T) {
 	dir, node := sdks(t)
 
 	hist := history(t)
-	sys, msgs, err := anthropic.FromChat(hist.Messages)
+	sys, msgs, err := anthropic.FromChat(uniqueToolIDs(hist.Messages))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,6 +192,35 @@ proxy:
 			t.Logf("%s: %d requests, first compacted: request %d, compacted: %d; status %s", tc.script, len(lines), firstCompacted, compacted, b)
 		})
 	}
+}
+
+// uniqueToolIDs returns a copy of msgs where a tool call id met before
+// (OpenAI accepts one reused in a later turn; the recording has some) gets
+// a suffix, in its call and its results: Anthropic refuses a repeated
+// tool_use id.
+func uniqueToolIDs(msgs []abi.Message) []abi.Message {
+	out := append([]abi.Message(nil), msgs...)
+	seen := map[string]int{}
+	renamed := map[string]string{}
+	for i := range out {
+		m := &out[i]
+		if len(m.ToolCalls) > 0 {
+			m.ToolCalls = append([]abi.ToolCall(nil), m.ToolCalls...)
+			renamed = map[string]string{}
+			for j := range m.ToolCalls {
+				id := m.ToolCalls[j].ID
+				if n := seen[id]; n > 0 {
+					renamed[id] = fmt.Sprintf("%s_%d", id, n)
+					m.ToolCalls[j].ID = renamed[id]
+				}
+				seen[id]++
+			}
+		}
+		if m.Role == abi.RoleTool && renamed[m.ToolCallID] != "" {
+			m.ToolCallID = renamed[m.ToolCallID]
+		}
+	}
+	return out
 }
 
 func writeFile(t *testing.T, name, content string) string {
