@@ -51,6 +51,7 @@ type schema struct {
 	Required             []string           `yaml:"required"`
 	Items                *schema            `yaml:"items"`
 	OneOf                []*schema          `yaml:"oneOf"`
+	AnyOf                []*schema          `yaml:"anyOf"`
 	AdditionalProperties any                `yaml:"additionalProperties"`
 	XStatus              map[string]int     `yaml:"x-status"`
 }
@@ -165,6 +166,16 @@ func object(s *schema, indent string) string {
 	return b.String()
 }
 
+// refsOnly reports whether every schema of a non-empty list is a $ref.
+func refsOnly(list []*schema) bool {
+	for _, s := range list {
+		if s.Ref == "" {
+			return false
+		}
+	}
+	return len(list) > 0
+}
+
 // tsType returns the TypeScript type of a schema.
 func tsType(s *schema, indent string) string {
 	if s.Ref != "" {
@@ -173,12 +184,18 @@ func tsType(s *schema, indent string) string {
 	if s.Const != "" {
 		return fmt.Sprintf("%q", s.Const)
 	}
-	if len(s.OneOf) > 0 {
-		alts := make([]string, len(s.OneOf))
-		for i, alt := range s.OneOf {
-			alts[i] = tsType(alt, indent)
+	alts := s.OneOf
+	if len(alts) == 0 && refsOnly(s.AnyOf) {
+		// anyOf of schemas (not of required-member alternatives) is a
+		// union too.
+		alts = s.AnyOf
+	}
+	if len(alts) > 0 {
+		types := make([]string, len(alts))
+		for i, alt := range alts {
+			types[i] = tsType(alt, indent)
 		}
-		return strings.Join(alts, " | ")
+		return strings.Join(types, " | ")
 	}
 	if len(s.Enum) > 0 {
 		lits := make([]string, len(s.Enum))

@@ -31,9 +31,11 @@ type CompactRequest struct {
 	// on the marked messages (on their last content block when the
 	// content is an array). Off by default: OpenAI rejects the key.
 	CacheBreakpoints bool `json:"cache_breakpoints,omitempty"`
-	// Format is "openai" (the default: Messages are OpenAI chat messages)
-	// or "anthropic" (Messages are Anthropic Messages API messages, System
-	// its top-level system prompt; the answer comes back in that format).
+	// Format is "openai" (the default: Messages are OpenAI chat messages),
+	// "anthropic" (Messages are Anthropic Messages API messages, System
+	// its top-level system prompt) or "responses" (Messages are an OpenAI
+	// Responses API input's items, System its instructions); the answer
+	// comes back in that format.
 	Format string          `json:"format,omitempty"`
 	System json.RawMessage `json:"system,omitempty"`
 	// Messages are the conversation's messages. The ones a policy keeps
@@ -58,8 +60,9 @@ type CompactResponse struct {
 	Stats            Stats `json:"stats"`
 	// Format and System are set for an Anthropic-format request, and when
 	// a proxied conversation's stored request was compacted (a request
-	// with only ConversationID): Messages are in that format ("openai" or
-	// "anthropic"), and System is Anthropic's top-level system prompt.
+	// with only ConversationID): Messages are in that format ("openai",
+	// "anthropic" or "responses"), and System is Anthropic's top-level
+	// system prompt or the Responses API's instructions.
 	Format string          `json:"format,omitempty"`
 	System json.RawMessage `json:"system,omitempty"`
 }
@@ -259,7 +262,7 @@ type Conversation struct {
 	// Only GET /v1/status?conversation_id=ID (Client.Conversation) fills
 	// it, and only once the conversation was compacted.
 	LastCompaction *CompactionDetail `json:"last_compaction,omitempty"`
-	// Provider is "openai" or "anthropic" for a conversation that came
+	// Provider is "openai", "anthropic" or "responses" for a conversation that came
 	// through the proxy.
 	Provider string `json:"provider,omitempty"`
 	// NeedsCompaction is set when the provider's usage of the last
@@ -268,6 +271,9 @@ type Conversation struct {
 	NeedsCompaction bool `json:"needs_compaction"`
 	// LastUsage is the provider's usage of the last proxied response.
 	LastUsage *Usage `json:"last_usage,omitempty"`
+	// Replica names the daemon that served the last request, when the
+	// daemons of a fleet share a store (state.url).
+	Replica string `json:"replica,omitempty"`
 }
 
 // CompactionDetail is what one compaction did, message by message, for
@@ -370,6 +376,24 @@ type Health struct {
 	Loading int `json:"loading,omitempty"`
 	// Problems say what makes the daemon degraded, and how to clear it.
 	Problems []string `json:"problems,omitempty"`
+	// Store is the shared state store's reachability (only with
+	// state.url); "degraded" while it cannot be reached (requests are
+	// still served).
+	Store *StoreHealth `json:"store,omitempty"`
+}
+
+// StoreHealth is the state store's part of Health.
+type StoreHealth struct {
+	// Backend is "bbolt" (the embedded state.db) or "redis" (state.url).
+	Backend  string `json:"backend"`
+	Degraded bool   `json:"degraded"`
+	// Error is the last failure while degraded; Since when it began.
+	Error string    `json:"error,omitempty"`
+	Since time.Time `json:"since,omitzero"`
+	// DroppedWrites and FailedReads count what was given up because the
+	// store was unreachable, since the daemon started.
+	DroppedWrites uint64 `json:"dropped_writes"`
+	FailedReads   uint64 `json:"failed_reads"`
 }
 
 // ErrorBody is the shape of every error response.

@@ -48,7 +48,34 @@ type Config struct {
 	// Logger receives the engine's and the plugins' logs. Each plugin gets
 	// a sub-logger named after it.
 	Logger hclog.Logger
+	// MaxTotalMemory is the memory budget of every plugin together, in
+	// bytes: each instance holds its memory limit plus StackReserve of
+	// it while it exists, each compile its estimated cost while it runs.
+	// A new instance that does not fit waits up to AdmitWait for idle
+	// instances to be closed or busy ones to end, then fails with
+	// ErrMemoryBudget. Zero: DefaultMaxTotalMemory().
+	MaxTotalMemory uint64
+	// MaxCompileMemory is the compile budget of one module, in bytes: a
+	// module whose compile is estimated (from its counts: functions,
+	// code, locals, types, tables) to cost more is refused with
+	// ErrCompileBudget before anything compiles it. Zero: half of
+	// MaxTotalMemory, at most DefaultMaxCompileMemory.
+	MaxCompileMemory uint64
+	// AdmitWait is how long a new instance may wait for room in the
+	// memory budget (default DefaultAdmitWait).
+	AdmitWait time.Duration
 }
+
+// Memory budget defaults.
+const (
+	// DefaultMaxCompileMemory is the most the default compile budget
+	// is: six times what compiling a built-in Go plugin is estimated to
+	// take, which is 2.5 times what it takes (RATIONALE.md, "Compiling
+	// within a budget"); its worst shapes compile in some 20 seconds.
+	DefaultMaxCompileMemory = 1 << 30
+	// DefaultAdmitWait is the default of Config.AdmitWait.
+	DefaultAdmitWait = 2 * time.Second
+)
 
 // Engine compiles and loads plugins. It is safe for concurrent use.
 type Engine struct {
@@ -72,6 +99,15 @@ type Engine struct {
 	// wall-clock backstop at work).
 	minStartTimeout time.Duration
 
+	// The memory budget (Config.MaxTotalMemory) and the plugins whose
+	// idle instances it may close.
+	budget        *memoryBudget
+	compileBudget uint64
+	admitWait     time.Duration
+	refused       atomic.Uint64
+	pluginsMu     sync.Mutex
+	plugins       map[*Plugin]struct{}
+
 	closeOnce sync.Once
 }
 
@@ -87,6 +123,24 @@ func NewEngine(cfg Config) (*Engine, error) {
 		e.logger = hclog.NewNullLogger()
 	}
 	e.cfg.Limits = cfg.Limits.withDefaults()
+	total := cfg.MaxTotalMemory
+	if total == 0 {
+		total = DefaultMaxTotalMemory()
+	}
+	e.compileBudget = cfg.MaxCompileMemory
+	if e.compileBudget == 0 {
+		e.compileBudget = min(total/2, DefaultMaxCompileMemory)
+	}
+	if e.compileBudget > total {
+		return nil, fmt.Errorf("host: the compile budget (%s) is larger than the memory budget (%s)", mib(e.compileBudget), mib(total))
+	}
+	e.admitWait = cfg.AdmitWait
+	if e.admitWait <= 0 {
+		e.admitWait = DefaultAdmitWait
+	}
+	e.plugins = map[*Plugin]struct{}{}
+	e.budget = newMemoryBudget(total)
+	e.budget.reclaim = e.reclaim
 	if cfg.CacheDir != "" {
 		c, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
 		if err != nil {
@@ -118,6 +172,45 @@ func (e *Engine) Close(ctx context.Context) error {
 
 // Limits returns the engine's default limits (with defaults applied).
 func (e *Engine) Limits() Limits { return e.cfg.Limits }
+
+// MemoryBudget returns the state of the memory budget of every plugin
+// together (Config.MaxTotalMemory).
+func (e *Engine) MemoryBudget() MemoryBudget {
+	return MemoryBudget{Total: e.budget.total, Used: e.budget.total - e.budget.free(), Refused: e.refused.Load(), Compile: e.compileBudget}
+}
+
+// adopt makes p's instances count against the engine's memory budget.
+func (e *Engine) adopt(p *Plugin) {
+	p.engine = e
+	e.pluginsMu.Lock()
+	e.plugins[p] = struct{}{}
+	e.pluginsMu.Unlock()
+}
+
+// forget is called when p is shut down.
+func (e *Engine) forget(p *Plugin) {
+	e.pluginsMu.Lock()
+	delete(e.plugins, p)
+	e.pluginsMu.Unlock()
+}
+
+// reclaim closes idle instances of every plugin until need bytes of the
+// memory budget are free, or none is left.
+func (e *Engine) reclaim(ctx context.Context, need uint64) {
+	e.pluginsMu.Lock()
+	ps := make([]*Plugin, 0, len(e.plugins))
+	for p := range e.plugins {
+		ps = append(ps, p)
+	}
+	e.pluginsMu.Unlock()
+	for _, p := range ps {
+		if free := e.budget.free(); free >= need {
+			return
+		} else {
+			p.closeIdle(ctx, need-free)
+		}
+	}
+}
 
 // LoadOptions are per-plugin load settings.
 type LoadOptions struct {
@@ -175,6 +268,7 @@ func (e *Engine) Load(ctx context.Context, wasm []byte, opts LoadOptions) (p *Pl
 		return nil, fmt.Errorf("plugin %s: limits: %w", label, err)
 	}
 	limits := e.cfg.Limits.Over(opts.Limits)
+	ctx = Patient(ctx) // describe waits for room in the memory budget
 	sum := sha256.Sum256(wasm)
 	pluginLogger := e.logger.Named(trimExt(label))
 	logs := e.logLimiter(label)
@@ -204,7 +298,16 @@ func (e *Engine) Load(ctx context.Context, wasm []byte, opts LoadOptions) (p *Pl
 				return nil, pe
 			}
 		}
+		// A module over the structural limits or the compile budget is
+		// refused now, as a compile would refuse it.
+		if shape, err := wasminstr.Scan(wasm); err == nil {
+			if pe := checkShape(shape, e.compileBudget); pe != nil {
+				pe.Plugin, pe.Export = label, "load"
+				return nil, pe
+			}
+		}
 		p = newPlugin(nil, limits, pluginLogger)
+		e.adopt(p)
 		p.source, p.sha256, p.fromDescription = opts.Source, hex.EncodeToString(sum[:]), true
 		p.initialPages, p.logs = pages, logs
 		p.lazyPath = "extism"
@@ -230,6 +333,7 @@ func (e *Engine) Load(ctx context.Context, wasm []byte, opts LoadOptions) (p *Pl
 			return nil, err
 		}
 		p = newPlugin(b.mod, limits, pluginLogger)
+		e.adopt(p)
 		p.source, p.sha256, p.initialPages, p.logs = opts.Source, hex.EncodeToString(sum[:]), b.initialPages, logs
 		// After ReleaseIdle, the module is compiled again from its file.
 		if opts.Source != "" {
@@ -333,7 +437,16 @@ func (e *Engine) compileLater(p *Plugin, wasm []byte, label string, limits Limit
 		if p.isClosed() {
 			return
 		}
-		ctx := context.Background()
+		// Waiting for room in the memory budget ends with the engine.
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			select {
+			case <-e.done:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
 		done := marking(compiling)
 		b, err := e.build(ctx, wasm, label, limits, logger, logs, false)
 		done()
@@ -417,6 +530,29 @@ func (e *Engine) build(ctx context.Context, wasm []byte, label string, limits Li
 			b, err = nil, &PluginError{Plugin: label, Export: "load", Kind: ErrPanic, Detail: fmt.Sprint(r)}
 		}
 	}()
+	// What compiling the module will cost is checked before anything
+	// compiles it (or instruments it): a module over a structural limit
+	// or the compile budget is refused, and the rest hold their
+	// estimate of the memory budget while they compile.
+	shape, serr := wasminstr.Scan(wasm)
+	if serr != nil {
+		return nil, loadErr(ErrInvalidModule, "its sections cannot be read: %v", serr)
+	}
+	if pe := checkShape(shape, e.compileBudget); pe != nil {
+		pe.Plugin, pe.Export = label, "load"
+		return nil, pe
+	}
+	if quick && compileCost(shape, true) > e.compileBudget {
+		// The interpreter would take more than the compiler: compile.
+		quick = false
+	}
+	cost := compileCost(shape, quick)
+	if pe := e.budget.take(ctx, cost, 0, "compiling the module"); pe != nil {
+		e.refused.Add(1)
+		pe.Plugin, pe.Export = label, "load"
+		return nil, pe
+	}
+	defer e.budget.give(cost)
 	rc := wazero.NewRuntimeConfig().
 		WithCompilationCache(e.cache).
 		WithCloseOnContextDone(true).

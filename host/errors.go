@@ -29,6 +29,14 @@ var (
 	ErrCanceled = errors.New("plugin call canceled")
 	// ErrMemoryLimit: the plugin hit its memory limit.
 	ErrMemoryLimit = errors.New("plugin exceeded its memory limit")
+	// ErrCompileBudget: the module is over a structural limit, or its
+	// compile is estimated to cost more than the compile budget
+	// (Config.MaxCompileMemory); nothing compiled it.
+	ErrCompileBudget = errors.New("module over the compile budget")
+	// ErrMemoryBudget: the daemon's memory budget (Config.MaxTotalMemory)
+	// had no room for a new instance (or a compile) in time; the call
+	// did not run.
+	ErrMemoryBudget = errors.New("the daemon's memory budget is full")
 	// ErrOutputTooLarge: the output is larger than the output limit.
 	ErrOutputTooLarge = errors.New("plugin output exceeds the size limit")
 	// ErrTrap: the plugin trapped (a crash: unreachable, out-of-bounds

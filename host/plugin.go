@@ -50,6 +50,11 @@ type Plugin struct {
 
 	calls, failures, discarded atomic.Uint64
 	lastCall                   atomic.Int64 // UnixNano of the last call's end
+
+	// engine admits the plugin's instances against the daemon's memory
+	// budget and closes idle ones when others need the room; nil (no
+	// budget) for plugins made by tests without an engine.
+	engine *Engine
 }
 
 // modRef is a module and the instances made from it that are not closed
@@ -60,10 +65,12 @@ type modRef struct {
 	live int
 }
 
-// pooled is an instance and the module it came from.
+// pooled is an instance, the module it came from and what it holds of
+// the daemon's memory budget.
 type pooled struct {
 	instance
-	ref *modRef
+	ref      *modRef
+	reserved uint64
 }
 
 func newPlugin(mod module, limits Limits, logger hclog.Logger) *Plugin {
@@ -315,6 +322,9 @@ func (p *Plugin) Close(ctx context.Context) {
 func (p *Plugin) Done() <-chan struct{} { return p.done }
 
 func (p *Plugin) shutdownLocked(ctx context.Context) {
+	if p.engine != nil {
+		p.engine.forget(p)
+	}
 	for _, pi := range p.idle {
 		p.closeInstance(ctx, pi)
 	}
@@ -325,10 +335,61 @@ func (p *Plugin) shutdownLocked(ctx context.Context) {
 	close(p.done)
 }
 
-// closeInstance closes an instance; a panic doing so is logged, not
-// raised.
-func (p *Plugin) closeInstance(ctx context.Context, inst instance) {
-	p.recovering("closing an instance", func() { inst.close(ctx) })
+// closeInstance closes an instance and gives its share of the memory
+// budget back; a panic doing so is logged, not raised.
+func (p *Plugin) closeInstance(ctx context.Context, pi *pooled) {
+	p.recovering("closing an instance", func() { pi.close(ctx) })
+	p.giveBack(pi.reserved)
+	pi.reserved = 0
+}
+
+// reserve is what one instance holds of the daemon's memory budget: its
+// linear memory at the limit, and the stack of the call it serves.
+func (p *Plugin) reserve() uint64 {
+	return uint64(p.limits.MaxMemoryPages)<<16 + StackReserve
+}
+
+// admit takes an instance's share of the daemon's memory budget, waiting
+// for it as the engine allows. It returns what it took.
+func (p *Plugin) admit(ctx context.Context) (uint64, *PluginError) {
+	if p.engine == nil {
+		return 0, nil
+	}
+	n, wait := p.reserve(), p.engine.admitWait
+	if ctx.Value(patientKey{}) != nil {
+		wait = 0 // as long as ctx lives
+	}
+	if pe := p.engine.budget.take(ctx, n, wait, "a new instance"); pe != nil {
+		p.engine.refused.Add(1)
+		pe.Export = "instantiate"
+		return 0, pe
+	}
+	return n, nil
+}
+
+// giveBack returns n bytes to the daemon's memory budget.
+func (p *Plugin) giveBack(n uint64) {
+	if p.engine != nil {
+		p.engine.budget.give(n)
+	}
+}
+
+// closeIdle closes the plugin's idle instances, up to need bytes of the
+// memory budget, and returns the bytes they gave back.
+func (p *Plugin) closeIdle(ctx context.Context, need uint64) uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var freed uint64
+	for len(p.idle) > 0 && freed < need {
+		n := len(p.idle)
+		pi := p.idle[0] // the oldest first
+		copy(p.idle, p.idle[1:])
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		freed += pi.reserved
+		p.closeInstanceLocked(ctx, pi)
+	}
+	return freed
 }
 
 // closeModule closes a compiled module; an error or a panic doing so is
@@ -384,6 +445,12 @@ func (p *Plugin) acquire(ctx context.Context) (*pooled, error) {
 		p.finish(context.WithoutCancel(ctx))
 		return nil, pe
 	}
+	reserved, pe := p.admit(ctx)
+	if pe != nil {
+		<-p.slots
+		p.finish(context.WithoutCancel(ctx))
+		return nil, pe
+	}
 	p.mu.Lock()
 	ref := p.cur
 	ref.live++ // counted before the instance exists: an upgrade now must not close ref
@@ -394,6 +461,7 @@ func (p *Plugin) acquire(ctx context.Context) (*pooled, error) {
 		inst, err = nil, &PluginError{Kind: ErrPanic, Export: "instantiate", Detail: fmt.Sprint(r)}
 	}
 	if err != nil {
+		p.giveBack(reserved)
 		p.mu.Lock()
 		ref.live--
 		if ref != p.cur && ref.live == 0 {
@@ -408,7 +476,7 @@ func (p *Plugin) acquire(ctx context.Context) (*pooled, error) {
 		}
 		return nil, pe
 	}
-	return &pooled{instance: inst, ref: ref}, nil
+	return &pooled{instance: inst, ref: ref, reserved: reserved}, nil
 }
 
 // recycleFraction: an instance whose memory grew past this share of the
@@ -428,6 +496,9 @@ func (p *Plugin) release(ctx context.Context, pi *pooled, failure *PluginError) 
 		p.closeInstanceLocked(ctx, pi)
 	} else {
 		p.idle = append(p.idle, pi)
+		if p.engine != nil {
+			defer p.engine.budget.wake() // a waiter may close it
+		}
 	}
 	p.mu.Unlock()
 	<-p.slots

@@ -214,6 +214,12 @@ func (r *Registry) rememberFailure(path, hash string, limits host.Limits, err er
 	if errors.Is(err, host.ErrCanceled) || errors.Is(err, context.Canceled) {
 		return
 	}
+	if errors.Is(err, host.ErrCompileBudget) || errors.Is(err, host.ErrMemoryBudget) {
+		// Checked again in milliseconds (nothing compiles), and decided
+		// by daemon-wide budgets the record is not keyed on: a larger
+		// budget must load the file without a retry by hand.
+		return
+	}
 	r.updateHistory(hash, func(rec *record) bool {
 		rec.File = path
 		rec.Failure = &failure{Error: err.Error(), At: time.Now().UTC(), Limits: limits, By: r.compiler}

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"errors"
+	"github.com/compactd/compactd/internal/hostilewasm"
 	"net"
 	"os"
 	"path/filepath"
@@ -194,5 +195,29 @@ func TestFailuresRemembered(t *testing.T) {
 	r = open()
 	if servingVersion(r, "fixed") == "" {
 		t.Errorf("new bytes in the file: %+v", fileInfo(r, trap))
+	}
+}
+
+// TestCompileBudgetFailureNotRemembered: a module refused by the compile
+// budget is not remembered as a failed file; a restart with a larger
+// budget loads it (here: refused again, by the same check, not by the
+// record of the first refusal).
+func TestCompileBudgetFailureNotRemembered(t *testing.T) {
+	dir, state := t.TempDir(), t.TempDir()
+	big := filepath.Join(dir, "big.wasm")
+	os.WriteFile(big, hostilewasm.Calls(1<<20), 0o644)
+	for range 2 {
+		e, err := host.NewEngine(host.Config{MaxTotalMemory: 1 << 30, MaxCompileMemory: 256 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := New(Options{Dir: dir, Engine: e, StateDir: state})
+		startReady(t, r)
+		in := fileInfo(r, big)
+		if !errors.Is(in.Error, host.ErrCompileBudget) || errors.Is(in.Error, ErrFailedBefore) {
+			t.Errorf("big.wasm: %+v; want ErrCompileBudget, not remembered", in)
+		}
+		r.Close(bg)
+		e.Close(bg)
 	}
 }

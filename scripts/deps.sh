@@ -24,6 +24,7 @@ curl
 chromium
 python3 python3-pytest python3-pip python3-venv
 rustc cargo libstd-rust-dev-wasm32 librust-serde-json-dev
+redis-server
 "
 # clang lld wasi-libc libclang-rt-14-dev-wasm32: C plugins (plugins/lastn, the hostile test plugins)
 # wabt binaryen: wat2wasm and wasm-opt for hand-written test modules
@@ -33,6 +34,8 @@ rustc cargo libstd-rust-dev-wasm32 librust-serde-json-dev
 # python3-*: the Python client's tests (pytest), its install with pip, and the
 #   test that installs it in a fresh venv (python3-venv: ensurepip)
 # rustc cargo libstd-rust-dev-wasm32 librust-serde-json-dev: the Rust kit (kits/rust), offline
+# redis-server: the shared store's tests (internal/store/redisstore) start their
+#   own servers, standalone and a 3-node cluster
 
 # Node.js and npm run the TypeScript client's tests (node >= 18) and the
 # proxy's tests with the official provider SDKs. A machine that already
@@ -58,7 +61,7 @@ internal/proxy/clienttest/testdata
 #   to the newest releases that support node 20 (ai 7, @langchain/openai >= 1.5.9 and openai 7 want node 22)
 
 # Commands (or paths) whose presence means the Debian packages are installed.
-TOOLS="clang wasm-ld wat2wasm wasm-opt gcc curl chromium node npm"
+TOOLS="clang wasm-ld wat2wasm wasm-opt gcc curl chromium node npm redis-server"
 
 # How long to wait for another package manager's lock, in seconds.
 LOCK_WAIT=${LOCK_WAIT:-600}

@@ -328,6 +328,14 @@ func (v *Validator) checkUnrouted(req *http.Request, pathKnown bool, resp *http.
 		v.hit("*", "(any path)", fmt.Sprint(resp.StatusCode))
 		return nil
 	}
+	if req.Header.Get("anthropic-version") != "" || req.Header.Get("x-api-key") != "" {
+		// compactd answers an Anthropic client in Anthropic's error shape.
+		if !v.providerError(value, code) {
+			return fmt.Errorf("compactd's %d to an Anthropic client is not its error in Anthropic's shape with code %s: %.300s", resp.StatusCode, code, body)
+		}
+		v.hit("*", "(any path)", fmt.Sprint(resp.StatusCode))
+		return nil
+	}
 	if err := v.validateSchema("Error", value); err != nil {
 		return fmt.Errorf("error body does not match the Error schema: %w", err)
 	}

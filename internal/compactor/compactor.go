@@ -58,6 +58,18 @@ type StateStore interface {
 	SaveState(ctx context.Context, conversationID, policy string, state json.RawMessage) error
 }
 
+// VersionedStateStore is a StateStore that can compare-and-set (the
+// shared store): a stage saves its state only if no other replica wrote
+// the conversation's state for that policy since the stage loaded it. The
+// loser keeps its answer (computed from the request) and leaves the
+// winner's state in place, so concurrent compactions of one conversation
+// never corrupt or lose it.
+type VersionedStateStore interface {
+	StateStore
+	LoadStateVersion(ctx context.Context, conversationID, policy string) (json.RawMessage, string, error)
+	SaveStateIf(ctx context.Context, conversationID, policy string, state json.RawMessage, version string) error
+}
+
 // Options configure a Compactor.
 type Options struct {
 	Policies PolicySource
@@ -412,8 +424,16 @@ func mergeMarks(own, prev, refs []int) []int {
 // runStage runs one policy and fills st.
 func (c *Compactor) runStage(ctx context.Context, p *host.Plugin, in *chat.Conversation, cfg json.RawMessage, actx abi.Context, env host.CallEnv, st *Stage) stageRun {
 	var warnings []string
+	versioned, _ := c.opts.State.(VersionedStateStore)
+	var version string
 	if c.opts.State != nil {
-		state, err := c.opts.State.LoadState(ctx, actx.ConversationID, p.Name())
+		var state json.RawMessage
+		var err error
+		if versioned != nil {
+			state, version, err = versioned.LoadStateVersion(ctx, actx.ConversationID, p.Name())
+		} else {
+			state, err = c.opts.State.LoadState(ctx, actx.ConversationID, p.Name())
+		}
 		if err != nil {
 			warnings = append(warnings, fmt.Sprintf("%s: loading state: %v (running without it)", p.Name(), err))
 		}
@@ -443,7 +463,13 @@ func (c *Compactor) runStage(ctx context.Context, p *host.Plugin, in *chat.Conve
 		warnings = append(warnings, p.Name()+": "+w)
 	}
 	if c.opts.State != nil && len(res.State) > 0 && string(res.State) != "null" {
-		if err := c.opts.State.SaveState(ctx, actx.ConversationID, p.Name(), res.State); err != nil {
+		var err error
+		if versioned != nil {
+			err = versioned.SaveStateIf(ctx, actx.ConversationID, p.Name(), res.State, version)
+		} else {
+			err = c.opts.State.SaveState(ctx, actx.ConversationID, p.Name(), res.State)
+		}
+		if err != nil {
 			warnings = append(warnings, fmt.Sprintf("%s: saving state: %v", p.Name(), err))
 		}
 	}

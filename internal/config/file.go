@@ -132,6 +132,17 @@ type Limits struct {
 	// once it has had no call for this long; its next call compiles it
 	// from the compilation cache (default 5m).
 	PluginIdleUnload Duration `yaml:"plugin_idle_unload,omitempty" json:"plugin_idle_unload"`
+	// MaxTotalMemoryMB is the memory budget of every plugin together, in
+	// MiB: each instance holds its memory limit plus a stack reserve of
+	// 100 MiB of it, each compile its estimated cost. A request that finds
+	// no room within 2s gets its input back with a warning (default: half
+	// of the machine's memory or of the daemon's cgroup limit).
+	MaxTotalMemoryMB int `yaml:"max_total_memory_mb,omitempty" json:"max_total_memory_mb"`
+	// MaxCompileMemoryMB is the compile budget of one plugin module, in
+	// MiB: a module whose compile is estimated to cost more is refused
+	// before it compiles (default: half of max_total_memory_mb, at most
+	// 1024).
+	MaxCompileMemoryMB int `yaml:"max_compile_memory_mb,omitempty" json:"max_compile_memory_mb"`
 	// Plugin holds every plugin's limits (the host's defaults otherwise).
 	Plugin PluginLimits `yaml:"plugin,omitempty" json:"plugin"`
 	// Plugins override Plugin field by field, by policy name.
@@ -195,7 +206,20 @@ type State struct {
 	// MaxStateBytes caps the plugin state kept over all conversations
 	// (default 256 MiB); the oldest writes go first.
 	MaxStateBytes int64 `yaml:"max_state_bytes,omitempty" json:"max_state_bytes"`
+	// URL puts the store on a Redis or Valkey server that the replicas of
+	// a fleet share, instead of the embedded state.db: redis://host:port/db,
+	// rediss://host:port/db (TLS), unix:///path/redis.sock?db=N, or several
+	// comma-separated redis:// addresses for a Redis Cluster. A password
+	// may be in the URL (redis://user:pass@host) or in PasswordFile. The
+	// COMPACTD_STATE_URL environment variable overrides it. Empty: bbolt.
+	URL string `yaml:"url,omitempty" json:"url,omitempty"`
+	// PasswordFile holds the Redis password (its first line), so the
+	// config need not.
+	PasswordFile string `yaml:"password_file,omitempty" json:"password_file,omitempty"`
 }
+
+// EnvStateURL overrides state.url.
+const EnvStateURL = "COMPACTD_STATE_URL"
 
 // TCP configures the optional loopback listener. It is off unless Listen
 // is set, and it always requires a bearer token.
@@ -246,6 +270,12 @@ func (c *Config) WithDefaults(base Config) *Config {
 	}
 	if l.MaxMessages == 0 {
 		l.MaxMessages = DefaultMaxMessages
+	}
+	if l.MaxTotalMemoryMB == 0 {
+		l.MaxTotalMemoryMB = max(int(host.DefaultMaxTotalMemory()>>20), MinTotalMemoryMB)
+	}
+	if l.MaxCompileMemoryMB == 0 {
+		l.MaxCompileMemoryMB = max(min(l.MaxTotalMemoryMB/2, host.DefaultMaxCompileMemory>>20), MinCompileMemoryMB)
 	}
 	setD := func(dst *Duration, v time.Duration) {
 		if *dst == 0 {

@@ -135,6 +135,8 @@ func TestParseErrors(t *testing.T) {
 		{"negative compact", "compact: {max_tokens: -5}\n", []string{"compact.max_tokens"}},
 		// F4: limits that once crashed a reload or wrapped around.
 		{"negative instances", "limits:\n  plugin:\n    max_instances: -3\n", []string{"line 3", "limits.plugin.max_instances: -3 is out of range", "1 to 256"}},
+		{"memory budget too small", "limits: {max_total_memory_mb: 64}\n", []string{"line 1", "limits.max_total_memory_mb: 64 is out of range", "128 to 4194304"}},
+		{"compile budget over the memory budget", "limits:\n  max_total_memory_mb: 512\n  max_compile_memory_mb: 1024\n", []string{"line 3", "limits.max_compile_memory_mb: 1024 is out of range", "64 to 512"}},
 		{"negative output", "limits:\n  plugin: {max_output_bytes: -1}\n", []string{"line 2", "limits.plugin.max_output_bytes: -1", "4096 to 1073741824"}},
 		{"negative memory", "limits:\n  plugin: {max_memory_mb: -1}\n", []string{"limits.plugin.max_memory_mb: -1", "16 to 4096"}},
 		{"tiny memory", "limits:\n  plugins:\n    sliding:\n      max_memory_mb: 1\n", []string{"line 4", "limits.plugins.sliding.max_memory_mb: 1", "16 to 4096"}},

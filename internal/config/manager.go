@@ -215,6 +215,8 @@ func restartRequired(old, next *Config) []string {
 	add("limits.idle_timeout", old.Limits.IdleTimeout, next.Limits.IdleTimeout)
 	add("limits.conversation_cache_bytes", old.Limits.ConversationCacheBytes, next.Limits.ConversationCacheBytes)
 	add("limits.plugin_idle_unload", old.Limits.PluginIdleUnload, next.Limits.PluginIdleUnload)
+	add("limits.max_total_memory_mb", old.Limits.MaxTotalMemoryMB, next.Limits.MaxTotalMemoryMB)
+	add("limits.max_compile_memory_mb", old.Limits.MaxCompileMemoryMB, next.Limits.MaxCompileMemoryMB)
 	return out
 }
 

@@ -13,6 +13,13 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
+// Ranges of the plugins' memory budget and compile budget, in MiB.
+const (
+	MinTotalMemoryMB   = 128
+	MaxTotalMemoryMB   = 1 << 22 // 4 TiB
+	MinCompileMemoryMB = 64
+)
+
 // RangeError is a setting outside its documented range
 // (docs/configuration.md, "The config file"). Its message names the key, the value and the range.
 type RangeError struct {
@@ -77,6 +84,16 @@ func intRange[T int | int64](key string, v, lo, hi T) error {
 	return nil
 }
 
+// compileRange is max_compile_memory_mb's upper bound: the memory budget
+// when it is set (the host refuses a larger compile budget), else the
+// setting's own.
+func compileRange(l *Limits) int {
+	if l.MaxTotalMemoryMB > 0 {
+		return max(l.MaxTotalMemoryMB, MinCompileMemoryMB)
+	}
+	return MaxTotalMemoryMB
+}
+
 // durationRange checks a duration setting.
 func durationRange(key string, v Duration, lo, hi time.Duration) error {
 	if v != 0 && (v.D() < lo || v.D() > hi) {
@@ -98,6 +115,8 @@ func (c *Config) checkRanges() error {
 		durationRange("limits.shutdown_timeout", l.ShutdownTimeout, MinServerTimeout, MaxServerTimeout),
 		intRange("limits.conversation_cache_bytes", l.ConversationCacheBytes, MinConvCacheBytes, MaxConvCacheBytes),
 		durationRange("limits.plugin_idle_unload", l.PluginIdleUnload, MinIdleUnload, MaxIdleUnload),
+		intRange("limits.max_total_memory_mb", l.MaxTotalMemoryMB, MinTotalMemoryMB, MaxTotalMemoryMB),
+		intRange("limits.max_compile_memory_mb", l.MaxCompileMemoryMB, MinCompileMemoryMB, compileRange(l)),
 		l.Plugin.checkRanges("limits.plugin"),
 		durationRange("state.ttl", c.State.TTL, MinStateTTL, MaxStateTTL),
 		intRange("state.max_conversations", c.State.MaxConversations, 1, MaxConversations),

@@ -10,6 +10,7 @@ import (
 	"hash"
 	"math"
 	"sync"
+	"time"
 
 	"github.com/compactd/compactd/abi"
 )
@@ -216,7 +217,28 @@ type KV interface {
 // kv is a bucket of the daemon's embedded store opened with a size bound
 // (e.g. store.BucketOptions{MaxBytes: cfg.CacheMaxBytes}). kv must meet
 // the Cache contract above (bounded, safe for concurrent use, copies).
-func NewKVCache(kv KV) Cache { return kvCache{kv} }
+func NewKVCache(kv KV) Cache {
+	if l, ok := kv.(KVLeaser); ok {
+		return leasingKVCache{kvCache{kv}, l}
+	}
+	return kvCache{kv}
+}
+
+// KVLeaser is a KV shared by several daemons that can lease a key (see
+// Leaser): the shared store's buckets.
+type KVLeaser interface {
+	KV
+	Lease(ctx context.Context, key []byte, ttl time.Duration) (release func(), won bool, err error)
+}
+
+type leasingKVCache struct {
+	kvCache
+	l KVLeaser
+}
+
+func (c leasingKVCache) Lease(ctx context.Context, key string, ttl time.Duration) (func(), bool, error) {
+	return c.l.Lease(ctx, []byte(key), ttl)
+}
 
 type kvCache struct{ kv KV }
 

@@ -203,6 +203,14 @@ func (c *Client) complete(ctx context.Context, req abi.LLMRequest, b *Budget) (a
 		c.flightMu.Unlock()
 		close(fc.done)
 	}()
+	if l, ok := c.cache.(Leaser); ok {
+		release, resp, found := c.awaitFleet(ctx, l, key)
+		if found {
+			fc.resp = resp
+			return resp, nil
+		}
+		defer release()
+	}
 
 	est := estimateTokens(req)
 	if b != nil {
@@ -272,6 +280,68 @@ func (c *Client) join(ctx context.Context, key string) (*flightCall, abi.LLMResp
 			continue
 		}
 		return nil, abi.LLMResponse{}, fc.err
+	}
+}
+
+// Leaser is a Cache shared by several daemons (the shared store's summary
+// cache) that can also lease a key: the one daemon holding the lease calls
+// the provider, the others wait for its answer in the cache. Lease returns
+// won=false while another holder's lease lives; release ends one's own
+// lease. A lease expires by itself after ttl (a holder that died).
+type Leaser interface {
+	Cache
+	Lease(ctx context.Context, key string, ttl time.Duration) (release func(), won bool, err error)
+}
+
+// leasePoll is how often a daemon waiting on another's lease looks in the
+// cache.
+const leasePoll = 20 * time.Millisecond
+
+// awaitFleet makes a summary computed once fleet-wide: it takes the key's
+// lease, or, while another daemon holds it, waits for that daemon's answer
+// to land in the cache, at most the provider timeout (the lease's own
+// lifetime): past that, or when the lease frees without an answer (the
+// holder failed), it takes the lease itself and the caller calls the
+// provider. A store that fails is no reason to wait: the caller goes on.
+func (c *Client) awaitFleet(ctx context.Context, l Leaser, key string) (release func(), resp abi.LLMResponse, found bool) {
+	ttl := c.cfg.Timeout
+	if ttl <= 0 {
+		ttl = DefaultTimeout
+	}
+	deadline := time.Now().Add(ttl)
+	for {
+		rel, won, err := l.Lease(ctx, key, ttl)
+		if err != nil {
+			return func() {}, abi.LLMResponse{}, false
+		}
+		if won {
+			// Someone may have finished between our miss and the lease.
+			if b, ok, err := l.Get(ctx, key); err == nil && ok {
+				if resp, valid := decodeEntry(b); valid {
+					rel()
+					c.stats.cacheHits.Add(1)
+					resp.Cached = true
+					return func() {}, resp, true
+				}
+			}
+			return rel, abi.LLMResponse{}, false
+		}
+		if time.Now().After(deadline) {
+			return func() {}, abi.LLMResponse{}, false
+		}
+		select {
+		case <-ctx.Done():
+			return func() {}, abi.LLMResponse{}, false
+		case <-time.After(leasePoll):
+		}
+		if b, ok, err := l.Get(ctx, key); err == nil && ok {
+			if resp, valid := decodeEntry(b); valid {
+				c.stats.cacheHits.Add(1)
+				c.stats.deduplicated.Add(1)
+				resp.Cached = true
+				return func() {}, resp, true
+			}
+		}
 	}
 }
 

@@ -8,12 +8,15 @@ import (
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/models"
 	"github.com/compactd/compactd/internal/store"
+	"github.com/compactd/compactd/internal/wire/responses"
 )
 
 // Stored is the result of compacting a proxied conversation's stored last
 // request (POST /v1/compact with only a conversation_id).
 type Stored struct {
-	// Provider is OpenAI or Anthropic: the format of Messages and System.
+	// Provider is OpenAI, Anthropic or Responses: the format of Messages
+	// and System (Anthropic's "system", the Responses API's
+	// "instructions"; Messages are then its input items).
 	Provider string
 	Model    string
 	// Messages is the conversation, compacted or as it was, in the
@@ -37,11 +40,11 @@ func (p *Proxy) CompactStored(ctx context.Context, id string, pipeline []string,
 	if e == nil || e.body == nil {
 		return nil, fmt.Errorf("%w %q (the proxy keeps the last request of conversations proxied since the daemon started, within proxy.max_stored_bytes)", ErrNotStored, id)
 	}
-	var prov provider = openAI{}
-	if e.provider == Anthropic {
-		prov = anthropicAPI{}
+	prov, ok := formats[e.provider]
+	if !ok {
+		return nil, fmt.Errorf("%w: the stored request's format %q is unknown", ErrNotStored, e.provider)
 	}
-	req, err := parseRequest(e.body)
+	req, err := parseRequest(e.body, prov)
 	if err != nil {
 		return nil, fmt.Errorf("%w: the stored request cannot be read: %v", ErrNotStored, err)
 	}
@@ -58,8 +61,16 @@ func (p *Proxy) CompactStored(ctx context.Context, id string, pipeline []string,
 		return nil, err
 	}
 	out := &Stored{Provider: e.provider, Model: e.model, Messages: req.messages, Response: resp}
-	if e.provider == Anthropic {
+	if e.provider != OpenAI {
 		out.System = req.system
+	}
+	if e.provider == Responses && len(req.messages) == 1 && len(req.messages[0]) > 0 && req.messages[0][0] == '"' {
+		// A string input is answered as the one user message item it is.
+		items, err := responses.Items(req.messages[0])
+		if err != nil {
+			return nil, err
+		}
+		out.Messages = []json.RawMessage{items[0].Raw}
 	}
 	failed := false
 	for _, st := range resp.Stats.Stages {

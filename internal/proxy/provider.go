@@ -13,6 +13,7 @@ import (
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/store"
 	"github.com/compactd/compactd/internal/usage"
+	"github.com/compactd/compactd/internal/wire/responses"
 )
 
 // Provider names, as the status reports them.
@@ -21,10 +22,31 @@ const (
 	Anthropic = "anthropic"
 )
 
+// Responses is the OpenAI Responses API's format name (the status's
+// provider of a conversation proxied through /v1/responses); its upstream
+// is OpenAI's.
+const Responses = responses.Name
+
+// formats are the wire formats the proxy serves, by format name: one
+// registration per format.
+var formats = map[string]provider{OpenAI: openAI{}, Anthropic: anthropicAPI{}, Responses: responsesAPI{}}
+
 // provider is one wire format: where its requests go, how its
 // conversation is read and written back, and how its usage is reported.
 type provider interface {
+	// name is the provider whose upstream serves the format (OpenAI or
+	// Anthropic): its config section, faults and X-Compactd-Upstream.
 	name() string
+	// format is the wire format's name (OpenAI, Anthropic, Responses):
+	// the status's provider, the stored request's format.
+	format() string
+	// fields names the request's conversation member ("messages",
+	// "input") and its top-level system prompt ("" when the format has
+	// none).
+	fields() (list, system string)
+	// uncompactable says why a request that parsed cannot be compacted
+	// ("" when it can).
+	uncompactable(r *request) string
 	// upstream returns the configured base URL ("" when not proxied).
 	upstream(p *config.Proxy) string
 	// target returns the upstream URL for an inbound path under /v1/.
@@ -57,8 +79,9 @@ type provider interface {
 // streamParser reads the events of a streamed response.
 type streamParser interface {
 	// event sees one event's type ("" if none) and data; drop removes the
-	// event from what the client receives.
-	event(typ string, data []byte) (drop bool)
+	// event from what the client receives, and a non-nil data replaces
+	// the event's data.
+	event(typ string, data []byte) (replace []byte, drop bool)
 	// usage returns the usage seen so far (ok when there is one to
 	// record) and the counts refused on the way.
 	usage() (u store.Usage, ok bool, refused []string)
@@ -80,6 +103,9 @@ func noteRefused(dst, more []string) []string {
 type openAI struct{}
 
 func (openAI) name() string                    { return OpenAI }
+func (openAI) format() string                  { return OpenAI }
+func (openAI) fields() (string, string)        { return "messages", "" }
+func (openAI) uncompactable(*request) string   { return "" }
 func (openAI) upstream(p *config.Proxy) string { return p.OpenAI.Upstream }
 
 // target maps /v1/chat/completions to {base}/chat/completions: an OpenAI
@@ -161,8 +187,10 @@ func (openAI) newStream(addedUsage bool) streamParser { return &openAIStream{add
 
 // openAIStream reads chat.completion.chunk events. With
 // stream_options.include_usage the last chunk before [DONE] has empty
-// choices and the usage; when the proxy asked for it, that chunk is
-// dropped.
+// choices and the usage, and OpenAI-style upstreams put "usage": null on
+// every other chunk; when the proxy asked for it, the client gets what it
+// would have got without: the usage chunk is dropped and the usage field
+// removed from every other chunk.
 type openAIStream struct {
 	added   bool
 	u       store.Usage
@@ -172,22 +200,33 @@ type openAIStream struct {
 
 var usageKey = []byte(`"usage"`)
 
-func (s *openAIStream) event(_ string, data []byte) bool {
+func (s *openAIStream) event(_ string, data []byte) ([]byte, bool) {
 	if !bytes.Contains(data, usageKey) {
-		return false
+		return nil, false
 	}
 	var c struct {
 		Choices []json.RawMessage `json:"choices"`
 		Usage   *openAIUsage      `json:"usage"`
 	}
-	if json.Unmarshal(data, &c) != nil || c.Usage == nil {
-		return false
+	if json.Unmarshal(data, &c) != nil {
+		return nil, false
 	}
-	if u, ok := c.Usage.store(); ok {
-		s.u, s.ok = u, true
+	if c.Usage != nil {
+		if u, ok := c.Usage.store(); ok {
+			s.u, s.ok = u, true
+		}
+		s.refused = noteRefused(s.refused, c.Usage.refused())
 	}
-	s.refused = noteRefused(s.refused, c.Usage.refused())
-	return s.added && len(c.Choices) == 0
+	if !s.added {
+		return nil, false
+	}
+	if c.Usage != nil && len(c.Choices) == 0 {
+		return nil, true
+	}
+	if out, ok := withoutMember(data, "usage"); ok {
+		return out, false
+	}
+	return nil, false
 }
 
 func (s *openAIStream) usage() (store.Usage, bool, []string) { return s.u, s.ok, s.refused }
@@ -227,6 +266,9 @@ func sseEvent(typ string, data []byte) []byte {
 type anthropicAPI struct{}
 
 func (anthropicAPI) name() string                    { return Anthropic }
+func (anthropicAPI) format() string                  { return Anthropic }
+func (anthropicAPI) fields() (string, string)        { return "messages", "system" }
+func (anthropicAPI) uncompactable(*request) string   { return "" }
 func (anthropicAPI) upstream(p *config.Proxy) string { return p.Anthropic.Upstream }
 
 // target maps /v1/messages to {base}/v1/messages: an Anthropic base URL
@@ -341,7 +383,7 @@ type anthropicStream struct {
 	refused []string
 }
 
-func (s *anthropicStream) event(typ string, data []byte) bool {
+func (s *anthropicStream) event(typ string, data []byte) ([]byte, bool) {
 	var u *anthropicUsage
 	switch typ {
 	case "message_start":
@@ -362,7 +404,7 @@ func (s *anthropicStream) event(typ string, data []byte) bool {
 		}
 	}
 	if u == nil {
-		return false
+		return nil, false
 	}
 	if u.OutputTokens.Set {
 		s.u.OutputTokens = u.OutputTokens
@@ -376,7 +418,7 @@ func (s *anthropicStream) event(typ string, data []byte) bool {
 		}
 	}
 	s.refused = noteRefused(s.refused, u.refused())
-	return false
+	return nil, false
 }
 
 func (s *anthropicStream) usage() (store.Usage, bool, []string) {

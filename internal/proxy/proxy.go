@@ -60,6 +60,7 @@ import (
 	"github.com/compactd/compactd/internal/models"
 	"github.com/compactd/compactd/internal/store"
 	"github.com/compactd/compactd/internal/tokens"
+	"github.com/compactd/compactd/internal/wire/responses"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -92,6 +93,7 @@ const (
 const (
 	RouteOpenAI    = "/v1/chat/completions"
 	RouteAnthropic = "/v1/messages"
+	RouteResponses = responses.Route
 )
 
 // maxConversationID caps the X-Compactd-Conversation header, as
@@ -106,7 +108,7 @@ var ErrNotStored = errors.New("no stored request for this conversation")
 type Options struct {
 	Config    *config.Manager
 	Compactor *compactor.Compactor
-	Store     *store.Store
+	Store     store.Backend
 	// Tokens counts the pre-flight tokens (a new Counter if nil; the
 	// daemon shares the compactor's, so counts are cached once).
 	Tokens *tokens.Counter
@@ -130,6 +132,7 @@ type Proxy struct {
 	mem       *memory
 	transport http.RoundTripper
 	faults    faults
+	passed    passthroughs
 }
 
 // New returns a Proxy.
@@ -200,13 +203,31 @@ func (p *Proxy) ServeAnthropic(w http.ResponseWriter, r *http.Request) {
 	p.serve(w, r, anthropicAPI{})
 }
 
+// ServeResponses serves POST /v1/responses (the OpenAI Responses API).
+func (p *Proxy) ServeResponses(w http.ResponseWriter, r *http.Request) {
+	p.serve(w, r, responsesAPI{})
+}
+
 // providerFor tells an OpenAI request from an Anthropic one by the
 // headers every Anthropic client sends.
 func providerFor(r *http.Request) provider {
-	if r.Header.Get("anthropic-version") != "" || r.Header.Get("x-api-key") != "" || strings.HasPrefix(r.URL.Path, RouteAnthropic) {
+	if IsAnthropic(r) || strings.HasPrefix(r.URL.Path, RouteAnthropic) {
 		return anthropicAPI{}
 	}
 	return openAI{}
+}
+
+// IsAnthropic reports whether r carries the headers every Anthropic
+// client sends (anthropic-version, or x-api-key).
+func IsAnthropic(r *http.Request) bool {
+	return r.Header.Get("anthropic-version") != "" || r.Header.Get("x-api-key") != ""
+}
+
+// AnthropicError renders an error of compactd's in Anthropic's error
+// shape ({"type": "error", "error": {type, message}}), for answers to
+// Anthropic clients outside the proxy's routes.
+func AnthropicError(status int, code, msg string) []byte {
+	return anthropicAPI{}.errorBody(status, code, msg)
 }
 
 // Forwards reports whether r, a path under /v1/ that compactd does not
@@ -236,6 +257,17 @@ func (p *Proxy) ServeForward(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil && r.Body != http.NoBody {
 		body = r.Body
 	}
+	if r.Method == http.MethodPost {
+		// A POST may carry a conversation compactd cannot see here.
+		msg := fmt.Sprintf("compactd does not compact %s (it compacts %s, %s and %s): forwarded unchanged", r.URL.Path, RouteOpenAI, RouteResponses, RouteAnthropic)
+		if alt := doubledVersion(r.URL.Path); alt != "" {
+			msg = fmt.Sprintf("%s has /v1 twice: the SDK's base URL ends in /v1 and the SDK adds it too (did you mean %s?); forwarded unchanged", r.URL.Path, alt)
+		}
+		w.Header().Add(HeaderWarning, headerValue(msg))
+		if p.passed.note(r.URL.Path, PassPath, r.Header.Get(HeaderConversation)) {
+			p.logger.Warn("proxy: "+msg, "provider", prov.name(), "path", r.URL.Path)
+		}
+	}
 	p.forward(w, r, cfg, prov, prov.target(base, r.URL.Path), body, r.ContentLength, nil)
 }
 
@@ -263,6 +295,7 @@ type exchange struct {
 	prov     provider
 	cfg      *config.Config
 	id       string
+	path     string
 	model    string
 	window   int
 	warnings []string
@@ -278,10 +311,36 @@ type exchange struct {
 func (x *exchange) warn(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	x.warnings = append(x.warnings, msg)
-	x.p.logger.Warn("proxy: "+msg, "provider", x.prov.name(), "conversation", x.id)
+	x.p.logger.Warn("proxy: "+msg, "provider", x.prov.format(), "conversation", x.id)
+}
+
+// passThrough is warn for a request forwarded uncompacted because
+// compactd does not understand its shape: the warning header, counted by
+// path and reason, logged once per conversation.
+func (x *exchange) passThrough(reason, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	x.warnings = append(x.warnings, msg)
+	if x.p.passed.note(x.path, reason, x.id) {
+		x.p.logger.Warn("proxy: "+msg, "provider", x.prov.format(), "conversation", x.id, "path", x.path,
+			"note", "logged once per conversation; compactd_proxy_uncompacted_total counts every one")
+	}
+}
+
+// unreadable is passThrough for an error reading the request's
+// conversation: input compactd does not convert, or a malformed one.
+func (x *exchange) unreadable(what string, err error) {
+	reason := PassUnreadable
+	if errors.Is(err, responses.ErrUnsupported) {
+		reason = PassUnsupported
+	}
+	x.passThrough(reason, "%s could not be read (%v): forwarded uncompacted", what, err)
 }
 
 func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, prov provider) {
+	if p.opts.Store.Health().Degraded {
+		// The request is still served (compacted from itself alone).
+		w.Header().Add(HeaderWarning, "state store unavailable: compacted from the request alone; the deferred trigger and status are not saved")
+	}
 	cfg := p.opts.Config.Current()
 	base := prov.upstream(&cfg.Proxy)
 	if base == "" {
@@ -299,10 +358,10 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, prov provider) {
 		return
 	}
 	extendDeadline(w, cfg.Limits.RequestTimeout.D()+cfg.Proxy.Timeout.D())
-	x := &exchange{p: p, prov: prov, cfg: cfg, id: id}
+	x := &exchange{p: p, prov: prov, cfg: cfg, id: id, path: r.URL.Path}
 
 	limit := cfg.Limits.MaxBodyBytes
-	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	body, err := readBody(r, limit)
 	if err != nil {
 		p.writeError(w, prov, http.StatusBadRequest, "bad_request", "reading the request body: "+err.Error())
 		return
@@ -311,7 +370,7 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, prov provider) {
 	length := int64(-1)
 	if int64(len(body)) > limit {
 		// Too large to inspect: forwarded as it is, read on from the client.
-		x.warn("request body over %d bytes (limits.max_body_bytes): forwarded without compaction", limit)
+		x.passThrough(PassTooLarge, "request body over %d bytes (limits.max_body_bytes): forwarded without compaction", limit)
 		out = io.MultiReader(bytes.NewReader(body), r.Body)
 		length = r.ContentLength
 	} else {
@@ -332,6 +391,25 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, prov provider) {
 	p.forward(w, r, cfg, prov, prov.target(base, r.URL.Path), out, length, x)
 }
 
+// readBody reads up to limit+1 bytes of r's body: into a buffer of its
+// exact size when the request says it (io.ReadAll grows its buffer by
+// copying), else as it comes. More than limit bytes means the body is
+// over the limit (the caller forwards the rest as it comes).
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	n := r.ContentLength
+	if n < 0 || n > limit {
+		return io.ReadAll(io.LimitReader(r.Body, limit+1))
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(r.Body, buf); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("the body ends before its Content-Length of %d bytes", n)
+		}
+		return nil, err
+	}
+	return buf, nil
+}
+
 // headerValue makes a warning safe for a header: one line, at most 1 KiB.
 func headerValue(s string) string {
 	s = strings.Map(func(c rune) rune {
@@ -349,16 +427,20 @@ func headerValue(s string) string {
 // filterRequest is the request filter: it returns the body to forward.
 func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 	p, cfg := x.p, x.cfg
-	req, err := parseRequest(body)
+	req, err := parseRequest(body, x.prov)
 	if err != nil {
-		x.warn("the request could not be read (%v): forwarded unchanged", err)
+		x.unreadable("the request", err)
 		return body
 	}
 	x.model = req.model
+	if why := x.prov.uncompactable(req); why != "" {
+		x.passThrough(PassProviderHistory, "%s: forwarded uncompacted", why)
+		return body
+	}
 	if x.id == "" {
 		lead, err := x.prov.leading(req)
 		if err != nil {
-			x.warn("the conversation could not be read (%v): forwarded unchanged", err)
+			x.unreadable("the conversation", err)
 			return body
 		}
 		x.id = compactor.ConversationID(lead)
@@ -373,12 +455,12 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 	tok := p.opts.Tokens.ForModel(req.model)
 	items, hasSystem := x.prov.items(req)
 	prev := p.mem.snapshot(x.id)
-	if prev != nil && (prev.model != req.model || prev.provider != x.prov.name()) {
+	if prev != nil && (prev.model != req.model || prev.provider != x.prov.format()) {
 		prev = nil
 	}
 	hashes, counts, total, err := p.count(x.prov, tok, items, hasSystem, prev)
 	if err != nil {
-		x.warn("the conversation could not be read (%v): forwarded unchanged", err)
+		x.unreadable("the conversation", err)
 		return body
 	}
 	total += tokens.ReplyPrimingTokens
@@ -387,7 +469,7 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 		offset = prev.offset
 	}
 	estimate := total + offset
-	p.mem.remember(x.id, x.prov.name(), req.model, body, hashes, counts)
+	p.mem.remember(x.id, x.prov.format(), req.model, body, hashes, counts)
 
 	status, known := p.opts.Store.Conversation(x.id)
 	pc := &cfg.Proxy
@@ -403,7 +485,7 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 
 	pipeline := cfg.ProxyPipeline()
 	obs := store.Observation{
-		ConversationID: x.id, Model: req.model, Pipeline: pipeline, Provider: x.prov.name(),
+		ConversationID: x.id, Model: req.model, Pipeline: pipeline, Provider: x.prov.format(),
 		MessagesBefore: len(req.messages), TokensBefore: total, MessagesAfter: len(req.messages), TokensAfter: total,
 		ContextWindow: x.window,
 	}
@@ -416,7 +498,7 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 	p.observe(x.compaction)
 	x.tracked = true
 
-	if x.prov.name() == OpenAI && req.stream && !req.clientUsage && pc.IncludeStreamUsage() {
+	if x.prov.format() == OpenAI && req.stream && !req.clientUsage && pc.IncludeStreamUsage() {
 		b, err := req.withStreamUsage(out)
 		if err != nil {
 			x.warn("stream_options could not be set (%v): the response's usage is not recorded", err)
@@ -437,7 +519,7 @@ func (x *exchange) compact(ctx context.Context, req *request, pipeline []string,
 	}
 	conv, back, err := x.prov.conversation(req)
 	if err != nil {
-		x.warn("compaction is due but the conversation could not be read (%v): forwarded uncompacted", err)
+		x.unreadable("compaction is due but the conversation", err)
 		obs.Failed = true
 		return req.body
 	}
@@ -472,14 +554,14 @@ func (x *exchange) compact(ctx context.Context, req *request, pipeline []string,
 		return req.body
 	}
 	n := resp.Conversation.Len()
-	if x.prov.name() == Anthropic {
+	if x.prov.format() != OpenAI {
 		if elems, err := arrayElements(array); err == nil {
 			n = len(elems)
 		}
 	}
 	obs.Compacted, obs.MessagesAfter, obs.TokensAfter = true, n, resp.Stats.TokensAfter+tokens.ReplyPrimingTokens
 	x.compacted, x.forwarded = true, obs.TokensAfter
-	p.logger.Info("proxy: compacted", "provider", x.prov.name(), "conversation", x.id, "reason", reason,
+	p.logger.Info("proxy: compacted", "provider", x.prov.format(), "conversation", x.id, "reason", reason,
 		"messages", fmt.Sprintf("%d→%d", obs.MessagesBefore, n), "tokens", fmt.Sprintf("%d→%d", obs.TokensBefore, obs.TokensAfter),
 		"summary", resp.Summary)
 	return req.withMessages(array)

@@ -3,10 +3,12 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"github.com/compactd/compactd/jsonscan"
 )
 
-// request is a proxied request body, read structurally (see scan.go).
+// request is a proxied request body, read structurally (parseRequest).
 type request struct {
 	body   []byte
 	fields []field
@@ -16,53 +18,148 @@ type request struct {
 	// the span of the array.
 	messages []json.RawMessage
 	msgs     field
-	// system is Anthropic's top-level "system" (nil when absent).
+	// system is the conversation's top-level system prompt: Anthropic's
+	// "system", the Responses API's "instructions" (nil when absent).
 	system json.RawMessage
+	// previousResponseID is the Responses API's previous_response_id.
+	previousResponseID string
 	// streamOptions is OpenAI's "stream_options" (nil when absent) and
 	// clientUsage whether it asks for include_usage.
 	streamOptions *field
 	clientUsage   bool
 }
 
-// parseRequest reads the fields the proxy needs. It fails when the body is
-// not an object with a "messages" array; the caller then forwards it
-// unchanged.
-func parseRequest(body []byte) (*request, error) {
-	fields, err := objectFields(body)
-	if err != nil {
-		return nil, err
+// The proxy reads a request body once, with the shared scanner
+// (jsonscan, as /v1/compact does), which validates it completely: the
+// top-level fields it needs and the byte span of each message or item,
+// leaving everything else as the caller's bytes. What it cannot read it
+// forwards unchanged, for the provider to judge.
+
+var errScan = errors.New("not a JSON object the proxy can read")
+
+// field is one top-level member of an object: its key and the byte span
+// [start, end) of its value.
+type field struct {
+	key        string
+	start, end int
+}
+
+// parseRequest reads the fields the proxy needs, for the wire format
+// prov, in one pass. It fails when the body is not a JSON object with its
+// conversation (a "messages" array; the Responses API's "input", an array
+// or a string); the caller then forwards it unchanged.
+func parseRequest(body []byte, prov provider) (*request, error) {
+	list, system := prov.fields()
+	s := jsonscan.New(body)
+	if s.Peek() != jsonscan.Object {
+		return nil, fmt.Errorf("%w: the body is not a JSON object", errScan)
 	}
-	r := &request{body: body, fields: fields}
+	s.BeginObject()
+	r := &request{body: body}
 	found := false
-	for i := range fields {
-		f := &fields[i]
-		v := body[f.start:f.end]
-		switch f.key {
+	for first := true; ; first = false {
+		k, esc, more, err := s.NextMember(first)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", errScan, err)
+		}
+		if !more {
+			break
+		}
+		key := string(jsonscan.Key(k, esc))
+		if key == list && s.Peek() == jsonscan.Array {
+			start := s.Pos()
+			if r.messages, err = elements(s); err != nil {
+				return nil, fmt.Errorf("%w: %q: %v", errScan, list, err)
+			}
+			r.fields = append(r.fields, field{key: key, start: start, end: s.Pos()})
+			r.msgs, found = r.fields[len(r.fields)-1], true
+			continue
+		}
+		kind, start, end, err := s.Skip()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", errScan, err)
+		}
+		f := field{key: key, start: start, end: end}
+		r.fields = append(r.fields, f)
+		v := body[start:end]
+		switch key {
+		case list:
+			if list != "input" || kind != jsonscan.String {
+				return nil, fmt.Errorf("%w: %q is %s, not an array", errScan, list, kind)
+			}
+			// A string input is one user message.
+			r.messages, r.msgs, found = []json.RawMessage{v}, f, true
 		case "model":
-			if err := json.Unmarshal(v, &r.model); err != nil {
+			if kind != jsonscan.String {
 				return nil, fmt.Errorf("%w: \"model\" is not a string", errScan)
 			}
+			r.model = jsonscan.Unquote(v)
 		case "stream":
-			r.stream = bytes.Equal(v, []byte("true"))
-		case "messages":
-			if r.messages, err = arrayElements(v); err != nil {
-				return nil, fmt.Errorf("\"messages\": %w", err)
+			r.stream = kind == jsonscan.Bool && v[0] == 't'
+		case system:
+			if system != "" && kind != jsonscan.Null {
+				r.system = v
 			}
-			r.msgs, found = *f, true
-		case "system":
-			r.system = v
+		case "previous_response_id":
+			if kind == jsonscan.String {
+				r.previousResponseID = jsonscan.Unquote(v)
+			} else if kind != jsonscan.Null {
+				return nil, fmt.Errorf("%w: \"previous_response_id\" is not a string", errScan)
+			}
 		case "stream_options":
-			r.streamOptions = f
+			r.streamOptions = &f
 			var so struct {
 				IncludeUsage bool `json:"include_usage"`
 			}
 			r.clientUsage = json.Unmarshal(v, &so) == nil && so.IncludeUsage
 		}
 	}
+	if err := s.End(); err != nil {
+		return nil, fmt.Errorf("%w: %v", errScan, err)
+	}
 	if !found {
-		return nil, fmt.Errorf("%w: no \"messages\" array", errScan)
+		return nil, fmt.Errorf("%w: no %q", errScan, list)
 	}
 	return r, nil
+}
+
+// elements reads the array at s as its elements' spans (views of the
+// scanner's data), leaving s after it.
+func elements(s *jsonscan.Scanner) ([]json.RawMessage, error) {
+	if err := s.BeginArray(); err != nil {
+		return nil, err
+	}
+	data := s.Data()
+	out := make([]json.RawMessage, 0, 16)
+	for first := true; ; first = false {
+		more, err := s.NextElement(first)
+		if err != nil || !more {
+			return out, err
+		}
+		_, start, end, err := s.Skip()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, data[start:end:end])
+	}
+}
+
+// arrayElements returns the elements of the JSON array b as subslices.
+func arrayElements(b []byte) ([]json.RawMessage, error) {
+	s := jsonscan.New(b)
+	out, err := elements(s)
+	if err == nil {
+		err = s.End()
+	}
+	return out, err
+}
+
+// splice returns b with [start, end) replaced by repl, in a new slice.
+func splice(b []byte, start, end int, repl []byte) []byte {
+	out := make([]byte, 0, len(b)-(end-start)+len(repl))
+	out = append(out, b[:start]...)
+	out = append(out, repl...)
+	return append(out, b[end:]...)
 }
 
 // withMessages returns the body with the messages array replaced.
@@ -115,4 +212,44 @@ func arrayJSON(elems []json.RawMessage) []byte {
 		b = append(b, e...)
 	}
 	return append(b, ']')
+}
+
+// withoutMember returns the JSON object data without its top-level member
+// key (its value whatever it is, null included), and whether it had one.
+func withoutMember(data []byte, key string) ([]byte, bool) {
+	s := jsonscan.New(data)
+	if s.Peek() != jsonscan.Object {
+		return nil, false
+	}
+	s.BeginObject()
+	prevEnd := -1 // where the previous member's value ends
+	for first := true; ; first = false {
+		before := s.Pos() // before the ',' (or the first key)
+		k, esc, more, err := s.NextMember(first)
+		if err != nil || !more {
+			return nil, false
+		}
+		_, _, end, err := s.Skip()
+		if err != nil {
+			return nil, false
+		}
+		if string(jsonscan.Key(k, esc)) != key {
+			prevEnd = end
+			continue
+		}
+		if prevEnd >= 0 {
+			// Cut from the end of the previous value through this one.
+			return splice(data, prevEnd, end, nil), true
+		}
+		// The first member: cut it and the ',' after it, if any.
+		rest := end
+		for rest < len(data) && (data[rest] == ' ' || data[rest] == '\t' || data[rest] == '\n' || data[rest] == '\r') {
+			rest++
+		}
+		if rest < len(data) && data[rest] == ',' {
+			rest++
+		}
+		start := bytes.IndexByte(data[before:], '"') + before
+		return splice(data, start, rest, nil), true
+	}
 }

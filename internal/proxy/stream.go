@@ -56,7 +56,15 @@ func (s *sseReader) Read(p []byte) (int, error) {
 			s.out = ev
 		default:
 			typ, data := eventFields(ev)
-			if data == nil || !s.parse.event(typ, data) {
+			if data == nil {
+				s.out = ev
+				break
+			}
+			switch repl, drop := s.parse.event(typ, data); {
+			case drop:
+			case repl != nil:
+				s.out = sseEvent(typ, repl)
+			default:
 				s.out = ev
 			}
 		}

@@ -45,14 +45,15 @@ type compactTail struct {
 	// the request asked for them.
 	CacheBreakpoints []int           `json:"cache_breakpoints,omitempty"`
 	Stats            compactor.Stats `json:"stats"`
-	// Format and System are set for Anthropic-format conversations (and
-	// for a proxied conversation's stored request).
+	// Format and System are set for Anthropic- and Responses-format
+	// conversations (and for a proxied conversation's stored request).
 	Format string          `json:"format,omitempty"`
 	System json.RawMessage `json:"system,omitempty"`
 }
 
 // handleCompact serves POST /v1/compact.
 func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
+	s.warnIfStoreDown(w)
 	cfg := s.opts.Config.Current()
 	ctx, cancel := context.WithTimeout(r.Context(), cfg.Limits.RequestTimeout.D())
 	defer cancel()
@@ -109,7 +110,7 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 		if msgs, marks, err = back(resp); err != nil {
 			return err
 		}
-		format, system = FormatAnthropic, req.System
+		format, system = req.Format, req.System
 	case req.CacheBreakpoints && len(resp.CacheBreakpoints) > 0:
 		if marked, err := resp.Conversation.WithCacheBreakpoints(resp.CacheBreakpoints); err != nil {
 			warnings = append(warnings, "cache breakpoints not applied: "+err.Error())
@@ -259,10 +260,11 @@ func decodeCompactRequest(data []byte, mem *chat.Memory) (*client.CompactRequest
 		case "cache_breakpoints":
 			req.CacheBreakpoints, err = s.ReadBool("cache_breakpoints")
 		case "format":
-			req.Format, err = s.ReadString("format", FormatOpenAI, FormatAnthropic)
+			req.Format, err = s.ReadString("format", FormatOpenAI, FormatAnthropic, FormatResponses)
 		case "system":
 			// Anthropic's system prompt (a string or text blocks), which
-			// internal/anthropic converts.
+			// internal/anthropic converts, or the Responses API's
+			// instructions.
 			var start, end int
 			if _, start, end, err = s.Skip(); err == nil {
 				req.System = data[start:end]
@@ -277,7 +279,7 @@ func decodeCompactRequest(data []byte, mem *chat.Memory) (*client.CompactRequest
 				break
 			}
 			msgStart = s.Pos()
-			if req.Format == FormatAnthropic {
+			if converted(req.Format) {
 				req.Messages, err = rawElements(s)
 				break
 			}
@@ -302,9 +304,9 @@ func decodeCompactRequest(data []byte, mem *chat.Memory) (*client.CompactRequest
 		return nil, nil, apiErrorf(http.StatusBadRequest, CodeInvalidJSON, "data after the JSON object")
 	}
 	switch {
-	case req.Format != FormatAnthropic && convErr != nil:
+	case !converted(req.Format) && convErr != nil:
 		return nil, nil, jsonError(data, convErr)
-	case req.Format == FormatAnthropic && conv != nil:
+	case converted(req.Format) && conv != nil:
 		// Read as OpenAI messages before "format" came: the converter
 		// takes them as raw messages.
 		s.Seek(msgStart)
@@ -323,10 +325,10 @@ func decodeCompactRequest(data []byte, mem *chat.Memory) (*client.CompactRequest
 		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "conversation_id is %d bytes; the limit is %d", len(req.ConversationID), maxConversationID)
 	case !utf8.ValidString(req.ConversationID) || strings.ContainsRune(req.ConversationID, 0):
 		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "conversation_id must be UTF-8 text without NUL")
-	case req.Format != "" && req.Format != FormatOpenAI && req.Format != FormatAnthropic:
-		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "format %q: want \"openai\" (the default) or \"anthropic\"", req.Format)
-	case req.System != nil && req.Format != FormatAnthropic:
-		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "\"system\" is Anthropic's top-level system prompt: send it with \"format\": \"anthropic\" (OpenAI messages carry system messages in \"messages\")")
+	case req.Format != "" && req.Format != FormatOpenAI && !converted(req.Format):
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "format %q: want \"openai\" (the default), \"anthropic\" or \"responses\"", req.Format)
+	case req.System != nil && !converted(req.Format):
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "\"system\" is Anthropic's top-level system prompt or the Responses API's instructions: send it with \"format\": \"anthropic\" or \"responses\" (OpenAI messages carry system messages in \"messages\")")
 	case len(req.Model) > maxModelName:
 		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "model is %d bytes; the limit is %d", len(req.Model), maxModelName)
 	case len(req.Pipeline) > maxPipeline:
@@ -355,6 +357,10 @@ func invalidUTF8At(b []byte) int {
 	}
 	return len(b)
 }
+
+// converted reports whether a format's messages are converted at the
+// edge (read as raw messages, not as OpenAI chat messages).
+func converted(format string) bool { return format == FormatAnthropic || format == FormatResponses }
 
 // rawElements reads the messages array as raw elements (views of the
 // body), for the Anthropic converter.

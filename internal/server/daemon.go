@@ -48,7 +48,7 @@ type DaemonOptions struct {
 	// once per request to get that request's Completer
 	// (compactor.Options.NewLLM). Tests use it. Nil: the `llm:` block
 	// decides; without one, plugins get no_provider answers.
-	LLM func(cfg *config.Config, st *store.Store) (func() host.Completer, error)
+	LLM func(cfg *config.Config, st store.Backend) (func() host.Completer, error)
 	// Debounce and StoreFlush tune the registry's debounce and the
 	// store's write-behind interval (0: their defaults). Tests shorten
 	// them.
@@ -62,6 +62,10 @@ type DaemonOptions struct {
 	// share one compilation cache, from which a compiled module loads in
 	// a fraction of the interpreter's time, which -race multiplies.
 	CompileFirst bool
+	// Replica names this daemon in a shared store's status (else the
+	// COMPACTD_REPLICA environment variable, else the host name and
+	// process id).
+	Replica string
 }
 
 // Daemon is a running compactd: the API on its socket, over the registry
@@ -72,7 +76,7 @@ type Daemon struct {
 	cfg    *config.Manager
 	engine *host.Engine
 	reg    *registry.Registry
-	store  *store.Store
+	store  store.Backend
 	server *Server
 	proxy  *proxy.Proxy
 
@@ -128,14 +132,11 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 	if d.unix, err = listenUnix(cfg.Socket); err != nil {
 		return nil, err
 	}
-	d.store, err = store.Open(store.Options{
-		Dir: cfg.StateDir, TTL: cfg.State.TTL.D(), MaxConversations: cfg.State.MaxConversations,
-		MaxStateBytes: cfg.State.MaxStateBytes, FlushInterval: opts.StoreFlush, Logger: d.logger.Named("store"),
-	})
-	if err != nil {
+	if d.store, err = openStore(ctx, cfg, opts, d.logger.Named("store")); err != nil {
 		return nil, err
 	}
-	if d.engine, err = host.NewEngine(host.Config{CacheDir: cfg.CacheDir, Logger: d.logger.Named("plugin")}); err != nil {
+	if d.engine, err = host.NewEngine(host.Config{CacheDir: cfg.CacheDir, Logger: d.logger.Named("plugin"),
+		MaxTotalMemory: uint64(cfg.Limits.MaxTotalMemoryMB) << 20, MaxCompileMemory: uint64(cfg.Limits.MaxCompileMemoryMB) << 20}); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(cfg.PluginsDir, 0o755); err != nil {
@@ -158,7 +159,7 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 
 	copts := compactor.Options{Policies: d.reg, Tokens: counter, Config: d.cfg, State: d.store, Logger: d.logger.Named("compactor")}
 	sopts := Options{Registry: d.reg, Store: d.store, Config: d.cfg, Version: opts.Version, Logger: d.logger.Named("api"),
-		Memory: chat.NewMemory(chat.MemoryOptions{MaxBytes: cfg.Limits.ConversationCacheBytes})}
+		Memory: chat.NewMemory(chat.MemoryOptions{MaxBytes: cfg.Limits.ConversationCacheBytes}), MemoryBudget: d.engine.MemoryBudget}
 	if opts.LLM != nil {
 		if copts.NewLLM, err = opts.LLM(cfg, d.store); err != nil {
 			return nil, fmt.Errorf("llm provider: %w", err)
@@ -229,7 +230,7 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 		d.logger.Info("proxy forwarding", "openai", cfg.Proxy.OpenAI.Upstream, "anthropic", cfg.Proxy.Anthropic.Upstream)
 	}
 	d.logger.Info("compactd serving", "socket", cfg.Socket, "tcp", cfg.TCP.Listen, "policies", c.Serving,
-		"failed_loads", c.LoadFailures, "files_not_serving", refused, "plugins", cfg.PluginsDir, "state", d.store.Path(), "config", d.cfg.Path())
+		"failed_loads", c.LoadFailures, "files_not_serving", refused, "plugins", cfg.PluginsDir, "state", d.store.Describe(), "config", d.cfg.Path())
 	return d, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/config"
+	"github.com/compactd/compactd/internal/proxy"
 	"github.com/compactd/compactd/policyconfig"
 	"github.com/compactd/compactd/registry"
 )
@@ -76,6 +77,20 @@ func toAPIError(err error) *APIError {
 		return &APIError{Status: http.StatusBadRequest, Code: CodeBadRequest, Message: err.Error(), Err: err}
 	}
 	return &APIError{Status: http.StatusInternalServerError, Code: CodeInternal, Message: err.Error(), Err: err}
+}
+
+// writeErrorFor writes compactd's error e for the request r: in
+// Anthropic's error shape when r carries Anthropic's headers
+// (anthropic-version or x-api-key), so an Anthropic SDK pointed at the
+// wrong path or listener shows the message, else in compactd's.
+func writeErrorFor(w http.ResponseWriter, r *http.Request, e *APIError) {
+	if proxy.IsAnthropic(r) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(e.Status)
+		w.Write(proxy.AnthropicError(e.Status, e.Code, e.Message))
+		return
+	}
+	writeError(w, e)
 }
 
 func writeError(w http.ResponseWriter, e *APIError) {

@@ -17,6 +17,7 @@ import (
 	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/store"
+	"github.com/compactd/compactd/internal/store/redisstore"
 	"github.com/compactd/compactd/registry"
 )
 
@@ -134,7 +135,7 @@ func (s *Server) status(limit int) client.Status {
 	st := client.Status{
 		Version: s.opts.Version, ABI: abi.Version.String(), StartedAt: s.started.UTC(),
 		UptimeSeconds: time.Since(s.started).Seconds(),
-		Store:         client.StoreDescriptor{Path: s.opts.Store.Path(), TTL: cfg.State.TTL.String(), MaxConversations: cfg.State.MaxConversations},
+		Store:         client.StoreDescriptor{Path: s.opts.Store.Describe(), TTL: cfg.State.TTL.String(), MaxConversations: cfg.State.MaxConversations},
 	}
 	for _, in := range s.opts.Registry.Policies() {
 		if in.Plugin != nil {
@@ -161,7 +162,7 @@ func conversationOf(c store.Conversation) client.Conversation {
 		MessagesAfter: c.MessagesAfter, TokensAfter: c.TokensAfter, ContextWindow: c.ContextWindow, UsageRatio: c.UsageRatio,
 		Requests: c.Requests, Compactions: c.Compactions, Failures: c.Failures, TokensSaved: c.TokensSaved,
 		FirstSeen: c.FirstSeen, LastSeen: c.LastSeen, LastCompacted: c.LastCompacted,
-		Provider: c.Provider, NeedsCompaction: c.NeedsCompaction,
+		Provider: c.Provider, NeedsCompaction: c.NeedsCompaction, Replica: c.Replica,
 	}
 	if u := c.LastUsage; u != nil {
 		out.LastUsage = &client.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
@@ -186,7 +187,9 @@ func (s *Server) handleGetConfig(w http.ResponseWriter, r *http.Request) error {
 // runningConfig is GET /v1/config's answer: the running config, with the
 // problems it has now (see configProblems).
 func (s *Server) runningConfig() (client.ConfigDocument, error) {
-	b, err := json.Marshal(s.opts.Config.Current())
+	cfg := *s.opts.Config.Current()
+	cfg.State.URL = redisstore.Redact(cfg.State.URL) // no password in the answer
+	b, err := json.Marshal(&cfg)
 	if err != nil {
 		return client.ConfigDocument{}, err
 	}
@@ -265,6 +268,13 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
 		h.Problems = append(h.Problems, "no policy is loaded: every compaction fails until a plugin loads (GET /v1/policies says why files failed)")
 	}
 	h.Problems = append(h.Problems, s.defaultPolicyProblems()...)
+	sh := s.opts.Store.Health()
+	if sh.Backend != "bbolt" { // a local file has nothing to report beyond its calls' errors
+		h.Store = &client.StoreHealth{Backend: sh.Backend, Degraded: sh.Degraded, Error: sh.Error, DroppedWrites: sh.DroppedWrites, FailedReads: sh.FailedReads, Since: sh.Since}
+	}
+	if sh.Degraded {
+		h.Problems = append(h.Problems, "the shared state store cannot be reached ("+sh.Error+"): requests are served from themselves alone; it recovers by itself when the store answers")
+	}
 	switch {
 	case s.opts.Registry.Starting():
 		h.Status = "starting"
@@ -355,6 +365,10 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) error {
 	writeGauge(&b, "compactd_plugins_loading", "Plugin files being loaded.", float64(rc.Loading))
 	writePluginFileMetrics(&b, s.opts.Registry.Policies())
 	m.configReloads.write(&b)
+	sh := s.opts.Store.Health()
+	writeGauge(&b, "compactd_store_degraded", "1 while the state store cannot be reached (requests are served from themselves alone).", boolGauge(sh.Degraded))
+	writeCounter(&b, "compactd_store_writes_dropped_total", "State store writes given up because the store was unreachable.", sh.DroppedWrites)
+	writeCounter(&b, "compactd_store_reads_failed_total", "State store reads given up because the store was unreachable.", sh.FailedReads)
 	writeGauge(&b, "compactd_conversations_tracked", "Conversations in the store.", float64(s.opts.Store.Totals().Conversations))
 	ms := s.memory.Stats()
 	writeCounter(&b, "compactd_conversation_cache_hits_total", "Compaction requests that repeated a remembered request of their conversation.", ms.Hits)
@@ -363,6 +377,13 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) error {
 	writeCounter(&b, "compactd_conversation_cache_parsed_messages_total", "Messages parsed from request bodies.", ms.Parsed)
 	writeGauge(&b, "compactd_conversation_cache_entries", "Conversations remembered (limits.conversation_cache_bytes bounds them).", float64(ms.Entries))
 	writeGauge(&b, "compactd_conversation_cache_bytes", "Bytes the remembered conversations hold.", float64(ms.Bytes))
+	if s.opts.MemoryBudget != nil {
+		mb := s.opts.MemoryBudget()
+		writeGauge(&b, "compactd_plugin_memory_budget_bytes", "The plugins' memory budget (limits.max_total_memory_mb).", float64(mb.Total))
+		writeGauge(&b, "compactd_plugin_memory_reserved_bytes", "Bytes of the memory budget held by plugin instances (memory limit plus stack reserve each) and running compiles.", float64(mb.Used))
+		writeCounter(&b, "compactd_plugin_memory_refused_total", "New plugin instances and compiles that found no room in the memory budget in time (the request got its input back with a warning).", mb.Refused)
+		writeGauge(&b, "compactd_plugin_compile_budget_bytes", "The compile budget of one plugin module (limits.max_compile_memory_mb).", float64(mb.Compile))
+	}
 	if s.opts.LLMStats != nil {
 		writeLLMMetrics(&b, s.opts.LLMStats())
 	}
@@ -372,10 +393,34 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) error {
 			faults.add(f.Count, f.Provider, f.Fault)
 		}
 		faults.write(&b)
+		passed := newCounterVec("compactd_proxy_uncompacted_total", "Proxied requests forwarded without compaction because compactd did not understand them, by path and reason (path, unreadable, unsupported, previous_response_id, too_large); each got an X-Compactd-Warning.", "path", "reason")
+		for _, p := range s.opts.Proxy.Passthroughs() {
+			passed.add(p.Count, p.Path, p.Reason)
+		}
+		passed.write(&b)
 	}
 	writeGauge(&b, "compactd_start_time_seconds", "When the daemon started (Unix time).", float64(s.started.UnixNano())/1e9)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	w.WriteHeader(http.StatusOK)
 	w.Write(b.Bytes())
 	return nil
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// StoreWarning is the X-Compactd-Warning a response carries while the
+// state store is unreachable.
+const StoreWarning = "state store unavailable: compacted from the request alone; plugin state and status not saved"
+
+// warnIfStoreDown adds StoreWarning to the response while the store is
+// degraded.
+func (s *Server) warnIfStoreDown(w http.ResponseWriter) {
+	if s.opts.Store.Health().Degraded {
+		w.Header().Add("X-Compactd-Warning", StoreWarning)
+	}
 }

@@ -39,6 +39,7 @@ type testDaemon struct {
 	plugins string
 	config  string
 	opts    DaemonOptions
+	log     *lockedBuffer // the daemon's log, when a test keeps it
 	// childCache, if set, is the compilation cache of the daemons
 	// startChild starts (default: the tests' shared one).
 	childCache string

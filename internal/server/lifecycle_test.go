@@ -291,7 +291,7 @@ func TestLLMProviderHook(t *testing.T) {
 	t.Parallel()
 	var calls, builds atomic.Int64
 	td := setup(t, "llm:\n  provider: fake\n", pluginGohostile)
-	td.opts.LLM = func(cfg *config.Config, st *store.Store) (func() host.Completer, error) {
+	td.opts.LLM = func(cfg *config.Config, st store.Backend) (func() host.Completer, error) {
 		var raw struct {
 			Provider string `yaml:"provider"`
 		}
@@ -318,7 +318,7 @@ func TestLLMProviderHook(t *testing.T) {
 
 	// A hook that fails stops the start.
 	td2 := setup(t, "", pluginLastn)
-	td2.opts.LLM = func(*config.Config, *store.Store) (func() host.Completer, error) {
+	td2.opts.LLM = func(*config.Config, store.Backend) (func() host.Completer, error) {
 		return nil, errors.New("no API key")
 	}
 	if _, err := Start(bg, td2.opts); err == nil || !strings.Contains(err.Error(), "llm provider: no API key") {

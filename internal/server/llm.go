@@ -17,7 +17,7 @@ const llmCacheBucket = "llm_cache"
 // openLLM builds the LLM provider from the config's `llm:` block, with its
 // summary cache in the store. It returns nil when the block is absent
 // (plugins then get no_provider answers).
-func openLLM(cfg *config.Config, st *store.Store, getenv func(string) string, logger hclog.Logger) (*llm.Client, error) {
+func openLLM(cfg *config.Config, st store.Backend, getenv func(string) string, logger hclog.Logger) (*llm.Client, error) {
 	if cfg.LLM == nil || cfg.LLM.IsZero() {
 		return nil, nil
 	}
@@ -33,7 +33,7 @@ func openLLM(cfg *config.Config, st *store.Store, getenv func(string) string, lo
 	}
 	opts := []llm.Option{llm.WithLogger(logger), llm.WithGetenv(getenv)}
 	if full.CacheMaxBytes > 0 {
-		b, err := st.Bucket(llmCacheBucket, store.BucketOptions{MaxBytes: full.CacheMaxBytes})
+		b, err := st.OpenBucket(llmCacheBucket, store.BucketOptions{MaxBytes: full.CacheMaxBytes})
 		if err != nil {
 			return nil, fmt.Errorf("summary cache: %w", err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/proxy"
+	"github.com/compactd/compactd/internal/wire/responses"
 )
 
 // proxyForwardPattern routes the paths under /v1/ that no endpoint of
@@ -34,6 +35,7 @@ func (s *Server) routeProxy() {
 	}
 	s.route(proxy.RouteOpenAI, "proxy_openai", map[string]handlerFunc{http.MethodPost: serve(s.opts.Proxy.ServeOpenAI)})
 	s.route(proxy.RouteAnthropic, "proxy_anthropic", map[string]handlerFunc{http.MethodPost: serve(s.opts.Proxy.ServeAnthropic)})
+	s.route(proxy.RouteResponses, "proxy_responses", map[string]handlerFunc{http.MethodPost: serve(s.opts.Proxy.ServeResponses)})
 	s.route(proxyForwardPattern, "proxy_forward", map[string]handlerFunc{"*": func(w http.ResponseWriter, r *http.Request) error {
 		if !s.opts.Proxy.Forwards(r) {
 			return s.notFound(w, r)
@@ -44,19 +46,35 @@ func (s *Server) routeProxy() {
 }
 
 // Formats of /v1/compact's "format": OpenAI chat messages (the default),
-// or an Anthropic Messages conversation (top-level "system", content
-// blocks), converted at the edge so policies see the same ABI.
+// an Anthropic Messages conversation (top-level "system", content
+// blocks), or an OpenAI Responses one ("messages" are its input items,
+// "system" its instructions), converted at the edge so policies see the
+// same ABI.
 const (
 	FormatOpenAI    = "openai"
 	FormatAnthropic = "anthropic"
+	FormatResponses = responses.Name
 )
 
 // requestConversation returns a /v1/compact request's conversation: conv,
-// read with the request (OpenAI messages), or for the Anthropic format
-// its messages converted, with the function that writes a result back as
-// an Anthropic messages array.
+// read with the request (OpenAI messages), or for the Anthropic and
+// Responses formats its messages converted, with the function that writes
+// a result back in that format.
 func requestConversation(req *client.CompactRequest, conv *chat.Conversation) (*chat.Conversation, func(*compactor.Response) ([]json.RawMessage, []int, error), error) {
-	if req.Format != FormatAnthropic {
+	switch req.Format {
+	case FormatResponses:
+		rc, err := responses.ConvertItems(req.System, req.Messages)
+		if err != nil {
+			return nil, nil, err
+		}
+		return rc.Chat, func(resp *compactor.Response) ([]json.RawMessage, []int, error) {
+			// OpenAI caches prefixes without markers: there are no
+			// breakpoints to write.
+			items, err := rc.Back(resp.Conversation, resp.Origin)
+			return items, nil, err
+		}, nil
+	case FormatAnthropic:
+	default:
 		return conv, nil, nil
 	}
 	ac, err := anthropic.Convert(req.System, req.Messages)

@@ -22,8 +22,14 @@ import (
 // usage, or (stream: true) five events flushed one by one.
 func benchUpstream() *httptest.Server {
 	answer := []byte(`{"id":"c","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":100,"completion_tokens":1,"total_tokens":101}}`)
+	response := []byte(`{"id":"resp_1","object":"response","status":"completed","model":"gpt-4o","output":[{"type":"message","id":"msg_1","role":"assistant","content":[{"type":"output_text","text":"ok","annotations":[]}]}],"usage":{"input_tokens":100,"output_tokens":1,"total_tokens":101}}`)
 	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
+		if r.URL.Path == "/v1/responses" {
+			w.Header().Set("Content-Type", "application/json")
+			w.Write(response)
+			return
+		}
 		if !bytes.Contains(body, []byte(`"stream":true`)) {
 			w.Header().Set("Content-Type", "application/json")
 			w.Write(answer)
@@ -88,13 +94,25 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		}{f.name, best.Raw})
 	}
 
-	for _, mode := range []string{"json", "stream-ttfb"} {
+	for _, mode := range []string{"json", "stream-ttfb", "responses"} {
 		for _, c := range convs {
 			extra := ""
-			if mode != "json" {
+			if mode == "stream-ttfb" {
 				extra = `,"stream":true`
 			}
 			body := openAIBody(c.msgs, extra)
+			proxied, direct := proxied, direct
+			if mode == "responses" {
+				if c.name != "small-1KB" {
+					continue
+				}
+				// A Codex session of about 12 KB: reasoning, calls,
+				// outputs.
+				c.name = "codex-12KB"
+				body = responsesBody(codexSession(8, 1000), "")
+				proxied = "http://" + td.TCPAddr() + proxy.RouteResponses
+				direct = up.URL + proxy.RouteResponses
+			}
 			b.Run(fmt.Sprintf("%s/%s", mode, c.name), func(b *testing.B) {
 				send := func(url string, viaProxy bool) time.Duration {
 					req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
@@ -119,7 +137,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 					if resp.StatusCode != http.StatusOK || resp.Header.Get(proxy.HeaderCompacted) != "" {
 						b.Fatalf("%d, compacted %q", resp.StatusCode, resp.Header.Get(proxy.HeaderCompacted))
 					}
-					if mode == "json" {
+					if mode != "stream-ttfb" {
 						return time.Since(start)
 					}
 					return ttfb

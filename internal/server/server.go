@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/compactd/compactd/chat"
+	"github.com/compactd/compactd/host"
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/llm"
@@ -51,12 +52,15 @@ import (
 type Options struct {
 	Compactor *compactor.Compactor
 	Registry  *registry.Registry
-	Store     *store.Store
+	Store     store.Backend
 	Config    *config.Manager
 	// Version is compactd's version, for GET /v1/status.
 	Version string
 	// LLMStats, if set, reports the LLM provider's counters on /metrics.
 	LLMStats func() llm.Stats
+	// MemoryBudget, if set, reports the plugins' memory budget
+	// (limits.max_total_memory_mb) on /metrics.
+	MemoryBudget func() host.MemoryBudget
 	// Proxy, if set, serves the provider-compatible routes
 	// (/v1/chat/completions, /v1/messages, and other /v1/ paths it
 	// forwards) and manual compaction of proxied conversations.
@@ -114,7 +118,41 @@ func New(opts Options) *Server {
 }
 
 func (s *Server) notFound(w http.ResponseWriter, r *http.Request) error {
+	if hint := s.versionHint(r); hint != "" {
+		return apiErrorf(http.StatusNotFound, CodeNotFound, "no endpoint %s %s: %s", r.Method, r.URL.Path, hint)
+	}
 	return apiErrorf(http.StatusNotFound, CodeNotFound, "no endpoint %s %s (GET /v1/openapi.yaml describes the API)", r.Method, r.URL.Path)
+}
+
+// versionHint says what a request for a path that is not found meant when
+// the path exists under /v1 (the SDK's base URL lacks it) or has /v1
+// twice (the base URL has it and the SDK adds it): "" otherwise.
+func (s *Server) versionHint(r *http.Request) string {
+	var alt string
+	switch {
+	case strings.HasPrefix(r.URL.Path, "/v1/v1/"):
+		alt = r.URL.Path[len("/v1"):]
+	case !strings.HasPrefix(r.URL.Path, "/v1/"):
+		alt = "/v1" + r.URL.Path
+	default:
+		return ""
+	}
+	u := *r.URL
+	u.Path, u.RawPath = alt, ""
+	alias := r.Clone(r.Context())
+	alias.URL = &u
+	if _, pattern := s.mux.Handler(alias); pattern == "/" || pattern == "" || pattern == proxyForwardPattern {
+		return "" // not one of compactd's endpoints (nor a route of its proxy)
+	}
+	host := "http://" + r.Host
+	if r.Host == "" || r.TLS != nil {
+		host = "https://" + r.Host
+	}
+	if alt == proxy.RouteAnthropic || strings.HasPrefix(alt, "/v1/messages/") {
+		// Anthropic's SDKs add /v1 to their base URL themselves.
+		return fmt.Sprintf("did you mean %s? Anthropic SDKs take the base URL %s (without /v1), OpenAI SDKs %s/v1", alt, host, host)
+	}
+	return fmt.Sprintf("did you mean %s? set the base URL to %s/v1 (OpenAI SDKs; Anthropic SDKs take %s, without /v1)", alt, host, host)
 }
 
 // handlerFunc serves one method of one endpoint; an error becomes the
@@ -145,7 +183,7 @@ func (s *Server) route(pattern, name string, methods map[string]handlerFunc) {
 				}
 				s.logger.Error("panic serving a request", "path", r.URL.Path, "panic", p, "stack", string(debug.Stack()))
 				if !sw.wrote {
-					writeError(sw, apiErrorf(http.StatusInternalServerError, CodeInternal, "internal error"))
+					writeErrorFor(sw, r, apiErrorf(http.StatusInternalServerError, CodeInternal, "internal error"))
 				}
 			}
 			s.metrics.requests.add(1, name, fmt.Sprint(sw.code))
@@ -157,7 +195,7 @@ func (s *Server) route(pattern, name string, methods map[string]handlerFunc) {
 		}
 		if h == nil {
 			sw.Header().Set("Allow", allowed)
-			writeError(sw, apiErrorf(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "%s takes %s, not %s", r.URL.Path, allowed, r.Method))
+			writeErrorFor(sw, r, apiErrorf(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "%s takes %s, not %s", r.URL.Path, allowed, r.Method))
 			return
 		}
 		if err := h(sw, r); err != nil {
@@ -165,7 +203,7 @@ func (s *Server) route(pattern, name string, methods map[string]handlerFunc) {
 			if ae.Status >= 500 {
 				s.logger.Error("request failed", "path", r.URL.Path, "error", err)
 			}
-			writeError(sw, ae)
+			writeErrorFor(sw, r, ae)
 		}
 	})
 }
@@ -215,7 +253,7 @@ func (s *Server) proxied(r *http.Request) bool {
 		return false
 	}
 	switch _, pattern := s.mux.Handler(r); pattern {
-	case proxy.RouteOpenAI, proxy.RouteAnthropic:
+	case proxy.RouteOpenAI, proxy.RouteAnthropic, proxy.RouteResponses:
 		return true
 	case proxyForwardPattern:
 		return s.opts.Proxy.Forwards(r)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/compactd/compactd/client"
+	"github.com/compactd/compactd/internal/hostilewasm"
 	"github.com/compactd/compactd/internal/wasmbuild"
 	"github.com/compactd/compactd/registry"
 )
@@ -31,6 +32,15 @@ type zooEntry struct {
 	// make, if set, puts the entry at path (instead of src's module):
 	// a FIFO, a socket, a symlink to one.
 	make func(t testing.TB, path string)
+}
+
+// zooGenerated are the zoo's modules written by a function (src
+// "gen:NAME"): shapes too big to commit.
+var zooGenerated = map[string]func() []byte{
+	"gen:locals-50m":    func() []byte { return hostilewasm.Locals(50_000_000) },
+	"gen:locals-2m":     func() []byte { return hostilewasm.Locals(2_000_000) },
+	"gen:functions-62m": func() []byte { return hostilewasm.EmptyFunctions(15_500_000) },
+	"gen:calls-1m":      func() []byte { return hostilewasm.Calls(1 << 20) },
 }
 
 var zoo = []zooEntry{
@@ -72,6 +82,15 @@ var zoo = []zooEntry{
 		t.Cleanup(func() { ln.Close() })
 	}},
 	{"dangling.wasm", "", "which does not exist", func(t testing.TB, path string) { symlink(t, filepath.Join(t.TempDir(), "gone.wasm"), path) }},
+	// Shapes that cost a compiler gigabytes and minutes (issue 21): a
+	// 66-byte module of 50 million locals (8 GiB and a dead daemon after
+	// 146 s before the compile budget), 2 million (650 MiB, 12.5 s), a
+	// 62 MB file of empty functions (8 GiB, dead), and one function of
+	// a megabyte of calls (460 MiB, 11 s) over the zoo's compile budget.
+	{"locals_50m.wasm", "gen:locals-50m", "declares 50000000 locals in one function; the limit is 50000", nil},
+	{"locals_2m.wasm", "gen:locals-2m", "declares 2000000 locals in one function; the limit is 50000", nil},
+	{"functions_62mb.wasm", "gen:functions-62m", "declares 15500000 functions; the limit is 1000000", nil},
+	{"calls_1mb.wasm", "gen:calls-1m", "the compile budget is 512 MiB (limits.max_compile_memory_mb)", nil},
 }
 
 func mkfifo(t testing.TB, path string) {
@@ -89,6 +108,9 @@ func symlink(t testing.TB, target, path string) {
 // zooBytes returns an entry's module (nil for the files it makes).
 func zooBytes(t testing.TB, e zooEntry) []byte {
 	t.Helper()
+	if gen := zooGenerated[e.src]; gen != nil {
+		return gen()
+	}
 	if e.make != nil {
 		return nil
 	}
@@ -136,13 +158,16 @@ func TestHostileZoo(t *testing.T) {
 	// not fail because the machine is slow. Start sections and
 	// _initialize get the least work budget there is (a million steps):
 	// the interpreter under -race takes seconds for it.
-	td := setup(t, "limits:\n  plugin:\n    call_timeout: "+timeout+"\n    start_work_budget: 1000000\n  plugins:\n    lastn: {call_timeout: 1m}\n    zoo-recurse: {call_timeout: 1m}\n    zoo-logspam: {call_timeout: "+spam+"}\n", pluginLastn)
+	td := setup(t, "limits:\n  max_total_memory_mb: 4096\n  max_compile_memory_mb: 512\n  plugin:\n    call_timeout: "+timeout+"\n    start_work_budget: 1000000\n  plugins:\n    lastn: {call_timeout: 1m}\n    zoo-recurse: {call_timeout: 1m}\n    zoo-logspam: {call_timeout: "+spam+"}\n", pluginLastn)
 	built := make([][]byte, len(zoo))
 	for i, e := range zoo {
 		built[i] = zooBytes(t, e) // build (and time) everything before the daemon runs
 	}
 	d := startChild(t, td)
 	d.waitHealthy(2 * time.Minute)
+	// A regression (a module that compiles without bound) fails the
+	// test, not the machine: the peak checked below is 3 GiB.
+	lim := limitMemory(t, d.cmd.Process.Pid, 3<<30+512<<20)
 
 	var requests, failures atomic.Int64
 	var failMu sync.Mutex
@@ -251,6 +276,9 @@ func TestHostileZoo(t *testing.T) {
 	if n := strings.Count(log, "\n"); n > 20000 || longest > 5<<10 {
 		t.Errorf("the daemon logged %d lines, log_spam's longest %d bytes", n, longest)
 	}
+	if k := lim.oomKills(); k > 0 {
+		t.Errorf("the kernel killed the daemon %d times at its memory limit (%s)", k, lim)
+	}
 	peak := d.peakRSS()
 	t.Logf("%d requests to the healthy policy and %d health checks, none failed; daemon peak RSS (VmHWM of its process) %d MiB",
 		requests.Load(), healthChecks.Load(), peak>>20)
@@ -277,13 +305,16 @@ func TestHostileZoo(t *testing.T) {
 			continue
 		}
 		// Files refused unread (too large, not regular) are cheap to
-		// refuse again; the others were not tried again.
-		remembered := e.make == nil && e.file != "oversize.wasm"
+		// refuse again, and so are those over the compile budget (their
+		// counts are read, nothing compiles, and a larger budget must
+		// load them); the others were not tried again.
+		remembered := e.make == nil && e.file != "oversize.wasm" && zooGenerated[e.src] == nil
 		if got := strings.Contains(p.Error.Message, "failed to load before"); got != remembered {
 			t.Errorf("after the restart, %s: remembered %v, want %v: %s", e.file, got, remembered, p.Error.Message)
 		}
 	}
-	if m, _ := d.c.Metrics(context.Background()); !strings.Contains(m, "compactd_plugin_loads_total 1\n") {
+	// lastn, and the files over the compile budget.
+	if m, _ := d.c.Metrics(context.Background()); !strings.Contains(m, fmt.Sprintf("compactd_plugin_loads_total %d\n", 1+len(zooGenerated))) {
 		t.Errorf("after the restart, the zoo's files were loaded again:\n%s", grepLines(m, "compactd_plugin_load"))
 	}
 	r, err := d.c.Compact(context.Background(), &client.CompactRequest{Policy: "lastn", Messages: msgs})

@@ -44,6 +44,9 @@ type Conversation struct {
 	NeedsCompaction bool `json:"needs_compaction"`
 	// LastUsage is the provider's usage of the last proxied response.
 	LastUsage *Usage `json:"last_usage,omitempty"`
+	// Replica names the daemon that served the last request (the shared
+	// store only; a single daemon leaves it empty).
+	Replica string `json:"replica,omitempty"`
 }
 
 // Usage is what a provider reported for one response.

@@ -4,17 +4,19 @@ import "strings"
 
 // Kinds of ledger items, in the order a chunk lists them.
 const (
-	kindFile = iota
-	kindDef
-	kindSymbol
-	kindError
-	kindID
-	kindNumber
+	kindRan    = iota // tools called and the programs their commands ran
+	kindFile          // file paths
+	kindDef           // names defined (def/class/func … followed by its parameters or body)
+	kindName          // other identifiers: called, snake_case, camelCase
+	kindError         // error lines observed
+	kindID            // ids: words mixing letters and digits
+	kindNumber        // numbers and dates observed
+	kindSaid          // what the user said after the task
 	numKinds
 )
 
 // kindNames label each kind's line in a chunk.
-var kindNames = [numKinds]string{"files", "defined", "symbols", "errors", "ids", "numbers"}
+var kindNames = [numKinds]string{"ran", "files", "defined", "names", "errors", "ids", "numbers", "user said"}
 
 // item is one fact a folded message holds.
 type item struct {
@@ -31,6 +33,7 @@ const (
 	cDigit             // 0-9
 	cUpper             // A-Z
 	cPath              // word bytes and . / -
+	cLower             // a-z
 )
 
 var class = func() (t [256]uint8) {
@@ -40,7 +43,9 @@ var class = func() (t [256]uint8) {
 			t[c] = cWord | cDigit | cPath
 		case c >= 'A' && c <= 'Z':
 			t[c] = cWord | cUpper | cPath
-		case c >= 'a' && c <= 'z', c == '_':
+		case c >= 'a' && c <= 'z':
+			t[c] = cWord | cLower | cPath
+		case c == '_':
 			t[c] = cWord | cPath
 		case c == '.' || c == '/' || c == '-':
 			t[c] = cPath
@@ -49,24 +54,35 @@ var class = func() (t [256]uint8) {
 	return t
 }()
 
-func isWord(c byte) bool { return class[c]&cWord != 0 }
+func isWord(c byte) bool  { return class[c]&cWord != 0 }
+func isDigit(c byte) bool { return class[c]&cDigit != 0 }
+func isAlnum(c byte) bool { return class[c]&(cDigit|cUpper|cLower) != 0 }
 
 // definer reports whether a name is defined after w.
 func definer(w string) bool {
 	switch w {
-	case "def", "class", "func", "function", "fn", "struct", "interface", "type":
+	case "def", "class", "func", "function", "fn", "struct", "interface", "type", "trait", "enum":
 		return true
 	}
 	return false
 }
 
 // extract appends the items of text to out, in order of appearance.
-// Numbers are taken only from observations (tool results and user
-// messages after the task): elsewhere they are mostly the agent's own.
-func extract(out []item, text string, numbers bool) []item {
+// observed is true for what came back to the agent (tool results, user
+// messages after the task): numbers and errors are taken only from there —
+// in the agent's own words they are mostly its guesses and code.
+func extract(out []item, text string, observed bool) []item {
 	prevWord := ""
+	var lines lineRun
 	for i := 0; i < len(text); {
 		c := text[i]
+		if observed && (i == 0 || text[i-1] == '\n') {
+			if n, end, ok := lineNumber(text, i); ok {
+				out = lines.add(out, text[i:end], n)
+				i = end
+				continue
+			}
+		}
 		if class[c]&cPath == 0 {
 			if c == '\n' {
 				prevWord = ""
@@ -74,8 +90,14 @@ func extract(out []item, text string, numbers bool) []item {
 			i++
 			continue
 		}
+		if i > 0 && text[i-1] == '\\' {
+			// An escape sequence (\n, \t, \u00e9) inside a quoted
+			// string of code: its letter is not part of the word after.
+			i++
+			continue
+		}
 		start := i
-		if numbers && class[c]&cDigit != 0 && (start == 0 || !isWord(text[start-1])) {
+		if observed && isDigit(c) && (start == 0 || !isWord(text[start-1])) {
 			if n := separatedNumber(text, start); n != "" {
 				out = append(out, item{kindNumber, n})
 				i += len(n)
@@ -92,7 +114,7 @@ func extract(out []item, text string, numbers bool) []item {
 			prevWord = ""
 			continue
 		}
-		var next, after byte // the byte after the run, and after spaces
+		var next, after byte // the byte after the run, and the first one after spaces
 		if i < len(text) {
 			next = text[i]
 		}
@@ -102,50 +124,127 @@ func extract(out []item, text string, numbers bool) []item {
 				break
 			}
 		}
-		out = classify(out, run, next, after, prevWord, numbers)
+		// A JSON object's key ("user_id": …) is the format's vocabulary,
+		// repeated in every result, not a fact met.
+		key := next == '"' && i+1 < len(text) && (text[i+1] == ':' || text[i+1] == ' ' && i+2 < len(text) && text[i+2] == ':')
+		out = classify(out, run, next, after, prevWord, observed, key)
 		prevWord = run
 	}
-	return extractErrors(out, text)
+	out = lines.flush(out)
+	if observed {
+		out = extractErrors(out, text)
+	}
+	return out
+}
+
+// lineNumber reads the line number that opens a line of a listing at
+// text[i:] (grep -n's "12:" and "12-", nl's and cat -n's "    12\t"): its
+// value and where its digits end.
+func lineNumber(text string, i int) (n, end int, ok bool) {
+	j := i
+	for j < len(text) && j-i < 8 && text[j] == ' ' {
+		j++
+	}
+	d := j
+	for j < len(text) && j-d < 7 && isDigit(text[j]) {
+		n = n*10 + int(text[j]-'0')
+		j++
+	}
+	if j == d || j >= len(text) {
+		return 0, 0, false
+	}
+	// grep -n's "12:" is left out: a match line's number and text are
+	// the match's, read as they are; its context lines ("12-") and a
+	// listing's ("    12\t") become one range.
+	// Not a date's year (2024-05-15 opening a line).
+	if text[j] == '\t' || text[j] == '-' && !(j+1 < len(text) && isDigit(text[j+1])) {
+		return n, j, true
+	}
+	return 0, 0, false
+}
+
+// lineRun gathers consecutive line numbers of a listing into one range.
+type lineRun struct {
+	first, last int
+	firstText   string
+	lastText    string
+	n           int
+}
+
+func (r *lineRun) add(out []item, text string, n int) []item {
+	text = strings.TrimLeft(text, " ")
+	if r.n > 0 && n == r.last+1 {
+		r.last, r.lastText = n, text
+		r.n++
+		return out
+	}
+	out = r.flush(out)
+	r.first, r.last, r.firstText, r.lastText, r.n = n, n, text, text, 1
+	return out
+}
+
+func (r *lineRun) flush(out []item) []item {
+	switch {
+	case r.n == 0:
+	case r.n == 1:
+		if len(r.firstText) >= 3 {
+			out = append(out, item{kindNumber, r.firstText})
+		}
+	default:
+		out = append(out, item{kindNumber, r.firstText + "-" + r.lastText})
+	}
+	r.n = 0
+	return out
 }
 
 // classify appends the items one run of path bytes holds.
-func classify(out []item, run string, next, after byte, prevWord string, numbers bool) []item {
+func classify(out []item, run string, next, after byte, prevWord string, observed, key bool) []item {
 	run = strings.TrimRight(run, ".-")
+	run = strings.TrimLeft(run, "-")
 	if run == "" {
 		return out
 	}
 	if p := filePath(run); p != "" {
-		out = append(out, item{kindFile, p})
+		// The words of a path are the path's: its item holds them. A
+		// library's file seen in a traceback or a log is the
+		// environment's, not the workspace's.
+		if observed && libraryPath(p) {
+			return out
+		}
+		return append(out, item{kindFile, p})
 	}
 	// A definition: def/class/func… then a name and what opens its
 	// parameters or body (def f(, class C:, struct S {, func F[T]).
 	if definer(prevWord) && isIdent(run) && len(run) >= 3 && (after == '(' || after == ':' || after == '{' || after == '<' || after == '[') {
-		out = append(out, item{kindDef, run})
-	} else if next == '(' && len(run) >= 4 && isSymbol(run) {
-		out = append(out, item{kindSymbol, run})
+		return append(out, item{kindDef, run})
 	}
-	if numbers && isDecimal(run) {
+	if next == '(' && len(run) >= 4 && isSymbol(run) {
+		// A called name: a qualified one holds its parts.
+		return append(out, item{kindName, run})
+	}
+	if observed && (isDecimal(run) || isDate(run)) {
 		return append(out, item{kindNumber, run})
 	}
-	// Words: ids and numbers.
+	// The words of the run (a dotted name's parts, a dashed id): ids,
+	// names, numbers.
 	for j := 0; j < len(run); {
-		if !isWord(run[j]) && run[j] != '-' {
+		if !isWord(run[j]) {
 			j++
 			continue
 		}
 		k := j
-		for k < len(run) && (isWord(run[k]) || run[k] == '-' && k+1 < len(run) && isWord(run[k+1])) {
+		for k < len(run) && (isWord(run[k]) || run[k] == '-' && k+1 < len(run) && isAlnum(run[k+1]) && k > j && isAlnum(run[k-1])) {
 			k++
 		}
-		if k == j { // a '-' not followed by a word byte
-			j++
-			continue
-		}
 		w := run[j:k]
+		last := k == len(run)
 		switch {
 		case isID(w):
 			out = append(out, item{kindID, w})
-		case numbers && j == 0 && k == len(run) && isNumber(w):
+		case key && last:
+		case isName(w):
+			out = append(out, item{kindName, w})
+		case observed && j == 0 && last && isNumber(w):
 			out = append(out, item{kindNumber, w})
 		}
 		j = k
@@ -153,12 +252,24 @@ func classify(out []item, run string, next, after byte, prevWord string, numbers
 	return out
 }
 
+// fileExts are the extensions of a file named without a directory
+// (reproduce.py, setup.cfg): with a directory any extension makes a path,
+// alone a dotted name (np.zeros, self.path) would.
+var fileExts = map[string]bool{
+	"py": true, "pyi": true, "go": true, "rs": true, "c": true, "h": true, "cc": true, "cpp": true, "hpp": true,
+	"js": true, "ts": true, "tsx": true, "jsx": true, "mjs": true, "java": true, "kt": true, "rb": true, "php": true,
+	"cs": true, "swift": true, "sh": true, "sql": true, "json": true, "yaml": true, "yml": true, "toml": true,
+	"cfg": true, "ini": true, "txt": true, "md": true, "rst": true, "html": true, "css": true, "xml": true,
+	"csv": true, "lock": true, "log": true, "patch": true, "diff": true, "ipynb": true,
+}
+
 // filePath returns the file path in run: a path with a directory and an
 // extension of one to eight characters starting with a letter
-// (src/app/main.py, ./pkg/x.go, /testbed/setup.cfg), or "".
+// (src/app/main.py, ./pkg/x.go, /testbed/setup.cfg), or a file name with
+// a known extension (reproduce.py); else "".
 func filePath(run string) string {
 	slash := strings.LastIndexByte(run, '/')
-	if slash <= 0 || slash == len(run)-1 {
+	if slash == len(run)-1 {
 		return ""
 	}
 	dot := strings.LastIndexByte(run, '.')
@@ -166,21 +277,38 @@ func filePath(run string) string {
 		return ""
 	}
 	ext := run[dot+1:]
-	if c := ext[0]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+	if allDigits(ext) && strings.HasSuffix(run[:dot], ".so") && slash > 0 {
+		return run // a shared library's version: /lib64/ld-linux-x86-64.so.2
+	}
+	if class[ext[0]]&(cUpper|cLower) == 0 {
 		return ""
 	}
 	for k := 0; k < len(ext); k++ {
-		if class[ext[k]]&cWord == 0 || ext[k] == '_' {
+		if !isAlnum(ext[k]) {
 			return ""
 		}
 	}
+	if slash <= 0 && (!fileExts[ext] || strings.IndexByte(run[:dot], '.') >= 0 || !isIdent(strings.ReplaceAll(run[:dot], "-", "_"))) {
+		return ""
+	}
 	return run
+}
+
+// libraryPath reports whether p is a file of an installed library or of
+// the language runtime (site-packages, /usr/lib/python3.11/…).
+func libraryPath(p string) bool {
+	for _, dir := range []string{"/site-packages/", "/dist-packages/", "/node_modules/", "/lib/python", "/usr/lib/", "/usr/local/lib/", "/go/pkg/mod/", "/.cargo/registry/"} {
+		if strings.Contains(p, dir) {
+			return true
+		}
+	}
+	return false
 }
 
 // isIdent reports whether s is an identifier: a letter or '_', then word
 // bytes.
 func isIdent(s string) bool {
-	if s == "" || class[s[0]]&cDigit != 0 {
+	if s == "" || isDigit(s[0]) {
 		return false
 	}
 	for k := 0; k < len(s); k++ {
@@ -192,10 +320,9 @@ func isIdent(s string) bool {
 }
 
 // isSymbol reports whether a called name is distinctive enough to keep: a
-// qualified name (a.b.c), or one with an underscore inside or a capital
-// after a lower-case letter (parse_args, getUser).
+// qualified name (a.b.c), a name (see isName) or a private one (_cstack).
 func isSymbol(s string) bool {
-	dotted, lower := false, false
+	dotted := false
 	start := 0
 	for k := 0; k <= len(s); k++ {
 		if k < len(s) && s[k] != '.' {
@@ -209,28 +336,43 @@ func isSymbol(s string) bool {
 		}
 		start = k + 1
 	}
-	if dotted {
+	if dotted || isName(s) {
 		return true
 	}
-	for k := 0; k < len(s); k++ {
-		c := s[k]
+	// A called private name (_cstack), not a dunder (__init__).
+	return strings.IndexByte(s, '_') >= 0 && !strings.HasPrefix(s, "__") && strings.Trim(s, "_") != ""
+}
+
+// isName reports whether w is an identifier distinctive enough to be a
+// name rather than a word: 4+ characters with an underscore between two
+// letters or digits (parse_args, _cstack_v2, MAX_LEN) or a capital after a
+// lower-case letter (getUser, CompoundModel).
+func isName(w string) bool {
+	if len(w) < 4 || !isIdent(w) {
+		return false
+	}
+	lower := false
+	for k := 0; k < len(w); k++ {
+		c := w[k]
 		switch {
-		case c == '_' && k < len(s)-1:
+		case c == '_' && k > 0 && k < len(w)-1 && isAlnum(w[k-1]) && isAlnum(w[k+1]):
 			return true
-		case c >= 'a' && c <= 'z':
+		case class[c]&cLower != 0:
 			lower = true
-		case c >= 'A' && c <= 'Z' && lower:
+		case class[c]&cUpper != 0 && lower:
 			return true
 		}
 	}
 	return false
 }
 
-// isID reports whether a word is an identifier-like token: 5 to 64
+// isID reports whether a word is an identifier-like token: 5 to 40
 // characters mixing letters and at least two digits (ZFA04Y, mia_li_3668,
 // a1b2c3d), but not a number joined to a word (64-bit, utf-16).
 func isID(w string) bool {
-	if len(w) < 5 || len(w) > 64 {
+	if len(w) < 5 || len(w) > 40 || w[0] == '0' && (w[1] == 'x' || w[1] == 'o') {
+		// Longer: a checksum, not a name anyone refers to; 0x…: an
+		// address or a mask.
 		return false
 	}
 	if a, b, ok := strings.Cut(w, "-"); ok && !strings.Contains(b, "-") && (allDigits(a) || allDigits(b)) {
@@ -239,9 +381,9 @@ func isID(w string) bool {
 	letters, digits := 0, 0
 	for k := 0; k < len(w); k++ {
 		switch c := w[k]; {
-		case class[c]&cDigit != 0:
+		case isDigit(c):
 			digits++
-		case c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
+		case class[c]&(cUpper|cLower) != 0:
 			letters++
 		}
 	}
@@ -250,7 +392,7 @@ func isID(w string) bool {
 
 func allDigits(s string) bool {
 	for k := 0; k < len(s); k++ {
-		if class[s[k]]&cDigit == 0 {
+		if !isDigit(s[k]) {
 			return false
 		}
 	}
@@ -270,27 +412,50 @@ func isDecimal(s string) bool {
 	return ok && allDigits(a) && allDigits(b)
 }
 
+// isDate reports whether s is a date: digits, '-' or '/', digits, the same
+// separator, digits, with a four-digit year first or last (2024-05-15,
+// 15/05/2024).
+func isDate(s string) bool {
+	if len(s) < 8 || len(s) > 10 {
+		return false
+	}
+	sep := byte('-')
+	if strings.IndexByte(s, '/') >= 0 {
+		sep = '/'
+	}
+	parts := strings.Split(s, string(sep))
+	if len(parts) != 3 {
+		return false
+	}
+	for _, p := range parts {
+		if !allDigits(p) || len(p) > 4 {
+			return false
+		}
+	}
+	return len(parts[0]) == 4 || len(parts[2]) == 4
+}
+
 // separatedNumber returns the number with thousands separators that
 // starts at text[i] (4,500 or 1,234,567.89), or "".
 func separatedNumber(text string, i int) string {
 	j := i
-	for j < len(text) && j-i < 3 && class[text[j]]&cDigit != 0 {
+	for j < len(text) && j-i < 3 && isDigit(text[j]) {
 		j++
 	}
 	if j == i || j-i > 3 {
 		return ""
 	}
 	groups := 0
-	for j+4 <= len(text) && text[j] == ',' && allDigits(text[j+1:j+4]) && (j+4 == len(text) || class[text[j+4]]&cDigit == 0) {
+	for j+4 <= len(text) && text[j] == ',' && allDigits(text[j+1:j+4]) && (j+4 == len(text) || !isDigit(text[j+4])) {
 		j += 4
 		groups++
 	}
 	if groups == 0 {
 		return ""
 	}
-	if j+1 < len(text) && text[j] == '.' && class[text[j+1]]&cDigit != 0 {
+	if j+1 < len(text) && text[j] == '.' && isDigit(text[j+1]) {
 		j++
-		for j < len(text) && class[text[j]]&cDigit != 0 {
+		for j < len(text) && isDigit(text[j]) {
 			j++
 		}
 	}
@@ -300,10 +465,13 @@ func separatedNumber(text string, i int) string {
 	return text[i:j]
 }
 
-// extractErrors appends each error line of text: an exception
-// (ValueError: …, KeyError), a failed test (FAILED tests/x.py::t) or an
-// "error: …" line, from its start to the end of its line, at most
-// maxErrorChars.
+// extractErrors appends each error line of an observed text: an exception
+// and its message at the start of a line (ValueError: …,
+// django.core.exceptions.FieldError: …, a bare KeyError, pytest's "E   "
+// lines), a failed test (FAILED tests/x.py::t) or an "error: …" (a
+// compiler's, a tool's "Error: …"), from its start to the end of its line,
+// at most maxErrorChars. An exception named inside a line (raise
+// ValueError(…), except KeyError:) is code, not an error that happened.
 func extractErrors(out []item, text string) []item {
 	// The next mention of each marker at or after i; each is searched
 	// again only once passed, so the scan stays linear.
@@ -351,15 +519,13 @@ func index(text string, from int, sub string) int {
 	return -1
 }
 
-// errorStart finds where the error mentioned at text[at:] starts: the
-// capitalized word ending in Error or Exception that contains at, "FAILED
-// " at at, or "error: "/"Error: " at the start of a word. ok is false when
-// the mention is not an error line (e.g. "errors", "terror").
+// errorStart finds where the error mentioned at text[at:] starts. ok is
+// false when the mention is not an error line (see extractErrors).
 func errorStart(text string, at int) (int, bool) {
 	if strings.HasPrefix(text[at:], "FAILED ") {
 		return at, at == 0 || !isWord(text[at-1])
 	}
-	// Back to the start of the word.
+	// Back to the start of the word, and of its dotted module path.
 	s := at
 	for s > 0 && isWord(text[s-1]) {
 		s--
@@ -369,13 +535,40 @@ func errorStart(text string, at int) (int, bool) {
 		e++
 	}
 	word := text[s:e]
-	switch {
-	case (strings.HasSuffix(word, "Error") || strings.HasSuffix(word, "Exception")) && len(word) > len("Error") && class[word[0]]&cUpper != 0:
-		return s, true
-	case (word == "error" || word == "Error") && strings.HasPrefix(text[e:], ": "):
+	if (word == "error" || word == "Error") && strings.HasPrefix(text[e:], ": ") {
 		return s, true
 	}
-	return 0, false
+	if !(strings.HasSuffix(word, "Error") || strings.HasSuffix(word, "Exception")) || len(word) <= len("Error") || class[word[0]]&cUpper == 0 {
+		return 0, false
+	}
+	name := s
+	for name > 1 && text[name-1] == '.' && isWord(text[name-2]) {
+		name--
+		for name > 0 && isWord(text[name-1]) {
+			name--
+		}
+	}
+	// Followed by its message: an error wherever it stands (a linter's
+	// "- E999 IndentationError: unexpected indent").
+	if e+2 < len(text) && text[e] == ':' && text[e+1] == ' ' && text[e+2] != ' ' && text[e+2] != '\n' {
+		return name, true
+	}
+	// Alone, it ends its line ...
+	if e < len(text) && text[e] != ':' && text[e] != '\n' && text[e] != '\r' {
+		return 0, false
+	}
+	// ... and opens it: after indentation, or pytest's "E" marker.
+	k := name
+	for k > 0 && (text[k-1] == ' ' || text[k-1] == '\t') {
+		k--
+	}
+	if k > 0 && text[k-1] == 'E' && (k == 1 || text[k-2] == '\n') {
+		k--
+	}
+	if k > 0 && text[k-1] != '\n' {
+		return 0, false
+	}
+	return name, true
 }
 
 // clipBytes cuts s to at most n bytes at a UTF-8 boundary.

@@ -13,10 +13,10 @@ func TestExtract(t *testing.T) {
 		numbers bool
 		want    []item
 	}{
-		{"paths", "edit ./src/app/main.py and /testbed/setup.cfg, not http://x.org/a/b.html or a/b or x.py", false,
-			[]item{{kindFile, "./src/app/main.py"}, {kindFile, "/testbed/setup.cfg"}}},
+		{"paths", "edit ./src/app/main.py and /testbed/setup.cfg, not http://x.org/a/b.html or a/b or np.zeros; x.py", false,
+			[]item{{kindFile, "./src/app/main.py"}, {kindFile, "/testbed/setup.cfg"}, {kindFile, "x.py"}}},
 		{"definitions and symbols", "def separability_matrix(transform):\n    return _cstack(m.Linear1D(1), np.zeros(3)) + len(x) + getUser()", false,
-			[]item{{kindDef, "separability_matrix"}, {kindSymbol, "_cstack"}, {kindSymbol, "m.Linear1D"}, {kindSymbol, "np.zeros"}, {kindSymbol, "getUser"}}},
+			[]item{{kindDef, "separability_matrix"}, {kindName, "_cstack"}, {kindName, "m.Linear1D"}, {kindName, "np.zeros"}, {kindName, "getUser"}}},
 		{"class and func", "class CompoundModel(Model):\nfunc (p *Plugin) Close() {}\nfunc parseArgs(x int)", false,
 			[]item{{kindDef, "CompoundModel"}, {kindDef, "parseArgs"}}},
 		{"ids", "reservation ZFA04Y for mia_li_3668, commit a1b2c3d; not utf-16, 64-bit or ab12", false,
@@ -24,10 +24,15 @@ func TestExtract(t *testing.T) {
 		{"numbers only from observations", "line 1234 costs 56.78 and 4,500 items; v1.234, x_123 and 12", true,
 			[]item{{kindNumber, "1234"}, {kindNumber, "56.78"}, {kindNumber, "4,500"}, {kindID, "x_123"}}},
 		{"no numbers from the agent", "line 1234", false, nil},
-		{"errors", "Traceback:\n  File \"x.py\"\nTypeError: unsupported operand type(s) for |: 'int'\nFAILED tests/test_a.py::test_b - assert 1\nerror: could not build\nno errors here, terror", false,
-			[]item{{kindError, "TypeError: unsupported operand type(s) for |: 'int'"}, {kindError, "FAILED tests/test_a.py::test_b - assert 1"}, {kindError, "error: could not build"}}},
-		{"a bare exception name", "raised KeyError and ValueError twice", false,
-			[]item{{kindError, "KeyError and ValueError twice"}}},
+		{"errors", "Traceback:\n  File \"x.py\"\nTypeError: unsupported operand type(s) for |: 'int'\nFAILED tests/test_a.py::test_b - assert 1\nerror: could not build\nno errors here, terror", true,
+			[]item{{kindName, "TypeError"}, {kindName, "test_b"}, {kindError, "TypeError: unsupported operand type(s) for |: 'int'"}, {kindError, "FAILED tests/test_a.py::test_b - assert 1"}, {kindError, "error: could not build"}}},
+		{"errors only from observations", "TypeError: x", false, []item{{kindName, "TypeError"}}},
+		{"an exception named inside a line is a name, not an error", "raised KeyError and ValueError twice", true,
+			[]item{{kindName, "KeyError"}, {kindName, "ValueError"}}},
+		{"a bare exception ending its line is an error", "Traceback (most recent call last):\n  raise KeyError\nKeyError\n", true,
+			[]item{{kindName, "KeyError"}, {kindName, "KeyError"}, {kindError, "KeyError"}}},
+		{"listing line numbers become a range", "    10\tdef fold():\n    11\t    pass\n    12\t\n", true,
+			[]item{{kindDef, "fold"}, {kindNumber, "10-12"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -70,14 +75,22 @@ func TestExtractTerminates(t *testing.T) {
 func FuzzExtract(f *testing.F) {
 	f.Add("TypeError: x at src/a.py line 1,234", true)
 	f.Add(`{"command":"cd /t \u0026\u0026 grep -n \"def x(\" a/b.py"}`, false)
+	f.Add("    10\tdef fold():\n    11\t    pass\n12-x\n", true)
 	f.Fuzz(func(t *testing.T, s string, numbers bool) {
 		for _, it := range extract(nil, s, numbers) {
-			if it.text == "" || !strings.Contains(s, it.text) {
+			if it.text == "" || !strings.Contains(s, it.text) && !inRange(s, it) {
 				t.Fatalf("item %v is not in the text %q", it, s)
 			}
 		}
 		commandWords(unescapeJSON(s))
 	})
+}
+
+// inRange reports whether it is a range of listed line numbers whose
+// ends are both in s.
+func inRange(s string, it item) bool {
+	a, b, ok := strings.Cut(it.text, "-")
+	return it.kind == kindNumber && ok && allDigits(a) && allDigits(b) && strings.Contains(s, a) && strings.Contains(s, b)
 }
 
 func TestCommandWords(t *testing.T) {
@@ -88,7 +101,7 @@ func TestCommandWords(t *testing.T) {
 		{`{"command": "cd /testbed && grep -n foo a.py | head -20"}`, []string{"grep", "head"}},
 		{`{"command": "python reproduce.py"}`, []string{"python"}},
 		{`{"command": "/usr/bin/python3 -c 'print(1)'; ls -la; cat x; sed y"}`, []string{"python3", "ls", "cat"}},
-		{`{"query": "flights from SFO"}`, []string{"flights"}},
+		{`{"query": "flights from SFO"}`, nil},
 		{`{"n": 3}`, nil},
 		{`{}`, nil},
 	}

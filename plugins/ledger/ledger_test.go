@@ -88,25 +88,31 @@ func run(t testing.TB, msgs []abi.Message, cfg map[string]any) *abi.CompactResul
 	return res
 }
 
-// TestLedgerText: what a chunk lists, each item once across chunks, in
-// order of first appearance, with its commands counted.
+// TestLedgerText: what a chunk lists, each item once across chunks (and
+// not what the task holds), in order of first appearance.
 func TestLedgerText(t *testing.T) {
 	res := run(t, agent(7), small())
 	first, second := res.Messages[2].Message.Text(), res.Messages[3].Message.Text()
 	for _, want := range []string{
-		"[compactd ledger: turns 1-3 after the task",
-		"ran: bash ×3 (grep ×3, head ×3);",
-		"files: pkg/mod0/file0.py pkg/mod1/file1.py pkg/mod2/file2.py",
-		"defined: tokenize_0 tokenize_1 tokenize_2",
-		"errors:\n- ValueError: bad token 0 at col 7\n- ValueError: bad token 1 at col 7",
-		"ids: ab0cd0e ab1cd1e ab2cd2e",
-		"numbers: 1000 4000 1001 4001 1002 4002",
+		"[compactd ledger: what the turns after the task ran and met",
+		"\nran: bash grep head\n",
+		"\nfiles: pkg/mod0/file0.py pkg/mod1/file1.py pkg/mod2/file2.py\n",
+		"\nnames: tokenize_0 ValueError tokenize_1 tokenize_2\n",
+		"\nerrors:\n- ValueError: bad token 0 at col 7\n- ValueError: bad token 1 at col 7\n- ValueError: bad token 2 at col 7\n",
+		"\nids: ab0cd0e ab1cd1e ab2cd2e\n",
+		"\nnumbers: 1000 4000 1001 4001 1002 4002",
 	} {
 		if !strings.Contains(first, want) {
 			t.Errorf("chunk 1 lacks %q:\n%s", want, first)
 		}
 	}
-	if !strings.HasPrefix(second, "[compactd ledger: turns 4-6 after the task") || strings.Contains(second, "file0.py") || !strings.Contains(second, "pkg/mod3/file3.py") {
+	if strings.Contains(first, "lexer.go") {
+		t.Errorf("chunk 1 lists the task's file:\n%s", first)
+	}
+	// The second chunk lists only what is new: not bash, grep, ValueError
+	// or file0.py again.
+	if !strings.HasPrefix(second, "files: pkg/mod3/file3.py pkg/mod4/file4.py pkg/mod5/file5.py\nnames: tokenize_3 tokenize_4 tokenize_5\n") ||
+		strings.Contains(second, "ran:") || strings.Contains(second, "file0.py") {
 		t.Errorf("chunk 2:\n%s", second)
 	}
 	for i, it := range res.Messages[2:4] {
@@ -114,12 +120,21 @@ func TestLedgerText(t *testing.T) {
 			t.Errorf("chunk %d is the %s's", i, it.Message.Role)
 		}
 	}
-	// User messages after the task are quoted, clipped to user_chars.
+	// A short user message after the task is quoted whole, on one line;
+	// a long one only by its instructions, clipped to user_chars.
 	msgs := agent(4)
 	msgs = append(msgs[:4:4], append([]abi.Message{{Role: abi.RoleUser, Content: abi.TextContent("Also never touch   setup.cfg, please; and keep it short"), Tokens: 100}}, msgs[4:]...)...)
-	res = run(t, msgs, small("user_chars", 20))
-	if text := res.Messages[2].Message.Text(); !strings.Contains(text, "\nuser said: Also never touch set…") {
+	res = run(t, msgs, small())
+	if text := res.Messages[2].Message.Text(); !strings.Contains(text, "\nuser said:\n- Also never touch setup.cfg, please; and keep it short") {
 		t.Errorf("no user quote:\n%s", text)
+	}
+	res = run(t, msgs, small("user_chars", 20))
+	if text := res.Messages[2].Message.Text(); !strings.Contains(text, "\nuser said:\n- Also never touch set…") {
+		t.Errorf("no clipped instruction:\n%s", text)
+	}
+	res = run(t, msgs, small("user_chars", 0))
+	if text := res.Messages[2].Message.Text(); strings.Contains(text, "user said") {
+		t.Errorf("user_chars 0 quotes:\n%s", text)
 	}
 }
 
@@ -162,6 +177,71 @@ func TestAppendOnly(t *testing.T) {
 	}
 	if jumps < 10 || merges < 2 || merges > jumps/2 {
 		t.Fatalf("%d jumps, %d merges", jumps, merges)
+	}
+}
+
+// TestFanMerge: the newest groups merge while fan of them hold as many
+// chunks, so older groups never change and the ledger stays a few
+// messages.
+func TestFanMerge(t *testing.T) {
+	grow := func(jumps, fan int) [][2]int {
+		var groups [][2]int
+		for c := 0; c < jumps; c++ {
+			groups = fanMerge(append(groups, [2]int{c, c + 1}), fan)
+		}
+		return groups
+	}
+	tests := []struct {
+		jumps, fan int
+		want       string
+	}{
+		{3, 4, "[[0 1] [1 2] [2 3]]"},
+		{4, 4, "[[0 4]]"},
+		{6, 4, "[[0 4] [4 5] [5 6]]"},
+		{16, 4, "[[0 16]]"},
+		{21, 4, "[[0 16] [16 20] [20 21]]"},
+		{3, 0, "[[0 1] [1 2] [2 3]]"},
+	}
+	for _, tt := range tests {
+		if got := fmt.Sprint(grow(tt.jumps, tt.fan)); got != tt.want {
+			t.Errorf("%d jumps, fan %d: %s, want %s", tt.jumps, tt.fan, got, tt.want)
+		}
+	}
+	// Between two requests, the groups that stay are a prefix.
+	prev := grow(1, 8)
+	for j := 2; j < 600; j++ {
+		cur := grow(j, 8)
+		same := 0
+		for same < len(prev) && same < len(cur) && prev[same] == cur[same] {
+			same++
+		}
+		if changed := prev[same:]; len(changed) > 0 && changed[0][0] < prev[len(prev)-1][0]-64 && j%512 != 0 {
+			t.Fatalf("jump %d rewrote groups from chunk %d: %v → %v", j, changed[0][0], prev, cur)
+		}
+		prev = cur
+	}
+}
+
+// TestBreakpoints: the newest ledger message, the ends of the groups the
+// next merges leave alone, and the task, at most three.
+func TestBreakpoints(t *testing.T) {
+	tests := []struct {
+		pinned int
+		groups [][2]int
+		fan    int
+		want   string
+	}{
+		{2, [][2]int{{0, 1}}, 8, "[1 2]"},
+		{2, [][2]int{{0, 8}, {8, 9}}, 8, "[1 2 3]"},
+		{2, [][2]int{{0, 64}, {64, 72}, {72, 73}}, 8, "[2 3 4]"},
+		{2, [][2]int{{0, 8}}, 8, "[1 2]"},
+		{0, [][2]int{{0, 1}, {1, 2}}, 8, "[1]"},
+		{2, [][2]int{{0, 3}, {3, 4}}, 0, "[1 3]"},
+	}
+	for _, tt := range tests {
+		if got := fmt.Sprint(breakpoints(tt.pinned, tt.groups, tt.fan)); got != tt.want {
+			t.Errorf("breakpoints(%d, %v, %d) = %s, want %s", tt.pinned, tt.groups, tt.fan, got, tt.want)
+		}
 	}
 }
 
@@ -214,7 +294,7 @@ func TestDeterminism(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
-	for _, cfg := range []map[string]any{{"max_chunks": 1}, {"merge_keep": 8}, {"fold_tokens": 0}, {"summary_role": "system"}, {"nope": 1}} {
+	for _, cfg := range []map[string]any{{"max_chunks": 1}, {"max_chunks": 4, "merge_keep": 4}, {"share": -1}, {"merge_fan": 1}, {"merge_fan": -2}, {"fold_tokens": 0}, {"summary_role": "system"}, {"nope": 1}} {
 		if _, err := compact(nil, plugtest.Request(agent(2), cfg, nil)); err == nil {
 			t.Errorf("%v accepted", cfg)
 		}
@@ -231,7 +311,7 @@ func TestGolden(t *testing.T) {
 // refs first; new messages only right after them (the ledger); the newest
 // chunk marked; then a contiguous suffix of the input.
 func TestRealData(t *testing.T) {
-	configs := []map[string]any{nil, small(), small("max_chunks", 2, "chunk_items", 2, "summary_role", "user")}
+	configs := []map[string]any{nil, small(), small("max_chunks", 2, "share", 0.05, "summary_role", "user")}
 	plugtest.RealData(t, compact, configs, 10, func(tb testing.TB, id string, in []abi.Message, res *abi.CompactResult, cfg map[string]any) {
 		if err := convo.CheckBreakpoints(len(res.Messages), res.CacheBreakpoints); err != nil {
 			tb.Fatalf("%s: %v", id, err)
@@ -262,4 +342,25 @@ func TestRealData(t *testing.T) {
 func appendJSON(res *abi.CompactResult) (string, error) {
 	b, err := json.Marshal(res)
 	return string(b), err
+}
+
+// TestMemoTake: a taken key's place in the eviction order is dropped in
+// time, and evicting it frees nothing twice.
+func TestMemoTake(t *testing.T) {
+	m := &memo{max: 1 << 10, m: map[[2]uint64]memoEntry{}}
+	for i := uint64(0); i < 10000; i++ {
+		m.put([2]uint64{i, 0}, i, 8)
+		if got := m.take([2]uint64{i, 0}); got != i {
+			t.Fatalf("take %d: %v", i, got)
+		}
+	}
+	if len(m.order) > 2*len(m.m)+65 || m.size != 0 {
+		t.Fatalf("after 10000 takes: order %d, size %d", len(m.order), m.size)
+	}
+	for i := uint64(0); i < 1000; i++ {
+		m.put([2]uint64{i, 1}, i, 8)
+	}
+	if m.size > m.max || len(m.m) != m.max/8 || m.get([2]uint64{999, 1}) != uint64(999) || m.get([2]uint64{0, 1}) != nil {
+		t.Fatalf("eviction: size %d of %d, %d entries", m.size, m.max, len(m.m))
+	}
 }

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"os"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/compactd/compactd/abi"
@@ -15,6 +17,8 @@ import (
 )
 
 var replayConfig = flag.String("cfg", "", "config overrides for -replay, as JSON")
+
+var replayLost = flag.String("lost", "", "with -replay: write every lost probe to this file (kind, position, request, text)")
 
 var replayFiles = flag.String("replay", "", "replay these files of the full data set (comma-separated base names, \"all\") natively and print tokens and retention")
 
@@ -44,8 +48,9 @@ func TestReplayFull(t *testing.T) {
 		cs := byFile[f]
 		var ret eval.Retention
 		var kept, turns int
-		var fixed, ledgerTok, tailTok int
+		var fixed, ledgerTok, tailTok, newestTok int
 		sets := map[string]*eval.ProbeSet{}
+		var lost strings.Builder
 		var cfg map[string]any
 		if *replayConfig != "" {
 			if err := json.Unmarshal([]byte(*replayConfig), &cfg); err != nil {
@@ -63,6 +68,9 @@ func TestReplayFull(t *testing.T) {
 					ledgerTok += tr.Out[i].Tokens
 				default:
 					tailTok += tr.Out[i].Tokens
+					if tr.Result.Messages[i].Ref >= lastUnit(tr.Request.Messages) {
+						newestTok += tr.Out[i].Tokens
+					}
 				}
 			}
 			if convoTask(tr.Request.Messages, tr.Out) {
@@ -75,8 +83,17 @@ func TestReplayFull(t *testing.T) {
 				ps = eval.NewProbeSet(tr.Conv.Messages, tr.Conv.ID, eval.ProbeOptions{})
 				sets[tr.Conv.ID] = ps
 			}
-			ret.Add(ps.Retain(ps.Draw(tr.N), tr.Out))
+			r := ps.Retain(ps.Draw(tr.N), tr.Out)
+			for _, p := range r.Lost {
+				fmt.Fprintf(&lost, "%s\t%s\t%s\t%d\t%q\n", p.Kind, p.Position, tr.Conv.ID, p.At, p.Text)
+			}
+			ret.Add(r)
 		})
+		if *replayLost != "" {
+			if err := os.WriteFile(*replayLost+"."+f, []byte(lost.String()), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
 		var by string
 		for _, pos := range eval.Positions {
 			v := ret.ByPosition[pos]
@@ -86,10 +103,19 @@ func TestReplayFull(t *testing.T) {
 			v := ret.ByKind[k]
 			by += fmt.Sprintf(" %s %d/%d", k, v[1], v[0])
 		}
-		t.Logf("%s: tokens %.3f (of the uncompressed: pinned %.3f, ledger %.3f, verbatim turns %.3f), extended %.1f%%, task %d/%d, retention %.1f%% (%s)", f,
-			float64(st.TokensAfter)/float64(st.TokensBefore), float64(fixed)/float64(st.TokensBefore), float64(ledgerTok)/float64(st.TokensBefore), float64(tailTok)/float64(st.TokensBefore),
+		t.Logf("%s: tokens %.3f (of the uncompressed: pinned %.3f, ledger %.3f, verbatim turns %.3f, the newest %.3f), extended %.1f%%, task %d/%d, retention %.1f%% (%s)", f,
+			float64(st.TokensAfter)/float64(st.TokensBefore), float64(fixed)/float64(st.TokensBefore), float64(ledgerTok)/float64(st.TokensBefore), float64(tailTok)/float64(st.TokensBefore), float64(newestTok)/float64(st.TokensBefore),
 			100*st.Unchanged(), kept, turns, 100*ret.Share(), by)
 	}
+}
+
+// lastUnit is where the last turn unit of msgs starts.
+func lastUnit(msgs []abi.Message) int {
+	units := convo.Units(msgs)
+	if len(units) == 0 {
+		return 0
+	}
+	return units[len(units)-1].Start
 }
 
 func convoPinned(msgs []abi.Message) int { return convo.Pinned(msgs, true) }

@@ -157,8 +157,9 @@ class Client:
 
         ``format="anthropic"`` takes an Anthropic Messages conversation:
         ``messages`` in Anthropic's form and its top-level ``system``
-        prompt; the answer is in the same form (``system`` comes back
-        unchanged).
+        prompt; ``format="responses"`` an OpenAI Responses API input:
+        ``messages`` its items and ``system`` its ``instructions``. The
+        answer is in the same form (``system`` comes back unchanged).
         """
         body: Dict[str, Any] = {"messages": list(messages)}
         self._options(

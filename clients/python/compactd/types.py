@@ -66,10 +66,12 @@ class CompactResponse:
     #: ``messages``) when the request asked for them
     cache_breakpoints: Optional[List[int]] = None
     format: str = ""
-    """The format of ``messages``, "openai" or "anthropic"; set for an
-    Anthropic-format request and for a proxied conversation's compaction."""
+    """The format of ``messages``, "openai", "anthropic" or "responses"; set
+    for an Anthropic- or Responses-format request and for a proxied
+    conversation's compaction."""
     system: Optional[Union[str, List[Any]]] = None
-    """Anthropic's top-level system prompt, unchanged (format "anthropic")."""
+    """Anthropic's top-level system prompt or the Responses API's
+    instructions, unchanged (formats "anthropic" and "responses")."""
 
 
 @dataclass

@@ -24,6 +24,7 @@ import type {
   ErrorCode,
   Health,
   Message,
+  ResponsesItem,
   Policy,
   PolicyList,
   Status,
@@ -176,7 +177,7 @@ export class Client {
    * settings. When a plugin fails, the answer holds the input unchanged
    * and the failure in `warnings`: messages are never lost.
    */
-  compact(messages: Message[], options: CompactOptions = {}): Promise<CompactResponse> {
+  compact(messages: (Message | ResponsesItem)[], options: CompactOptions = {}): Promise<CompactResponse> {
     const body: CompactRequest = { ...options, messages };
     return this.request<CompactResponse>("POST", "/v1/compact", body);
   }
@@ -282,16 +283,17 @@ export const ERROR_CODES = ERROR_CODE_STATUS;
  * socket unless `client` is given. A policy that fails returns the
  * messages unchanged, as the daemon does. An Anthropic conversation keeps
  * its form (`format: "anthropic"`, with its `system` prompt, which stays
- * as it is).
+ * as it is), and so does an OpenAI Responses input (`format: "responses"`,
+ * its `instructions` as `system`).
  *
  *     messages = await compact(messages, { policy: "sliding", model: "gpt-4o" });
  *     messages = await compact(messages, { policy: "sliding", format: "anthropic", system });
  */
-export async function compact(messages: Message[], options: CompactOptions & { client?: Client } = {}): Promise<Message[]> {
+export async function compact<M extends Message | ResponsesItem = Message>(messages: M[], options: CompactOptions & { client?: Client } = {}): Promise<M[]> {
   const { client, ...request } = options;
   const c = client ?? new Client();
   try {
-    return (await c.compact(messages, request)).messages;
+    return (await c.compact(messages, request)).messages as M[];
   } finally {
     if (!client) c.close();
   }

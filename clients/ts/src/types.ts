@@ -62,12 +62,13 @@ export interface CompactRequest {
    */
   conversation_id?: string;
   /**
-   * the conversation's format: `openai` (the default; chat messages)
-   * or `anthropic` (Messages API messages and `system`); the answer
-   * is in the same format
+   * the conversation's format: `openai` (the default; chat messages),
+   * `anthropic` (Messages API messages and `system`) or `responses`
+   * (the OpenAI Responses API: `messages` are its `input` items,
+   * `system` its `instructions`); the answer is in the same format
    */
-  format?: "openai" | "anthropic";
-  messages?: Message[];
+  format?: "openai" | "anthropic" | "responses";
+  messages?: (Message | ResponsesItem)[];
   /**
    * the agent's model (at most 256 bytes); picks the tokenizer and the context window
    */
@@ -81,7 +82,8 @@ export interface CompactRequest {
    */
   policy?: string;
   /**
-   * Anthropic's top-level system prompt (with `"format": "anthropic"`
+   * Anthropic's top-level system prompt, or the Responses API's
+   * `instructions` (with `"format": "anthropic"` or `"responses"`
    * only); policies see it as the leading system message, and it is
    * always kept
    */
@@ -101,7 +103,7 @@ export interface CompactResponse {
   /**
    * the compacted conversation; kept messages byte for byte (but for the cache_control a breakpoint adds)
    */
-  messages: Message[];
+  messages: (Message | ResponsesItem)[];
   stats: Stats;
   /**
    * what the stages did, "policy: summary; ..."
@@ -116,11 +118,11 @@ export interface CompactResponse {
    */
   cache_breakpoints?: number[];
   /**
-   * the format of `messages`; set for an Anthropic-format request and for the compaction of a proxied conversation's stored request
+   * the format of `messages`; set for an Anthropic- or Responses-format request and for the compaction of a proxied conversation's stored request
    */
-  format?: "openai" | "anthropic";
+  format?: "openai" | "anthropic" | "responses";
   /**
-   * Anthropic's top-level system prompt, unchanged (format `anthropic`, when the conversation has one)
+   * Anthropic's top-level system prompt or the Responses API's instructions, unchanged (formats `anthropic` and `responses`, when the conversation has one)
    */
   system?: string | unknown[];
 }
@@ -207,6 +209,14 @@ export interface Config {
      * memory of recent conversations kept, so a request that repeats one plus a turn is parsed and counted only for the turn
      */
     conversation_cache_bytes?: number;
+    /**
+     * the compile budget of one plugin module, in MiB: a module estimated to cost more to compile is refused before it compiles (default: half of max_total_memory_mb, at most 1024)
+     */
+    max_compile_memory_mb?: number;
+    /**
+     * the memory budget of every plugin together, in MiB: each instance holds its memory limit plus a 100 MiB stack reserve, each compile its estimated cost; a request that finds no room within 2s gets its input back with a warning (default: half of the machine's memory or cgroup limit)
+     */
+    max_total_memory_mb?: number;
     /**
      * 1s to 8760h; a plugin unused this long gives its compiled code and instances back
      */
@@ -384,9 +394,13 @@ export interface Conversation {
   last_usage?: Usage;
   model?: string;
   /**
-   * the provider of a conversation that came through the proxy
+   * the wire format of a conversation that came through the proxy (`responses`: the OpenAI Responses API)
    */
-  provider?: "openai" | "anthropic";
+  provider?: "openai" | "anthropic" | "responses";
+  /**
+   * the daemon that served the last request, when the replicas of a fleet share a store (state.url)
+   */
+  replica?: string;
 }
 
 /**
@@ -468,7 +482,7 @@ export interface Health {
    */
   policies: number;
   /**
-   * "starting" while the plugin files are tried for the first time (policies serve as they load); "degraded" while no policy is loaded, or a policy of the default pipeline cannot load (see problems): the daemon is up (still 200)
+   * "starting" while the plugin files are tried for the first time (policies serve as they load); "degraded" while no policy is loaded, or a policy of the default pipeline cannot load, or the shared state store (state.url) cannot be reached (see problems and store): the daemon is up (still 200)
    */
   status: "ok" | "starting" | "degraded";
   /**
@@ -479,6 +493,29 @@ export interface Health {
    * what makes the daemon degraded, and how to clear it (e.g. `compactd plugins retry ledger`)
    */
   problems?: string[];
+  /**
+   * the shared state store's reachability (present only with state.url); a shared store that cannot be reached makes the status "degraded" (requests are still served, from themselves alone)
+   */
+  store?: {
+    backend: "bbolt" | "redis";
+    degraded: boolean;
+    /**
+     * writes given up because the store was unreachable
+     */
+    dropped_writes: number;
+    /**
+     * reads given up because the store was unreachable
+     */
+    failed_reads: number;
+    /**
+     * the last failure while degraded
+     */
+    error?: string;
+    /**
+     * when the store became unreachable
+     */
+    since?: string;
+  };
 }
 
 /**
@@ -634,6 +671,22 @@ export interface OpenAIError {
   };
 }
 
+/**
+ * An OpenAI Responses request, forwarded byte for byte unless compactd
+ * compacts its `input`. compactd reads `model`, `instructions`,
+ * `input` (a string or an array of items), `stream` and
+ * `previous_response_id`; every other field (`store`,
+ * `prompt_cache_key`, `tools`, `include`, …) passes through.
+ */
+export interface OpenAIResponsesRequest {
+  input?: string | unknown[];
+  instructions?: string | null;
+  model?: string;
+  previous_response_id?: string | null;
+  stream?: boolean;
+  [key: string]: unknown;
+}
+
 export interface PluginLimits {
   /**
    * 10ms to 1h
@@ -781,6 +834,25 @@ export interface ProxyUpstream {
 export interface RefusalPart {
   refusal: string;
   type: "refusal";
+  [key: string]: unknown;
+}
+
+/**
+ * An OpenAI Responses API input item (`"format": "responses"`):
+ * a message (`role`, `content` a string or `input_text`,
+ * `output_text`, `input_image`, … parts), `function_call` and
+ * `function_call_output` (paired by `call_id`), `custom_tool_call`
+ * and `custom_tool_call_output`, `reasoning` (kept with the call it
+ * precedes, `encrypted_content` included), `compaction` (a
+ * provider's summary, always kept) or a provider tool's item
+ * (`web_search_call`, …). Other item types (`item_reference`, …)
+ * are refused with `unsupported_format`. Kept items come back byte
+ * for byte.
+ */
+export interface ResponsesItem {
+  call_id?: string;
+  role?: "system" | "developer" | "user" | "assistant";
+  type?: string;
   [key: string]: unknown;
 }
 

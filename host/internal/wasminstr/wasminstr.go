@@ -805,7 +805,7 @@ func FunctionExports(module []byte) (map[string]bool, error) {
 		}
 		er := reader{b: body}
 		n := er.u32()
-		out := make(map[string]bool, n)
+		out := make(map[string]bool, min(n, uint32(len(body)))) // a count is not to be trusted
 		for i := uint32(0); i < n && er.err == nil; i++ {
 			name := er.bytes(int(er.u32()))
 			kind := er.byte()

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/compactd/compactd/internal/store"
 )
@@ -13,7 +14,7 @@ import (
 func TestParseRequest(t *testing.T) {
 	body := []byte(` { "model" : "gpt-4o", "mod\u0065l2": 1, "messages": [ {"role":"user","content":"a \"quoted\" ] } text\\"} ,{"role":"assistant","content":[1,{"x":"]"}]}],
 	  "stream": true, "stream_options": {"foo": 1}, "n": -1.5e3, "x": null } `)
-	r, err := parseRequest(body)
+	r, err := parseRequest(body, openAI{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,22 +51,23 @@ func TestParseRequest(t *testing.T) {
 	}
 
 	// Without stream_options, it is added as a member.
-	r, _ = parseRequest([]byte(`{"messages":[],"stream":true}`))
+	r, _ = parseRequest([]byte(`{"messages":[],"stream":true}`), openAI{})
 	out, _ = r.withStreamUsage(r.body)
 	if string(out) != `{"messages":[],"stream":true,"stream_options":{"include_usage":true}}` {
 		t.Fatalf("%s", out)
 	}
 
 	for _, bad := range []string{``, `[]`, `{"messages":{}}`, `{"model":"x"}`, `{"messages":[1,}`, `{"messages":[] `, `{"messages":["unterminated]}`, `{"model":1,"messages":[]}`} {
-		if _, err := parseRequest([]byte(bad)); err == nil {
+		if _, err := parseRequest([]byte(bad), openAI{}); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
 	}
 }
 
-// FuzzScan checks the structural scanner against encoding/json: on any
-// input encoding/json accepts as an object with a "messages" array, the
-// scanner finds the same messages.
+// FuzzScan checks the request parser against encoding/json: on any
+// UTF-8 input encoding/json accepts as an object with a "messages" array,
+// the parser finds the same messages. (jsonscan refuses invalid UTF-8,
+// which encoding/json replaces: such a request is forwarded unchanged.)
 func FuzzScan(f *testing.F) {
 	f.Add(`{"model":"m","messages":[{"role":"user","content":"x\"]"}],"stream":true}`)
 	f.Add(`{"messages":[ {"a":[1,2,{"b":"}"}]} , "s", 1e5, null, true ]}`)
@@ -75,8 +77,8 @@ func FuzzScan(f *testing.F) {
 		// case-insensitively, as encoding/json does into a struct).
 		var probe map[string]json.RawMessage
 		var want struct{ Messages []json.RawMessage }
-		r, err := parseRequest([]byte(s))
-		if json.Unmarshal([]byte(s), &probe) != nil || json.Unmarshal(probe["messages"], &want.Messages) != nil || want.Messages == nil {
+		r, err := parseRequest([]byte(s), openAI{})
+		if !utf8.ValidString(s) || json.Unmarshal([]byte(s), &probe) != nil || json.Unmarshal(probe["messages"], &want.Messages) != nil || want.Messages == nil {
 			return // the scanner may accept what encoding/json refuses: the upstream judges
 		}
 		if err != nil {
@@ -155,13 +157,42 @@ func TestSSEReaderOpenAI(t *testing.T) {
 		r.Close()
 		want := events
 		if added {
-			want = append(append([]string{}, events[:3]...), events[4])
+			// What the client would have got without include_usage: no
+			// usage chunk, and no "usage": null on the others.
+			want = []string{
+				"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n",
+				events[1],
+				"data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+				events[4],
+			}
 		}
 		if strings.Join(reads, "|") != strings.Join(want, "|") {
 			t.Fatalf("added=%v: reads (one per event)\n%q\nwant\n%q", added, reads, want)
 		}
 		if calls != 1 || got.InputTokens != 10 || got.OutputTokens != 2 || got.CacheReadTokens != 4 {
 			t.Fatalf("usage %+v after %d calls", got, calls)
+		}
+	}
+}
+
+func TestWithoutMember(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, want string }{
+		{`{"a":1,"usage":null}`, `{"a":1}`},
+		{`{"usage":null,"a":1}`, `{"a":1}`},
+		{`{ "usage" : {"x":[1,{"usage":2}]} , "a":"usage"}`, `{  "a":"usage"}`},
+		{`{"a":1,"usage":{"prompt_tokens":3},"b":[]}`, `{"a":1,"b":[]}`},
+		{`{"usage":null}`, `{}`},
+		{`{"us\u0061ge":null,"a":1}`, `{"a":1}`},
+	} {
+		got, ok := withoutMember([]byte(tc.in), "usage")
+		if !ok || string(got) != tc.want || !json.Valid(got) {
+			t.Errorf("withoutMember(%s) = %s, %v; want %s", tc.in, got, ok, tc.want)
+		}
+	}
+	for _, in := range []string{`{"a":1}`, `[1]`, `{"a":`, `null`} {
+		if got, ok := withoutMember([]byte(in), "usage"); ok {
+			t.Errorf("withoutMember(%s) = %s, want no member", in, got)
 		}
 	}
 }

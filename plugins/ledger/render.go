@@ -1,0 +1,430 @@
+package main
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/convo"
+	"github.com/compactd/compactd/plugins/internal/fingerprint"
+)
+
+// entry is one chunk of the ledger as rendered: its text, and the hashes
+// of what it lists (see seeHashes), which later chunks do not list again.
+// Neither holds a pointer into the request.
+type entry struct {
+	text   string
+	lists  [numKinds][]string // what text lists, by kind (copies, not pointers into the request)
+	hashes []uint64
+}
+
+// emptyPrefix starts the text of a chunk that lists nothing new.
+const emptyPrefix = "[ledger: nothing new in turns "
+
+// render builds the ledger's message texts. A chunk's text depends on its
+// turns, on the pinned messages and on every earlier chunk (an item is
+// listed once), so it is memoized under a hash of the pinned messages and
+// of its own and all earlier chunks' turns: a conversation's next request
+// renders only its new chunk, and a request whose chunks are all known
+// (any turn order, any instance that served them) only hashes its turns.
+func render(msgs []abi.Message, pinned int, units []convo.Unit, p plan, cfg config) []string {
+	entries := make([]*entry, len(p.chunks))
+	keys := make([][2]uint64, len(p.chunks))
+	pkey := pinnedKey(msgs[:pinned], cfg)
+	var cum fingerprint.Hash
+	cum.Str("compactd-ledger-render-v2")
+	cum.Word(math.Float64bits(cfg.Share))
+	cum.Word(pkey[0])
+	cum.Word(pkey[1])
+	var seen map[uint64]bool // built on the first chunk not in the memo
+	for ci, span := range p.chunks {
+		xkey := unitsKey(msgs, units[span[0]:span[1]], cfg)
+		cum.Word(xkey[0])
+		cum.Word(xkey[1])
+		keys[ci] = cum.Sum128()
+		if e, ok := chunkMemo.get(keys[ci]).(*entry); ok {
+			entries[ci] = e
+			continue
+		}
+		if seen == nil {
+			seen = seenBefore(msgs[:pinned], pkey, entries[:ci], keys, cfg)
+		}
+		chunkMsgs := msgs[units[span[0]].Start:units[span[1]-1].End]
+		e := buildChunk(chunkMsgs, seen, ci == 0, span, cfg)
+		entries[ci] = e
+		chunkMemo.put(keys[ci], e, 2*len(e.text)+8*len(e.hashes)+64)
+	}
+	if seen != nil && len(keys) > 0 {
+		// The next jump of this conversation starts from here.
+		chunkMemo.put(seenKey(keys[len(keys)-1]), &seenSet{seen}, 16*len(seen)+64)
+	}
+	texts := make([]string, len(p.groups))
+	for gi, g := range p.groups {
+		if g[1]-g[0] == 1 {
+			texts[gi] = entries[g[0]].text
+			continue
+		}
+		// A merged message's text depends on its chunks (and, through
+		// them, on the earlier ones).
+		var gh fingerprint.Hash
+		gh.Str("compactd-ledger-group-v3")
+		gh.Word(keys[g[1]-1][0])
+		gh.Word(keys[g[1]-1][1])
+		gh.Word(uint64(g[0]))
+		gkey := gh.Sum128()
+		if t, ok := chunkMemo.get(gkey).(string); ok {
+			texts[gi] = t
+			continue
+		}
+		texts[gi] = mergeChunks(entries[g[0]:g[1]], g[0] == 0, p.chunks[g[0]][0], p.chunks[g[1]-1][1])
+		chunkMemo.put(gkey, texts[gi], len(texts[gi])+32)
+	}
+	return texts
+}
+
+// seenSet is what a ledger lists (and its pinned messages hold) up to a
+// chunk, as seenBefore returns it.
+type seenSet struct{ m map[uint64]bool }
+
+// seenKey is the memo key of the seen set after the chunk whose key is k.
+func seenKey(k [2]uint64) [2]uint64 { return [2]uint64{k[0] ^ 0x5EE5, k[1]} }
+
+// seenBefore returns the hashes of what the pinned messages hold and what
+// the chunks before the next one (entries, whose keys are keys) list.
+// The set the previous call left for the last of them is taken from the
+// memo, which then no longer has it: the caller adds to it.
+func seenBefore(pinned []abi.Message, pkey [2]uint64, entries []*entry, keys [][2]uint64, cfg config) map[uint64]bool {
+	if len(entries) > 0 {
+		if s, ok := chunkMemo.take(seenKey(keys[len(entries)-1])).(*seenSet); ok {
+			return s.m
+		}
+	}
+	seen := make(map[uint64]bool)
+	for _, h := range pinnedHashes(pinned, pkey, cfg) {
+		seen[h] = true
+	}
+	for _, e := range entries {
+		for _, h := range e.hashes {
+			seen[h] = true
+		}
+	}
+	return seen
+}
+
+// buildChunk renders the chunk of msgs (the turns span, in units, folded
+// at one jump), listing what seen does not hold, and adds what it lists to
+// seen.
+func buildChunk(msgs []abi.Message, seen map[uint64]bool, first bool, span [2]int, cfg config) *entry {
+	x := extractMessages(msgs, cfg)
+	budget := cfg.Share * float64(messagesTokens(msgs))
+	picked := selectItems(x, seen, budget)
+	e := &entry{}
+	for i, it := range x.items {
+		if picked[i] {
+			e.lists[it.kind] = append(e.lists[it.kind], strings.Clone(it.text))
+			e.hashes = seeHashes(e.hashes, it)
+		}
+	}
+	e.text = renderChunk(&e.lists, first, span)
+	slices.Sort(e.hashes)
+	e.hashes = slices.Compact(e.hashes)
+	return e
+}
+
+// selectItems picks the items of extraction x a chunk lists and records
+// them in seen: of those seen does not hold, every one the agent used,
+// then what it only observed, the kinds taking turns (each in order of
+// appearance), while the chunk's estimated size stays within budget
+// tokens.
+func selectItems(x *extraction, seen map[uint64]bool, budget float64) []bool {
+	picked := make([]bool, len(x.items))
+	var queues [numKinds][]int
+	take := func(i int) {
+		picked[i] = true
+		for _, h := range seeHashes(nil, x.items[i]) {
+			seen[h] = true
+		}
+	}
+	for i, it := range x.items {
+		switch {
+		case seen[textHash(it.text)]:
+		case x.used[i]:
+			take(i)
+			budget -= itemTokens(it.text)
+		default:
+			queues[it.kind] = append(queues[it.kind], i)
+		}
+	}
+	for more := true; more && budget > 0; {
+		more = false
+		for kind := range queues {
+			q := queues[kind]
+			if len(q) == 0 {
+				continue
+			}
+			more = true
+			queues[kind] = q[1:]
+			it := x.items[q[0]]
+			if cost := itemTokens(it.text); cost <= budget && !seen[textHash(it.text)] {
+				take(q[0])
+				budget -= cost
+			}
+		}
+	}
+	return picked
+}
+
+// itemTokens estimates an item's tokens in a ledger line.
+func itemTokens(text string) float64 { return 1 + float64(len(text))/4 }
+
+// messagesTokens is the tokens of msgs.
+func messagesTokens(msgs []abi.Message) int {
+	n := 0
+	for i := range msgs {
+		n += msgs[i].Tokens
+	}
+	return n
+}
+
+// textHash is the hash an item's text is known by in the ledger's
+// deduplication.
+func textHash(s string) uint64 {
+	var h fingerprint.Hash
+	h.Str(s)
+	return h.Sum128()[0]
+}
+
+// seeHashes appends the hashes of what listing it makes known: its text,
+// and what the text holds as well — a qualified name its parts
+// (self.match_re.search holds match_re), a path what ends it after a
+// slash (/testbed/a/b.py holds a/b.py and b.py).
+func seeHashes(dst []uint64, it item) []uint64 {
+	dst = append(dst, textHash(it.text))
+	switch it.kind {
+	case kindName:
+		if strings.IndexByte(it.text, '.') >= 0 {
+			for _, part := range strings.Split(it.text, ".") {
+				dst = append(dst, textHash(part))
+			}
+		}
+	case kindFile:
+		for p := it.text; ; {
+			i := strings.IndexByte(p, '/')
+			if i < 0 {
+				break
+			}
+			p = p[i+1:]
+			dst = append(dst, textHash(p))
+		}
+	}
+	return dst
+}
+
+// renderChunk writes one chunk: a line per kind, in the order of the
+// kinds. The first chunk of the ledger says what the ledger is; the
+// others are only its lines, or say that the turns they fold held nothing
+// new.
+func renderChunk(lists *[numKinds][]string, first bool, span [2]int) string {
+	var b strings.Builder
+	if first {
+		b.WriteString("[compactd ledger: what the turns after the task ran and met, each item once, earliest first; the ledger messages after this one continue it]")
+	}
+	for kind, list := range lists {
+		if len(list) == 0 {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(kindNames[kind])
+		b.WriteByte(':')
+		lines := kind == kindError || kind == kindSaid
+		for _, it := range list {
+			if lines {
+				b.WriteString("\n- ")
+			} else {
+				b.WriteByte(' ')
+			}
+			b.WriteString(it)
+		}
+	}
+	if b.Len() == 0 {
+		b.WriteString(emptyPrefix)
+		b.WriteString(strconv.Itoa(span[0] + 1))
+		b.WriteByte('-')
+		b.WriteString(strconv.Itoa(span[1]))
+		b.WriteByte(']')
+	}
+	return b.String()
+}
+
+// mergeChunks renders chunks (the turns from to to, in units) as one
+// message: one line per kind listing every chunk's items of that kind in
+// order, so the kinds' labels are written once.
+func mergeChunks(es []*entry, first bool, from, to int) string {
+	var lists [numKinds][]string
+	for _, e := range es {
+		for kind := range lists {
+			lists[kind] = append(lists[kind], e.lists[kind]...)
+		}
+	}
+	return renderChunk(&lists, first, [2]int{from, to})
+}
+
+// extraction is what some messages hold, before the ledger's
+// deduplication: items in order of first appearance, each once.
+type extraction struct {
+	items []item
+	// used[i]: items[i] is in the agent's own words (its text, its tool
+	// calls), not only in what it observed.
+	used []bool
+}
+
+// extractMessages returns the items of msgs. Their texts point into msgs.
+func extractMessages(msgs []abi.Message, cfg config) *extraction {
+	var buf []item
+	x := &extraction{}
+	at := make(map[item]int)
+	for i := range msgs {
+		buf = fold(buf[:0], &msgs[i], cfg)
+		used := msgs[i].Role == abi.RoleAssistant
+		for _, it := range buf {
+			if k, ok := at[it]; ok {
+				x.used[k] = x.used[k] || used
+				continue
+			}
+			at[it] = len(x.items)
+			x.items = append(x.items, it)
+			x.used = append(x.used, used)
+		}
+	}
+	return x
+}
+
+// pinnedHashes returns the hashes of what the pinned messages (the system
+// messages and the task, whose memo key is key) hold: the ledger does not
+// list it, the request holds it verbatim.
+func pinnedHashes(msgs []abi.Message, key [2]uint64, cfg config) []uint64 {
+	if hs, ok := chunkMemo.get(key).([]uint64); ok {
+		return hs
+	}
+	var hs []uint64
+	for _, it := range extractMessages(msgs, cfg).items {
+		hs = seeHashes(hs, it)
+	}
+	slices.Sort(hs)
+	hs = slices.Compact(hs)
+	chunkMemo.put(key, hs, 8*len(hs)+64)
+	return hs
+}
+
+// unitsKey is the memo key of units' messages: a hash of them and of the
+// settings their items depend on.
+func unitsKey(msgs []abi.Message, units []convo.Unit, cfg config) [2]uint64 {
+	var h fingerprint.Hash
+	h.Str("compactd-ledger-chunk-v2")
+	h.Word(uint64(cfg.UserChars))
+	for _, u := range units {
+		for i := u.Start; i < u.End; i++ {
+			h.Message(&msgs[i])
+		}
+	}
+	return h.Sum128()
+}
+
+// pinnedKey is the memo key of the pinned messages' hashes.
+func pinnedKey(msgs []abi.Message, cfg config) [2]uint64 {
+	var h fingerprint.Hash
+	h.Str("compactd-ledger-pinned-v2")
+	h.Word(uint64(cfg.UserChars))
+	for i := range msgs {
+		h.Message(&msgs[i])
+	}
+	return h.Sum128()
+}
+
+// memo keeps rendered chunks, merged messages and the pinned messages'
+// hashes by a fingerprint of the messages (and settings) they come from,
+// up to a size, evicting the oldest first. Extracting and deduplicating
+// are the policy's costly steps and a conversation's chunks come back on
+// every request, so an instance that served a conversation before only
+// hashes its turns. A hit returns exactly what computing again would: the
+// result never depends on the memo, only the time does. Its values hold
+// no pointers into a request, and few pointers at all (a chunk is a
+// string and a slice of hashes), so the guest's garbage collector scans
+// little. A guest serves one call at a time; the lock is for native
+// callers.
+type memo struct {
+	mu    sync.Mutex
+	max   int
+	size  int
+	m     map[[2]uint64]memoEntry
+	order [][2]uint64
+}
+
+type memoEntry struct {
+	v    any // an *entry, a merged message's text, or the pinned []uint64
+	size int
+}
+
+// chunkMemo serves every call of this instance (8 MiB: a few hundred
+// long conversations' ledgers).
+var chunkMemo = &memo{max: 8 << 20, m: map[[2]uint64]memoEntry{}}
+
+// clear empties the memo.
+func (c *memo) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m, c.order, c.size = map[[2]uint64]memoEntry{}, nil, 0
+}
+
+func (c *memo) get(key [2]uint64) any {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[key].v
+}
+
+// take returns the value of key and removes it from the memo. Its key
+// stays in the eviction order (a linear search would cost every request
+// that takes a seen set): evicting a key no longer held frees nothing.
+func (c *memo) take(key [2]uint64) any {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[key]
+	if !ok {
+		return nil
+	}
+	delete(c.m, key)
+	c.size -= e.size
+	return e.v
+}
+
+func (c *memo) put(key [2]uint64, v any, size int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[key]; ok || size > c.max {
+		return
+	}
+	for c.size+size > c.max && len(c.order) > 0 {
+		old := c.order[0]
+		c.order = c.order[1:]
+		if e, ok := c.m[old]; ok {
+			c.size -= e.size
+			delete(c.m, old)
+		}
+	}
+	c.m[key] = memoEntry{v, size}
+	c.order = append(c.order, key)
+	c.size += size
+	if len(c.order) > 2*len(c.m)+64 {
+		// Drop the keys taken since (amortized: the order at least
+		// halves).
+		c.order = slices.DeleteFunc(c.order, func(k [2]uint64) bool {
+			_, ok := c.m[k]
+			return !ok
+		})
+	}
+}
