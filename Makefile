@@ -1,5 +1,6 @@
 # compactd's front door. `make run` starts the daemon with the built-in
-# policies; `make test` runs every test; `make check` is the presubmit;
+# policies; `make test` runs every test (`make test-unit` the ones that need
+# no daemon, browser or node); `make check` is the presubmit;
 # `make install` puts compactd and the built-in policies where
 # `compactd serve` finds them.
 
@@ -15,7 +16,7 @@ COMMIT   := $(shell git rev-parse HEAD 2>/dev/null)
 DIRTY    := $(shell git status --porcelain 2>/dev/null | grep -q . && echo true)
 LDFLAGS  := -X github.com/compactd/compactd/internal/cli.commit=$(COMMIT) -X github.com/compactd/compactd/internal/cli.dirty=$(DIRTY)
 
-.PHONY: all build plugins run test test-short bench check deps install uninstall clean
+.PHONY: all build plugins run test test-short test-unit bench check deps install uninstall clean
 
 all: build plugins
 
@@ -33,11 +34,26 @@ SOCKET   ?= $(CURDIR)/$(BIN)/compactd.sock
 run: build plugins
 	$(BIN)/compactd serve --plugins $(PLUGINS) --socket $(SOCKET) --state-dir $(BIN)/state --config $(BIN)/compactd.yaml
 
+# test runs every test with the race detector (docs/benchmarks.md, "Test
+# suite", has its time per package; scripts/test-busy.sh runs it beside
+# busy loops). test-short runs the quick variant of each test, without
+# -race. test-unit leaves out the tests that start a daemon, a browser or
+# node (they skip themselves when COMPACTD_TEST=unit, see
+# internal/testenv): about a minute. TESTFLAGS go to go test (-json, -v,
+# -run ...). TESTTIMEOUT is each package's hang guard, not its budget (5
+# minutes, quiet): under -race on a 2-core machine other work kept at a
+# load average of 20-30, the host package's tests alone took about go
+# test's default of 10 minutes.
+TESTFLAGS ?=
+TESTTIMEOUT ?= 30m
 test: deps
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -timeout $(TESTTIMEOUT) $(TESTFLAGS) ./...
 
 test-short: deps
-	$(GO) test -short -count=1 ./...
+	$(GO) test -short -count=1 $(TESTFLAGS) ./...
+
+test-unit: deps
+	COMPACTD_TEST=unit $(GO) test -short -count=1 $(TESTFLAGS) ./...
 
 # bench runs every benchmark and `compactd eval` on the full data set
 # ($COMPACTD_DATA, default ../shared/data) and rewrites docs/benchmarks.md

@@ -13,6 +13,7 @@ import (
 
 	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/internal/paths"
+	"github.com/compactd/compactd/internal/testenv"
 	"github.com/compactd/compactd/internal/wasmbuild"
 )
 
@@ -20,6 +21,7 @@ import (
 // the daemon serves every built-in policy on its default socket. `make
 // uninstall` takes back what install put there and nothing else.
 func TestMakeInstallThenServe(t *testing.T) {
+	testenv.Integration(t, "a daemon (compactd serve)")
 	if testing.Short() {
 		t.Skip("builds every built-in plugin (skipped with -short)")
 	}
@@ -39,9 +41,13 @@ func TestMakeInstallThenServe(t *testing.T) {
 
 	// What `make build plugins` would leave in BIN, built the way the
 	// tests build (make's own build steps run in TestREADME).
-	build := exec.Command("go", "build", "-o", filepath.Join(bin, "compactd"), "./cmd/compactd")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	exe, err := os.ReadFile(wasmbuild.CompactdForTest(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(bin, 0o755)
+	if err := os.WriteFile(filepath.Join(bin, "compactd"), exe, 0o755); err != nil {
+		t.Fatal(err)
 	}
 	names := builtinPlugins(t, root, filepath.Join(bin, "plugins"))
 
@@ -78,7 +84,7 @@ func TestMakeInstallThenServe(t *testing.T) {
 
 	// compactd serve, no flags.
 	serve := exec.Command(binary, "serve")
-	serve.Env = append(env, "XDG_CACHE_HOME="+filepath.Dir(wasmbuild.TestCacheDir(t)))
+	serve.Env = append(env, "XDG_CACHE_HOME="+wasmbuild.TestCacheHome())
 	var log bytes.Buffer
 	serve.Stderr = &log
 	if err := serve.Start(); err != nil {

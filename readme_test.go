@@ -83,6 +83,7 @@ import (
 	"time"
 
 	"github.com/compactd/compactd/client"
+	"github.com/compactd/compactd/internal/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite the docs' output blocks that do not match what their examples print")
@@ -133,6 +134,7 @@ func (d *doc) runnable() bool {
 }
 
 func TestREADME(t *testing.T) {
+	testenv.Integration(t, "a daemon (make run)")
 	if testing.Short() {
 		t.Skip("starts the daemon with make run and runs every example of the docs (skipped with -short)")
 	}

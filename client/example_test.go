@@ -3,20 +3,37 @@ package client_test
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/server"
+	"github.com/compactd/compactd/internal/testenv"
 	"github.com/compactd/compactd/internal/wasmbuild"
 )
 
-// TestMain runs a real daemon (with the lastn plugin) for the examples,
-// and points $COMPACTD_SOCKET at it so that client.New("") finds it.
+// TestMain gives the examples a real daemon (with the lastn plugin) behind
+// $COMPACTD_SOCKET, so that client.New("") finds it. The daemon starts at
+// the first connection: a run that selects no example (go test -run
+// TestEncode, say) starts none. A unit run (internal/testenv) skips the
+// examples.
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testenv.Unit() {
+		skip := "^Example"
+		if old := flag.Lookup("test.skip").Value.String(); old != "" {
+			skip = old + "|" + skip
+		}
+		flag.Set("test.skip", skip)
+		os.Exit(m.Run())
+	}
 	os.Exit(runWithDaemon(m))
 }
 
@@ -27,31 +44,97 @@ func runWithDaemon(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	root, err := wasmbuild.ModuleRoot(".")
+	socket := filepath.Join(dir, "compactd.sock")
+	ln, err := net.Listen("unix", socket)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	plugins := filepath.Join(dir, "plugins")
-	os.MkdirAll(plugins, 0o755)
-	if err := wasmbuild.C(context.Background(), filepath.Join(root, "plugins/lastn/lastn.c"), filepath.Join(plugins, "lastn.wasm"), nil); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+	d := &lazyDaemon{dir: dir}
+	go d.serve(ln)
+	os.Setenv("COMPACTD_SOCKET", socket)
+	code := m.Run()
+	ln.Close()
+	d.once.Do(func() {}) // no start after this one; one started is seen
+	if d.d != nil {
+		d.d.Shutdown(context.Background())
 	}
-	socket := filepath.Join(dir, "compactd.sock")
+	return code
+}
+
+// lazyDaemon starts a daemon at the first connection to its listener and
+// passes every connection on to it.
+type lazyDaemon struct {
+	dir  string
+	once sync.Once
+	d    *server.Daemon
+}
+
+func (l *lazyDaemon) serve(ln net.Listener) {
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go l.pipe(conn)
+	}
+}
+
+func (l *lazyDaemon) pipe(conn net.Conn) {
+	defer conn.Close()
+	l.once.Do(l.start)
+	if l.d == nil {
+		return // start failed, and said why
+	}
+	up, err := net.Dial("unix", l.d.Socket())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "example daemon:", err)
+		return
+	}
+	defer up.Close()
+	go func() {
+		io.Copy(up, conn)
+		up.(*net.UnixConn).CloseWrite()
+	}()
+	io.Copy(conn, up)
+}
+
+func (l *lazyDaemon) start() {
+	fail := func(err error) { fmt.Fprintln(os.Stderr, "example daemon:", err) }
+	lastn, err := wasmbuild.ForTestMain("plugins/lastn/lastn.c")
+	if err != nil {
+		fail(err)
+		return
+	}
+	cache, err := wasmbuild.TestCacheDirMain()
+	if err != nil {
+		fail(err)
+		return
+	}
+	plugins := filepath.Join(l.dir, "plugins")
+	wasm, err := os.ReadFile(lastn)
+	if err == nil {
+		if err = os.MkdirAll(plugins, 0o755); err == nil {
+			err = os.WriteFile(filepath.Join(plugins, "lastn.wasm"), wasm, 0o644)
+		}
+	}
+	if err != nil {
+		fail(err)
+		return
+	}
 	d, err := server.Start(context.Background(), server.DaemonOptions{
-		ConfigPath: filepath.Join(dir, "config.yaml"),
+		ConfigPath: filepath.Join(l.dir, "config.yaml"),
 		Getenv:     func(string) string { return "" },
-		Defaults:   config.Config{Socket: socket, PluginsDir: plugins, StateDir: filepath.Join(dir, "state"), CacheDir: filepath.Join(dir, "cache")},
-		Version:    "example",
+		Defaults: config.Config{Socket: filepath.Join(l.dir, "d.sock"), PluginsDir: plugins,
+			StateDir: filepath.Join(l.dir, "state"), CacheDir: cache},
+		Version:      "example",
+		CompileFirst: true,
 	})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		fail(err)
+		return
 	}
-	defer d.Shutdown(context.Background())
-	os.Setenv("COMPACTD_SOCKET", socket)
-	return m.Run()
+	l.d = d
 }
 
 func Example() {

@@ -27,6 +27,7 @@ import (
 	"github.com/compactd/compactd/internal/dataset"
 	"github.com/compactd/compactd/internal/proxy/upstreamtest"
 	"github.com/compactd/compactd/internal/server"
+	"github.com/compactd/compactd/internal/testenv"
 	"github.com/compactd/compactd/internal/wasmbuild"
 )
 
@@ -48,6 +49,7 @@ const (
 
 func startDaemon(t *testing.T) *daemon {
 	t.Helper()
+	testenv.Integration(t, "a daemon")
 	dir, err := os.MkdirTemp("", "cdc") // short: socket paths are limited to 108 bytes
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +76,7 @@ func startDaemon(t *testing.T) *daemon {
 		Getenv:     func(string) string { return "" },
 		Defaults: config.Config{Socket: filepath.Join(dir, "d.sock"), PluginsDir: plugins,
 			StateDir: filepath.Join(dir, "state"), CacheDir: wasmbuild.TestCacheDir(t)},
-		Version: "test", StoreFlush: 10 * time.Millisecond,
+		Version: "test", StoreFlush: 10 * time.Millisecond, CompileFirst: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -288,6 +290,7 @@ func copyTree(t *testing.T, src, dst string) {
 }
 
 func TestTypeScriptClient(t *testing.T) {
+	testenv.Integration(t, "node and a daemon")
 	node := need(t, "node", "node")
 	root, _ := filepath.Abs("..")
 	src := filepath.Join(root, "clients", "ts")

@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/compactd/compactd/internal/testenv"
 )
 
 // clientsDoc is the doc whose client examples this package runs: the
@@ -22,6 +24,7 @@ const ownMarker = "<!-- example skip: run by clients/readme_test.go"
 // and checks each trailing comment (`code  # expected`, `code // expected`)
 // appears in the output, in order.
 func TestREADMEExamples(t *testing.T) {
+	testenv.Integration(t, "node and a daemon")
 	python(t)
 	need(t, "node", "node")
 	root, _ := filepath.Abs("..")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/chat"
+	"github.com/compactd/compactd/internal/testenv"
 	"github.com/compactd/compactd/internal/wasmbuild"
 )
 
@@ -87,6 +88,7 @@ func modeRequest(c *chat.Conversation, mode string) *Request {
 func snapshot(c *chat.Conversation) []byte { return c.Encode() }
 
 func TestLoadDescribes(t *testing.T) {
+	t.Parallel()
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
 			e := newTestEngine(t, path.disable, Limits{})
@@ -106,6 +108,7 @@ func TestLoadDescribes(t *testing.T) {
 }
 
 func TestRefsAreByteIdentical(t *testing.T) {
+	t.Parallel()
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
 			e := newTestEngine(t, path.disable, Limits{})
@@ -155,6 +158,8 @@ func TestRefsAreByteIdentical(t *testing.T) {
 
 // TestHostileGo runs the Go misbehaving plugin on both paths.
 func TestHostileGo(t *testing.T) {
+	t.Parallel()
+	testenv.Long(t, "a Go plugin run out of memory, time and output, on both paths")
 	// A Go guest takes a few seconds to die of memory exhaustion (its
 	// runtime collects and retries before it gives up), hence the limit;
 	// under -race on a loaded 2-core machine (load average 17 seen) the
@@ -184,6 +189,7 @@ func TestHostileGo(t *testing.T) {
 	}
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
+			t.Parallel()
 			e := newTestEngine(t, path.disable, limits)
 			for _, tt := range tests {
 				t.Run(tt.mode, func(t *testing.T) {
@@ -235,6 +241,7 @@ func (f fakeLLM) Complete(_ context.Context, req abi.LLMRequest) (abi.LLMRespons
 }
 
 func TestHostFunctions(t *testing.T) {
+	t.Parallel()
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
 			e := newTestEngine(t, path.disable, Limits{})
@@ -269,6 +276,7 @@ func TestHostFunctions(t *testing.T) {
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 
 func TestPoolServesConcurrentCallers(t *testing.T) {
+	t.Parallel()
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
 			e := newTestEngine(t, path.disable, Limits{MaxInstances: 2})
@@ -319,6 +327,7 @@ func (b blockingLLM) Complete(ctx context.Context, _ abi.LLMRequest) (abi.LLMRes
 }
 
 func TestCloseWaitsForCallsInFlight(t *testing.T) {
+	t.Parallel()
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
 			e := newTestEngine(t, path.disable, Limits{})
@@ -360,6 +369,7 @@ func TestCloseWaitsForCallsInFlight(t *testing.T) {
 }
 
 func TestCanceledContext(t *testing.T) {
+	t.Parallel()
 	e := newTestEngine(t, false, Limits{CallTimeout: time.Minute})
 	p := loadTestPlugin(t, e, "host/testdata/gohostile", Limits{})
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -374,6 +384,7 @@ func TestCanceledContext(t *testing.T) {
 }
 
 func TestLoadRejects(t *testing.T) {
+	t.Parallel()
 	e := newTestEngine(t, false, Limits{})
 	good, err := os.ReadFile(wasmbuild.ForTest(t, "plugins/sliding"))
 	if err != nil {
@@ -414,6 +425,8 @@ var foreignImportModule = []byte{
 // TestHostileC runs the C misbehaving plugins (testdata/hostile), which
 // take the Extism path like any plugin not built with our PDK.
 func TestHostileC(t *testing.T) {
+	t.Parallel()
+	testenv.Long(t, "C plugins run to their limits")
 	tests := []struct {
 		mode   string
 		limits Limits
@@ -423,10 +436,13 @@ func TestHostileC(t *testing.T) {
 	}{
 		{mode: "LOOP", limits: Limits{CallTimeout: 500 * time.Millisecond}, kind: ErrTimeout, want: "time limit of 500ms"},
 		{mode: "ALLOC", limits: Limits{MaxMemoryPages: 1024}, kind: ErrMemoryLimit, want: "64 MiB"},
-		// HUGE writes 65 MiB through Extism's kernel eight bytes per host
-		// call: seconds, and many more under -race on a busy machine.
-		{mode: "HUGE", limits: Limits{MaxOutputBytes: 16 << 20, CallTimeout: 2 * time.Minute}, kind: ErrOutputTooLarge},
-		{mode: "HUGE", limits: Limits{MaxMemoryPages: 512, CallTimeout: 2 * time.Minute}, kind: ErrMemoryLimit},
+		// HUGE writes its output through Extism's kernel eight bytes per
+		// host call: 65 MiB take seconds, and a minute under -race on a
+		// busy machine, so the output limit is tried on a 2 MiB one
+		// against a 1 MiB limit (the same check). The 65 MiB block does
+		// not fit in 32 MiB of kernel memory: alloc fails at once.
+		{mode: "HUGE#HUGE_MIB=2", limits: Limits{MaxOutputBytes: 1 << 20, CallTimeout: 10 * time.Minute}, kind: ErrOutputTooLarge},
+		{mode: "HUGE", limits: Limits{MaxMemoryPages: 512, CallTimeout: 10 * time.Minute}, kind: ErrMemoryLimit},
 		{mode: "BADJSON", kind: ErrInvalidOutput, want: "not a JSON CompactResult"},
 		{mode: "BADREF", kind: ErrInvalidResult, want: "out of range"},
 		{mode: "SPLIT", kind: ErrInvalidResult, want: "tool"},
@@ -436,12 +452,19 @@ func TestHostileC(t *testing.T) {
 	}
 	e := newTestEngine(t, false, Limits{})
 	for _, tt := range tests {
+		// Only LOOP is about the wall clock: the others get a generous
+		// one, so that a busy machine cannot turn their failure into a
+		// timeout (ALLOC under -race at a load average of 20 ran past the
+		// default 10s before it reached 64 MiB).
+		if tt.limits.CallTimeout == 0 {
+			tt.limits.CallTimeout = 10 * time.Minute
+		}
 		t.Run(tt.mode, func(t *testing.T) {
 			p := loadTestPlugin(t, e, "host/testdata/hostile/hostile.c#HOSTILE_"+tt.mode, tt.limits)
 			if p.Path() != "extism" {
 				t.Fatalf("path = %s", p.Path())
 			}
-			name := "hostile-" + strings.ToLower(tt.mode)
+			name := "hostile-" + strings.ToLower(strings.Split(tt.mode, "#")[0])
 			c := testConversation(t)
 			before := snapshot(c)
 			_, err := p.Compact(context.Background(), &Request{Conversation: c})
@@ -462,6 +485,7 @@ func TestHostileC(t *testing.T) {
 
 // TestCPluginLastn runs the C policy through the same path as Go ones.
 func TestCPluginLastn(t *testing.T) {
+	t.Parallel()
 	e := newTestEngine(t, false, Limits{})
 	p := loadTestPlugin(t, e, "plugins/lastn/lastn.c", Limits{})
 	cfg, err := p.Schema().Resolve(policyLayer(map[string]any{"n": 2}))
@@ -491,6 +515,7 @@ func TestCPluginLastn(t *testing.T) {
 // memory to 1.6 GiB); a leak of 32 KiB a call (short mode) or 4 KiB (full)
 // passes the bound too.
 func TestGuestMemoryStaysFlat(t *testing.T) {
+	t.Parallel()
 	calls := 10_000
 	if testing.Short() {
 		calls = 1_000
@@ -522,6 +547,7 @@ func TestGuestMemoryStaysFlat(t *testing.T) {
 // fast path writes into the plugin's memory; the Extism path falls back
 // to a kernel block).
 func TestHeaderView(t *testing.T) {
+	t.Parallel()
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
 			e := newTestEngine(t, path.disable, Limits{})
@@ -639,6 +665,7 @@ func TestQuickLoad(t *testing.T) {
 // TestDescribedLoad: a plugin loaded from its description compiles on
 // its first call.
 func TestDescribedLoad(t *testing.T) {
+	t.Parallel()
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
 			e := newTestEngine(t, path.disable, Limits{})
@@ -695,7 +722,9 @@ func TestDescribedLoad(t *testing.T) {
 // TestCloseDuringBackgroundCompile: closing a quickly loaded plugin and
 // the engine while the compiler works leaves nothing running.
 func TestCloseDuringBackgroundCompile(t *testing.T) {
-	wasm, err := os.ReadFile(wasmbuild.ForTest(t, "plugins/sliding"))
+	// A module on the fast path, the cache empty: the compile takes a
+	// while (lastn's, a second under -race; a Go plugin's, ten).
+	wasm, err := os.ReadFile(wasmbuild.ForTest(t, "plugins/lastn/lastn.c"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -732,6 +761,7 @@ func waitTier(t *testing.T, p *Plugin, tier string, limit time.Duration) {
 // TestReleaseIdle: an idle plugin gives its code and instances back and
 // compiles again on its next call.
 func TestReleaseIdle(t *testing.T) {
+	t.Parallel()
 	e := newTestEngine(t, false, Limits{})
 	p := loadTestPlugin(t, e, "plugins/sliding", Limits{})
 	ctx := context.Background()
@@ -771,17 +801,27 @@ func TestReleaseIdle(t *testing.T) {
 // of sliding on the fast path, many of the small C plugin on the Extism
 // path, so the test stays short under -race.)
 func TestCloseReleasesMemory(t *testing.T) {
+	testenv.Long(t, "two dozen modules compiled cold")
 	for _, tt := range []struct {
 		name, rel, version string
 		disable            bool
 		versions           int
 		limit              int64
 	}{
-		{"fast", "plugins/sliding", "1.2.0", false, 2, 4 << 20},
+		// One more version after the first: a Go plugin compiles for
+		// a minute and more under -race on a busy machine, and the leak
+		// was 20 MB a version, five times the limit.
+		{"fast", "plugins/sliding", "1.2.0", false, 1, 4 << 20},
 		{"extism", "plugins/lastn/lastn.c", "0.3.0", true, 20, 2 << 20},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newTestEngine(t, tt.disable, Limits{})
+			// No file cache: every version is new to it, and would stay
+			// in the shared one for good.
+			e, err := NewEngine(Config{DisableFastPath: tt.disable})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close(context.Background())
 			wasm, err := os.ReadFile(wasmbuild.ForTest(t, tt.rel))
 			if err != nil {
 				t.Fatal(err)

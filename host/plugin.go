@@ -541,7 +541,12 @@ func (p *Plugin) run(ctx context.Context, export string, input []byte, env CallE
 	if failure != nil {
 		p.failures.Add(1)
 		if failure.Kind == ErrTimeout {
-			failure.Detail = "ran past its wall-clock time limit of " + p.limits.CallTimeout.String() + " (call_timeout)"
+			if ctx.Err() != nil {
+				// The caller's deadline (a request's, say) came first.
+				failure.Detail = "stopped at its caller's deadline, before its own time limit of " + p.limits.CallTimeout.String() + " (call_timeout)"
+			} else {
+				failure.Detail = "ran past its wall-clock time limit of " + p.limits.CallTimeout.String() + " (call_timeout)"
+			}
 		}
 		return p.named(export, failure)
 	}

@@ -38,6 +38,7 @@ var tiers = []struct {
 // text modules, in C and, interpreted (a Go plugin takes seconds to
 // compile), in Go.
 func TestWorkBudgetStopsLoops(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	tests := []struct {
 		what   string

@@ -21,6 +21,7 @@ import (
 	"github.com/compactd/compactd/internal/cli"
 	"github.com/compactd/compactd/internal/conform"
 	"github.com/compactd/compactd/internal/dataset"
+	"github.com/compactd/compactd/internal/testenv"
 	"github.com/compactd/compactd/internal/tokens"
 	"github.com/compactd/compactd/internal/wasmbuild"
 )
@@ -201,6 +202,7 @@ func checkRefs(t *testing.T, id string, in []json.RawMessage, inMsgs []abi.Messa
 const ledgerFloor = "85%"
 
 func TestEvalCheckFixtures(t *testing.T) {
+	testenv.Long(t, "compactd eval with every built-in on every fixture, twice")
 	dir := t.TempDir()
 	for _, rel := range builtins(t) {
 		src := wasmbuild.ForTest(t, rel)

@@ -17,10 +17,14 @@
 #   LOAD_CLIENTS, LOAD_SETS, LOAD_TIME  the load run's clients (default 2),
 #               data sets (default tau-bench,mini-swe) and measured time
 #               per target (default 3s)
-#   SKIP_BENCH=1 / SKIP_EVAL=1 / SKIP_LOAD=1  leave a part out (its section says so)
+#   SKIP_BENCH=1 / SKIP_EVAL=1 / SKIP_LOAD=1 / SKIP_SUITE=1  leave a part out
+#               (its section says so); the test suite part runs make test
+#               three times, once to warm the caches, then quiet and beside
+#               busy loops (half an hour or more)
 #   ONLY_EVAL=1  rerun only the eval part and replace its section in the
 #               existing OUT, keeping the other sections (after a policy or
 #               eval change; the section says when and at which commit)
+#   ONLY_SUITE=1  the same for the test suite part
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -28,6 +32,15 @@ ROOT=$(pwd)
 OUT=${OUT:-docs/benchmarks.md}
 BENCHTIME=${BENCHTIME:-1s}
 DATA=${COMPACTD_DATA:-../shared/data}
+if [ -n "${ONLY_SUITE:-}" ]; then
+	if [ -n "${SKIP_SUITE:-}" ] || [ ! -f "$OUT" ]; then
+		printf 'benchmarks: ONLY_SUITE=1 replaces (or adds) the test suite section of an existing %s (and needs the suite part)\n' "$OUT" >&2
+		exit 1
+	fi
+	SKIP_BENCH=1
+	SKIP_LOAD=1
+	SKIP_EVAL=1
+fi
 # The eval part needs the full data set; say where it was looked for before
 # minutes of benchmarks, not after.
 if [ -z "${SKIP_EVAL:-}" ] && ! ls "$DATA"/*.jsonl >/dev/null 2>&1; then
@@ -44,6 +57,7 @@ if [ -n "${ONLY_EVAL:-}" ]; then
 	fi
 	SKIP_BENCH=1
 	SKIP_LOAD=1
+	SKIP_SUITE=1
 fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/compactd-bench.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
@@ -266,6 +280,100 @@ coverage_row() {
 	fi
 }
 
+# --- the test suite ----------------------------------------------------------
+# suite_run NAME CMD... runs a make target with -json, keeping its output
+# in $WORK/suite-NAME.json and "milliseconds result" in $WORK/suite-NAME.wall.
+suite_run() {
+	local name=$1 start status=pass
+	shift
+	log "$* TESTFLAGS=-json"
+	start=$(date +%s%N)
+	"$@" TESTFLAGS=-json >"$WORK/suite-$name.json" 2>"$WORK/suite-$name.err" || status=fail
+	echo "$(elapsed_ms "$start") $status" >"$WORK/suite-$name.wall"
+}
+
+# suite_packages NAME prints "package seconds result" for every package
+# that has tests, from go test -json's package events.
+suite_packages() {
+	grep -h '"Action":"\(pass\|fail\)"' "$WORK/suite-$1.json" 2>/dev/null | grep -v '"Test":' |
+		sed -E 's/.*"Action":"([a-z]+)","Package":"([^"]+)","Elapsed":([0-9.]+).*/\2 \3 \1/' |
+		sed -E 's#^github\.com/compactd/compactd/#./#; s#^github\.com/compactd/compactd #. #'
+}
+
+# minutes MS → "6m12s"
+minutes() { printf '%dm%02ds' $(($1 / 60000)) $((($1 / 1000) % 60)); }
+
+suite_md="$WORK/suite.md"
+: >"$suite_md"
+SUITE_BEFORE=docs/benchmarks/test-suite-before.tsv
+if [ -z "${SKIP_SUITE:-}" ]; then
+	# A first run fills the caches (Go's build cache, the tests' plugin
+	# builds and compiled modules under $TMPDIR); the measured runs find
+	# them warm, as a developer's second run does.
+	log "make test (warming the caches; not measured)"
+	make -s test >/dev/null 2>&1 || true
+	suite_load_start=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')
+	suite_run quiet make -s test
+	suite_run busy scripts/test-busy.sh -s test
+	suite_run short make -s test-short
+	suite_run unit make -s test-unit
+	suite_load_end=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')
+	{
+		printf '| run | command | wall | result |\n|---|---|---:|---|\n'
+		for run in "quiet:make test" "busy:scripts/test-busy.sh (make test beside $((2 * cores)) busy loops)" \
+			"short:make test-short" "unit:make test-unit"; do
+			read -r ms status <"$WORK/suite-${run%%:*}.wall"
+			printf '| %s | `%s` | %s | %s |\n' "${run%%:*}" "${run#*:}" "$(minutes "$ms")" "$status"
+		done
+		echo
+		printf 'Load average (1, 5, 15 min) before the quiet run / after the unit run: %s / %s.\n\n' \
+			"$suite_load_start" "$suite_load_end"
+		echo "Seconds each package's tests ran (\`go test -json\`'s elapsed time; building"
+		echo "the test binaries is not in it) in the quiet and the busy run,"
+		if [ -f "$SUITE_BEFORE" ]; then
+			echo "beside the same before issue 20 (\`$SUITE_BEFORE\`: $(sed -n 's/^# measured: //p' "$SUITE_BEFORE"))."
+		else
+			echo "of this commit."
+		fi
+		echo "Packages under 5 s in every column are left out."
+		echo
+		suite_packages quiet >"$WORK/suite-quiet.pkgs"
+		suite_packages busy >"$WORK/suite-busy.pkgs"
+		awk -v before="$SUITE_BEFORE" '
+			FNR == 1 { file++ }
+			file == 1 { quiet[$1] = $2; res[$1] = $3; pkgs[$1] = 1; next }
+			file == 2 { busy[$1] = $2; if ($3 == "fail") res[$1] = "fail"; pkgs[$1] = 1; next }
+			END {
+				has = 0
+				while ((getline line < before) > 0) {
+					if (line ~ /^#/ || line == "") continue
+					split(line, f, "\t"); bq[f[1]] = f[2]; bb[f[1]] = f[3]; pkgs[f[1]] = 1; has = 1
+				}
+				if (has) {
+					print "| package | before, quiet | before, busy | quiet | busy |"
+					print "|---|---:|---:|---:|---:|"
+				} else {
+					print "| package | quiet | busy |"
+					print "|---|---:|---:|"
+				}
+				n = 0
+				for (p in pkgs) names[++n] = p
+				for (i = 2; i <= n; i++) for (j = i; j > 1 && names[j] < names[j-1]; j--) { t = names[j]; names[j] = names[j-1]; names[j-1] = t }
+				for (i = 1; i <= n; i++) {
+					p = names[i]
+					if (bq[p] + 0 < 5 && bb[p] + 0 < 5 && quiet[p] + 0 < 5 && busy[p] + 0 < 5 && res[p] != "fail") continue
+					q = (p in quiet) ? sprintf("%.0f", quiet[p]) : "-"
+					b = (p in busy) ? sprintf("%.0f", busy[p]) : "-"
+					label = (res[p] == "fail") ? p " (failed)" : p
+					if (has) printf "| %s | %s | %s | %s | %s |\n", label, (p in bq) ? bq[p] : "-", (p in bb) ? bb[p] : "-", q, b
+					else printf "| %s | %s | %s |\n", label, q, b
+				}
+			}' "$WORK/suite-quiet.pkgs" "$WORK/suite-busy.pkgs"
+		echo
+	} >>"$suite_md"
+else
+	echo "_Skipped in this run (SKIP_SUITE=1)._" >>"$suite_md"
+fi
 # eval_section prints the "compactd eval" section, up to the next one.
 eval_section() {
 	cat <<EOF
@@ -323,7 +431,48 @@ EOF
 	fi
 }
 
+# suite_section prints the "Test suite" section.
+suite_section() {
+	cat <<END
+## Test suite
+
+END
+	if [ -n "${ONLY_SUITE:-}" ]; then
+		cat <<END
+_This section was regenerated alone (\`ONLY_SUITE=1 scripts/benchmarks.sh\`)
+on $started at commit $commit; the rest of the page is from the run its
+header describes._
+
+END
+	fi
+	cat <<END
+How long the tests take (issue 20: \`make test\` within 8 minutes on 2 cores,
+no package over 5 minutes, passing beside busy loops too; \`make test-unit\`
+within 90 seconds). Each run is the make target with \`TESTFLAGS=-json\`,
+after a first \`make test\` that warms the caches (Go's build cache, and
+the plugins and compiled modules the tests share under \`\$TMPDIR\`). The
+busy run is \`scripts/test-busy.sh\`: \`make test\` beside 2 × nproc
+busy loops.
+
+END
+	cat "$suite_md"
+}
+
 # --- the document ------------------------------------------------------------
+if [ -n "${ONLY_SUITE:-}" ]; then
+	# Replace the test suite section (its heading up to the next "## ",
+	# or the end), or add it at the end, and keep everything else.
+	suite_section >"$WORK/suite-section.md"
+	awk -v section="$WORK/suite-section.md" '
+		/^## Test suite$/ { while ((getline line < section) > 0) print line; skip = 1; done = 1; next }
+		skip && /^## / { skip = 0 }
+		!skip { print }
+		END { if (!done) { print ""; while ((getline line < section) > 0) print line } }
+	' "$OUT" >"$WORK/out.md"
+	mv "$WORK/out.md" "$OUT"
+	log "replaced the test suite section of $OUT"
+	exit 0
+fi
 if [ -n "${ONLY_EVAL:-}" ]; then
 	# Replace the eval section (its heading up to the next "## ") and keep
 	# everything else.
@@ -361,7 +510,8 @@ The machine is shared with other work when the load average is above the
 number of cores; latencies and wall times are then upper bounds.
 
 Contents: [Load over the socket](#load-over-the-socket) · [compactd eval](#compactd-eval) ·
-[Proxy overhead](#proxy-overhead) · [Go benchmarks](#go-benchmarks) · [Coverage of the suite](#coverage-of-the-suite)
+[Proxy overhead](#proxy-overhead) · [Go benchmarks](#go-benchmarks) · [Coverage of the suite](#coverage-of-the-suite) ·
+[Test suite](#test-suite)
 
 ## Load over the socket
 
@@ -396,5 +546,7 @@ Extism path (RATIONALE.md, "Two paths into a plugin").
 EOF
 	cat "$bench_md"
 	coverage
+	echo
+	suite_section
 } >"$OUT"
 log "wrote $OUT and $CHARTS/"

@@ -12,35 +12,15 @@ import (
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/internal/dataset"
+	"github.com/compactd/compactd/internal/testenv"
 	"github.com/compactd/compactd/internal/wasmbuild"
 )
 
-// compactdBinary builds the real binary once per test process.
-func compactdBinary(t *testing.T) string {
+// compactdBinary returns the real binary (see wasmbuild.CompactdForTest).
+func compactdBinary(t testing.TB) string {
 	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "compactd-cli-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "compactd")
-		root, err := wasmbuild.ModuleRoot(".")
-		if err != nil {
-			binErr = err
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/compactd")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = err
-			t.Logf("%s", out)
-		}
-	})
-	if binErr != nil {
-		t.Fatalf("building compactd: %v", binErr)
-	}
-	return binPath
+	testenv.Integration(t, "the compactd binary")
+	return wasmbuild.CompactdForTest(t)
 }
 
 // pluginsDir returns a plugins directory holding the given built plugins
@@ -70,7 +50,7 @@ func run(t *testing.T, stdin string, args ...string) result {
 	t.Helper()
 	cmd := exec.Command(compactdBinary(t), args...)
 	cmd.Stdin = strings.NewReader(stdin)
-	cmd.Env = append(os.Environ(), "COMPACTD_PLUGINS=", "XDG_CACHE_HOME="+t.TempDir())
+	cmd.Env = append(os.Environ(), "COMPACTD_PLUGINS=", "XDG_CACHE_HOME="+wasmbuild.TestCacheHome())
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

@@ -17,7 +17,7 @@ func runEnv(t *testing.T, env []string, stdin string, args ...string) result {
 	t.Helper()
 	cmd := exec.Command(compactdBinary(t), args...)
 	cmd.Stdin = strings.NewReader(stdin)
-	cmd.Env = append(append(os.Environ(), "COMPACTD_PLUGINS=", "COMPACTD_SOCKET=", "XDG_CACHE_HOME="+t.TempDir()), env...)
+	cmd.Env = append(append(os.Environ(), "COMPACTD_PLUGINS=", "COMPACTD_SOCKET=", "XDG_CACHE_HOME="+wasmbuild.TestCacheHome()), env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

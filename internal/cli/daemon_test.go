@@ -257,7 +257,7 @@ func TestSystemdUnit(t *testing.T) {
 
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = []string{"HOME=" + home, "XDG_RUNTIME_DIR=" + runtime, "NOTIFY_SOCKET=" + notifyPath,
-		"XDG_CACHE_HOME=" + filepath.Dir(wasmbuild.TestCacheDir(t)), "PATH=" + os.Getenv("PATH")}
+		"XDG_CACHE_HOME=" + wasmbuild.TestCacheHome(), "PATH=" + os.Getenv("PATH")}
 	var log lockedBuf
 	cmd.Stderr = &log
 	if err := cmd.Start(); err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/compactd/compactd/client"
+	"github.com/compactd/compactd/internal/testenv"
 	"github.com/compactd/compactd/internal/wasmbuild"
 )
 
@@ -55,6 +56,7 @@ func serveDirs(t testing.TB) string {
 // (or exits).
 func startServe(t testing.TB, bin string, dir string, args ...string) *daemonProc {
 	t.Helper()
+	testenv.Integration(t, "a daemon (compactd serve)")
 	d := &daemonProc{socket: filepath.Join(dir, "s.sock"), done: make(chan struct{})}
 	args = append([]string{"serve", "--socket", d.socket, "--state-dir", filepath.Join(dir, "state"),
 		"--config", filepath.Join(dir, "config.yaml")}, args...)
@@ -267,7 +269,7 @@ func builtinPlugins(b testing.TB) (string, int) {
 //
 //	go test -run '^$' -bench BenchmarkServeStartup -benchtime 5x ./internal/cli/
 func BenchmarkServeStartup(b *testing.B) {
-	bin := compactdBinary(&testing.T{})
+	bin := compactdBinary(b)
 	plugins, n := builtinPlugins(b)
 	b.Logf("%d built-in plugins", n)
 	for _, mode := range []string{"cold", "cached"} {

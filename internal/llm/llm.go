@@ -262,6 +262,7 @@ func (c *Client) join(ctx context.Context, key string) (*flightCall, abi.LLMResp
 			c.flightMu.Unlock()
 			return fc, abi.LLMResponse{}, nil
 		}
+		fc.waiters++
 		c.flightMu.Unlock()
 		select {
 		case <-fc.done:
@@ -374,9 +375,10 @@ func (c *Client) fail(e *Error) *Error {
 }
 
 type flightCall struct {
-	done chan struct{}
-	resp abi.LLMResponse
-	err  *Error
+	done    chan struct{}
+	resp    abi.LLMResponse
+	err     *Error
+	waiters int // callers waiting for it (under Client.flightMu)
 }
 
 // send makes the HTTP call, retrying as the Config says.

@@ -328,19 +328,24 @@ func TestFailures(t *testing.T) {
 	}
 }
 
+// TestContextEndsDuringRetryWait: a retry the caller's deadline leaves
+// no time for is not waited for. The Retry-After (29 s, inside
+// max_retry_wait) is past the deadline (20 s), so the client gives up at
+// once; the test
+// asserts that it returned before the deadline, not how soon, which a
+// busy machine stretches.
 func TestContextEndsDuringRetryWait(t *testing.T) {
-	f := newFake(t, KindOpenAI, reply{status: 429, header: map[string]string{"Retry-After": "5"}})
+	f := newFake(t, KindOpenAI, reply{status: 429, header: map[string]string{"Retry-After": "29"}})
 	c, _ := f.client(t, nil)
 	c.sleep = sleepCtx
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	start := time.Now()
 	_, err := c.Complete(ctx, request("x"))
 	if !errors.Is(err, ErrRateLimited) || !contains(err.Error(), "no time left to retry") {
 		t.Fatalf("err = %v", err)
 	}
-	if d := time.Since(start); d > 150*time.Millisecond {
-		t.Fatalf("waited %v for a retry that could not finish before the deadline", d)
+	if ctx.Err() != nil {
+		t.Fatal("waited until the deadline for a retry that could not finish before it")
 	}
 }
 
@@ -641,10 +646,16 @@ func TestIdenticalCallsInFlightShareOneProviderCall(t *testing.T) {
 			results[i] = resp
 		}()
 	}
-	for len(f.requests()) == 0 {
+	// The first call is at the provider; the others wait for it.
+	for waiting := 0; waiting < n-1; {
 		time.Sleep(time.Millisecond)
+		c.flightMu.Lock()
+		waiting = 0
+		for _, fc := range c.flight {
+			waiting += fc.waiters
+		}
+		c.flightMu.Unlock()
 	}
-	time.Sleep(20 * time.Millisecond) // let the others join
 	close(release)
 	wg.Wait()
 	if got := len(f.requests()); got != 1 {

@@ -14,6 +14,7 @@ import (
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/dataset"
 	"github.com/compactd/compactd/internal/server"
+	"github.com/compactd/compactd/internal/testenv"
 	"github.com/compactd/compactd/internal/wasmbuild"
 )
 
@@ -147,6 +148,7 @@ func TestProc(t *testing.T) {
 // plugins.
 func startInProcess(t testing.TB, cfg string, plugins ...string) *server.Daemon {
 	t.Helper()
+	testenv.Integration(t, "a daemon")
 	dir, err := os.MkdirTemp("", "lbd")
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +173,7 @@ func startInProcess(t testing.TB, cfg string, plugins ...string) *server.Daemon 
 		Getenv:     func(string) string { return "" },
 		Defaults: config.Config{Socket: filepath.Join(dir, "s.sock"), PluginsDir: pdir,
 			StateDir: filepath.Join(dir, "state"), CacheDir: wasmbuild.TestCacheDir(t)},
-		Version: "bench",
+		Version: "bench", CompileFirst: true,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -48,6 +48,7 @@ func sweConversation(t *testing.T) []json.RawMessage {
 // is an array — and lists them; every other message is byte for byte what
 // the policy returns without the flag, which adds no cache_control at all.
 func TestCacheBreakpoints(t *testing.T) {
+	t.Parallel()
 	td := setup(t, "", pluginLedger).start(t)
 	// A long conversation: on the interpreter that serves a new plugin
 	// first, ledger can run past its call limit under -race.
@@ -128,6 +129,7 @@ func anthropicSWE(t *testing.T) (system json.RawMessage, msgs []json.RawMessage)
 // land on the content block where the policy's message ends, and the
 // request never carries more than Anthropic's four markers.
 func TestCacheBreakpointsAnthropic(t *testing.T) {
+	t.Parallel()
 	td := setup(t, "", pluginLedger).start(t)
 	// A long conversation: on the interpreter that serves a new plugin
 	// first, ledger can run past its call limit under -race.
@@ -179,6 +181,7 @@ func TestCacheBreakpointsAnthropic(t *testing.T) {
 // messages): the upstream, which refuses a fifth as the API does, gets
 // exactly four.
 func TestProxyAnthropicCacheBreakpoints(t *testing.T) {
+	t.Parallel()
 	td, up := proxyDaemon(t, "  policy: ledger\n  trigger_tokens: 1\n", pluginSliding, pluginLedger)
 	// A long conversation: on the interpreter that serves a new plugin
 	// first, ledger can run past its call limit under -race.

@@ -54,6 +54,14 @@ type DaemonOptions struct {
 	// them.
 	Debounce   time.Duration
 	StoreFlush time.Duration
+	// CompileFirst loads a new plugin with the optimizing compiler (from
+	// the compilation cache, when it holds the module) instead of serving
+	// it from wazero's interpreter until the compiler is done
+	// (registry.Options.Quick, the daemon's way). Tests set it where the
+	// tier a plugin starts on is not what they test: the test binaries
+	// share one compilation cache, from which a compiled module loads in
+	// a fraction of the interpreter's time, which -race multiplies.
+	CompileFirst bool
 	// Replica names this daemon in a shared store's status (else the
 	// COMPACTD_REPLICA environment variable, else the host name and
 	// process id).
@@ -137,7 +145,7 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 	counter := tokens.New(tokens.Options{})
 	ropts := registry.Options{
 		Dir: cfg.PluginsDir, Engine: d.engine, DefaultLimits: p.pluginDefault, Limits: p.pluginLimits, Smoke: conform.SmokeTest(counter.ForModel("")),
-		Debounce: opts.Debounce, Logger: d.logger.Named("registry"), StateDir: cfg.StateDir, Quick: true,
+		Debounce: opts.Debounce, Logger: d.logger.Named("registry"), StateDir: cfg.StateDir, Quick: !opts.CompileFirst,
 		IdleUnload: cfg.Limits.PluginIdleUnload.D(),
 	}
 	if cfg.StateDir != "" {

@@ -15,6 +15,7 @@ import (
 // preview needs, whatever its escapes, and the preview is the beginning of
 // the full text.
 func TestContentPrefix(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ name, text string }{
 		{"short", "hello"},
 		{"ascii", strings.Repeat("line of output\n", 500)},
@@ -43,6 +44,7 @@ func TestContentPrefix(t *testing.T) {
 // happen to line up by role (deterministic on tau-bench did that, and the
 // answer was a 500).
 func TestChangedRowsUnequalSides(t *testing.T) {
+	t.Parallel()
 	msg := func(role, text string) string { return `{"role":"` + role + `","content":"` + text + `"}` }
 	var in, out []string
 	in = append(in, msg("system", "s"))

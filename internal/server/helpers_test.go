@@ -16,6 +16,7 @@ import (
 	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/dataset"
+	"github.com/compactd/compactd/internal/testenv"
 	"github.com/compactd/compactd/internal/wasmbuild"
 )
 
@@ -48,6 +49,7 @@ type testDaemon struct {
 // file if cfg is not empty.
 func setup(t testing.TB, cfg string, plugins ...string) *testDaemon {
 	t.Helper()
+	testenv.Integration(t, "a daemon")
 	// Short: a socket path is limited to 108 bytes.
 	dir, err := os.MkdirTemp("", "cdt")
 	if err != nil {
@@ -74,6 +76,11 @@ func setup(t testing.TB, cfg string, plugins ...string) *testDaemon {
 		Version:    "test",
 		Debounce:   10 * time.Millisecond,
 		StoreFlush: 10 * time.Millisecond,
+		// Compiled from the shared compilation cache at once. The
+		// daemon's own way, the interpreter first, is what TestQuickLoads,
+		// TestHotReloadHammer (whose versions are all new) and the zoo's
+		// child daemon run.
+		CompileFirst: true,
 	}
 	return td
 }
@@ -239,6 +246,12 @@ func mustJSON(t testing.TB, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// waitInFlight waits until the daemon is serving an API request.
+func (td *testDaemon) waitInFlight(t testing.TB) {
+	t.Helper()
+	waitFor(t, "a request in flight", 2*time.Minute, func() bool { return td.server.metrics.inflight.Load() > 0 })
 }
 
 func waitFor(t testing.TB, what string, limit time.Duration, cond func() bool) time.Duration {

@@ -21,6 +21,7 @@ import (
 )
 
 func TestSocket(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, "", pluginLastn)
 	st, err := os.Stat(td.Socket())
 	if err != nil || st.Mode()&os.ModeSocket == 0 || st.Mode().Perm() != 0o600 {
@@ -64,6 +65,7 @@ func TestSocket(t *testing.T) {
 }
 
 func TestStaleSocket(t *testing.T) {
+	t.Parallel()
 	td := setup(t, "", pluginLastn)
 	sock := td.opts.Defaults.Socket
 	// A crashed daemon leaves its socket file behind.
@@ -80,6 +82,7 @@ func TestStaleSocket(t *testing.T) {
 }
 
 func TestSocketInUse(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		prepare func(t *testing.T, path string)
@@ -110,6 +113,7 @@ func TestSocketInUse(t *testing.T) {
 }
 
 func TestStartErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, config string
 		env          map[string]string
@@ -142,6 +146,7 @@ func TestStartErrors(t *testing.T) {
 }
 
 func TestTCP(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
 	os.WriteFile(tokenFile, []byte("s3cret-token\n"), 0o600)
@@ -181,11 +186,13 @@ func TestTCP(t *testing.T) {
 }
 
 // TestShutdownDrains: a request in flight when shutdown starts finishes
-// and gets its answer; new connections are refused.
+// and gets its answer, and Shutdown returns only then; new connections
+// are refused.
 func TestShutdownDrains(t *testing.T) {
-	// gohostile's "loop" mode runs until the plugin's call limit (500ms)
+	t.Parallel()
+	// gohostile's "loop" mode runs until the plugin's call limit (1s)
 	// cuts it off: a slow request that still answers 200.
-	td := startDaemon(t, "limits:\n  plugins:\n    gohostile: {call_timeout: 500ms}\n", pluginGohostile)
+	td := startDaemon(t, "limits:\n  plugins:\n    gohostile: {call_timeout: 1s}\n", pluginGohostile)
 	var wg sync.WaitGroup
 	var resp *client.CompactResponse
 	var err error
@@ -194,17 +201,16 @@ func TestShutdownDrains(t *testing.T) {
 		defer wg.Done()
 		resp, err = td.c.Compact(bg, &client.CompactRequest{Policy: "gohostile", Config: map[string]any{"mode": "loop"}, Messages: chatMessages(2)})
 	}()
-	time.Sleep(150 * time.Millisecond) // the request is in the plugin
-	start := time.Now()
+	td.waitInFlight(t)
 	if err := td.Shutdown(bg); err != nil {
 		t.Errorf("Shutdown: %v", err)
+	}
+	if n := td.server.metrics.inflight.Load(); n != 0 {
+		t.Errorf("Shutdown returned with %d requests still being served", n)
 	}
 	wg.Wait()
 	if err != nil || len(resp.Messages) != 6 || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "time limit") {
 		t.Fatalf("in-flight request: %+v, %v", resp, err)
-	}
-	if took := time.Since(start); took < 200*time.Millisecond {
-		t.Errorf("Shutdown returned after %v, before the request finished", took)
 	}
 	if _, err := client.New(td.Socket()).Health(bg); err == nil {
 		t.Error("the daemon still answers after Shutdown")
@@ -212,39 +218,64 @@ func TestShutdownDrains(t *testing.T) {
 }
 
 // TestShutdownDeadline: a request that outlives shutdown_timeout is cut
-// off and Shutdown returns anyway.
+// off and Shutdown returns anyway. The plugin loops with no work budget
+// to speak of (10^15 steps) and a call limit of 2 minutes, so only the
+// deadline can end the request sooner: the test asserts that it was cut
+// off (the client gets no answer; a drained request would have one, after
+// the plugin's call limit) and that Shutdown reports the deadline, not how
+// many seconds it took, which a busy machine stretches (issue 20: a 5 s
+// bound failed at 8.6 s with a load average of 9 on 2 cores).
 func TestShutdownDeadline(t *testing.T) {
-	td := startDaemon(t, "limits:\n  shutdown_timeout: 100ms\n  plugins:\n    gohostile: {call_timeout: 20s}\n", pluginGohostile)
-	done := make(chan error, 1)
-	go func() {
-		_, err := td.c.Compact(bg, &client.CompactRequest{Policy: "gohostile", Config: map[string]any{"mode": "loop"}, Messages: chatMessages(2)})
-		done <- err
-	}()
-	time.Sleep(150 * time.Millisecond)
-	start := time.Now()
-	err := td.Shutdown(bg)
-	if took := time.Since(start); took > 5*time.Second {
-		t.Errorf("Shutdown took %v with a 100ms deadline", took)
+	t.Parallel()
+	const callLimit = 2 * time.Minute
+	td := startDaemon(t, fmt.Sprintf("limits:\n  shutdown_timeout: 100ms\n  plugins:\n    gohostile: {call_timeout: %s, work_budget: %d}\n", callLimit, uint64(host.MaxWorkBudget)), pluginGohostile)
+	type answer struct {
+		resp *client.CompactResponse
+		err  error
 	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, err := td.c.Compact(bg, &client.CompactRequest{Policy: "gohostile", Config: map[string]any{"mode": "loop"}, Messages: chatMessages(2)})
+		done <- answer{resp, err}
+	}()
+	td.waitInFlight(t)
+	err := td.Shutdown(bg)
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Shutdown = %v, want a deadline error", err)
 	}
+	// The request ends when Shutdown closes its connection. Waiting as
+	// long as the plugin's own limit is only a guard against a hang: a
+	// request that ran that long was not cut off.
 	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Error("the cut-off request never returned")
+	case a := <-done:
+		if a.err == nil {
+			t.Errorf("the request was answered (%d messages, warnings %v), not cut off", len(a.resp.Messages), a.resp.Warnings)
+		} else {
+			t.Logf("the cut-off request: %v", a.err)
+		}
+	case <-time.After(callLimit):
+		t.Errorf("the cut-off request did not end within the plugin's call limit of %v", callLimit)
 	}
 }
 
+// TestRequestTimeout: request_timeout ends a request whose plugin runs
+// on, long before the plugin's own limits would (2 minutes, 10^15 steps):
+// the answer is the conversation unchanged, with a warning that says
+// the request's time ran out, not the plugin's limits. No duration is
+// asserted: a busy machine stretches them.
 func TestRequestTimeout(t *testing.T) {
-	td := startDaemon(t, "limits:\n  request_timeout: 200ms\n", pluginGohostile)
-	start := time.Now()
+	t.Parallel()
+	td := startDaemon(t, fmt.Sprintf("limits:\n  request_timeout: 200ms\n  plugins:\n    gohostile: {call_timeout: 2m, work_budget: %d}\n", uint64(host.MaxWorkBudget)), pluginGohostile)
 	resp, err := td.c.Compact(bg, &client.CompactRequest{Policy: "gohostile", Config: map[string]any{"mode": "loop"}, Messages: chatMessages(2)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(start); took > 3*time.Second || len(resp.Messages) != 6 || len(resp.Warnings) != 1 {
-		t.Errorf("after %v: %d messages, warnings %v", took, len(resp.Messages), resp.Warnings)
+	if len(resp.Messages) != 6 || len(resp.Warnings) != 1 {
+		t.Fatalf("%d messages, warnings %v", len(resp.Messages), resp.Warnings)
+	}
+	t.Logf("warning: %s", resp.Warnings[0])
+	if w := resp.Warnings[0]; !strings.Contains(w, "caller's deadline") {
+		t.Errorf("the plugin's own limit ended the request, not request_timeout: %s", w)
 	}
 }
 
@@ -257,6 +288,7 @@ func (f fakeLLM) Complete(_ context.Context, req abi.LLMRequest) (abi.LLMRespons
 }
 
 func TestLLMProviderHook(t *testing.T) {
+	t.Parallel()
 	var calls, builds atomic.Int64
 	td := setup(t, "llm:\n  provider: fake\n", pluginGohostile)
 	td.opts.LLM = func(cfg *config.Config, st store.Backend) (func() host.Completer, error) {
@@ -291,5 +323,43 @@ func TestLLMProviderHook(t *testing.T) {
 	}
 	if _, err := Start(bg, td2.opts); err == nil || !strings.Contains(err.Error(), "llm provider: no API key") {
 		t.Errorf("Start with a failing hook = %v", err)
+	}
+}
+
+// TestQuickLoads: with the daemon's own way of loading (the tests' setup
+// compiles first), a new plugin serves at once from wazero's interpreter,
+// and the compiled module takes over when the compiler is done. The
+// compilation cache starts empty, so the compiler takes a while.
+func TestQuickLoads(t *testing.T) {
+	t.Parallel()
+	td := setup(t, "", pluginLastn)
+	td.opts.CompileFirst = false
+	td.opts.Defaults.CacheDir = t.TempDir()
+	td.start(t)
+	compact := func() *client.CompactResponse {
+		t.Helper()
+		resp, err := td.c.Compact(bg, &client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 2}, Messages: chatMessages(3)})
+		if err != nil || len(resp.Warnings) > 0 || !resp.Compacted {
+			t.Fatalf("compact: %+v, %v", resp, err)
+		}
+		return resp
+	}
+	tiers := map[string]bool{}
+	tier := func() string {
+		p, err := td.c.Policy(bg, "lastn")
+		if err != nil || !p.Serving {
+			t.Fatalf("lastn: %+v, %v", p, err)
+		}
+		tiers[p.Tier] = true
+		return p.Tier
+	}
+	tier()
+	first := compact()
+	waitFor(t, "lastn compiled", 3*time.Minute, func() bool { return tier() == "compiled" })
+	if !tiers["interpreted"] {
+		t.Errorf("tiers seen: %v; the new plugin never served interpreted", tiers)
+	}
+	if got := compact(); mustJSON(t, got.Messages) != mustJSON(t, first.Messages) {
+		t.Errorf("compiled answer %s, interpreted %s", mustJSON(t, got.Messages), mustJSON(t, first.Messages))
 	}
 }

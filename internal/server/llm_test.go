@@ -50,6 +50,7 @@ func (f *fakeOpenAI) calls() []string {
 // block) reaches the wire, the summary cache answers a repeat, and the
 // cache lives in the store, so it survives a restart.
 func TestLLMProviderFromConfig(t *testing.T) {
+	t.Parallel()
 	provider := &fakeOpenAI{}
 	srv := httptest.NewServer(provider)
 	defer srv.Close()
@@ -114,6 +115,7 @@ func TestLLMProviderFromConfig(t *testing.T) {
 }
 
 func TestLLMConfigErrorsStopTheStart(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct{ name, cfg, want string }{
 		{"unknown provider", "llm:\n  provider: carrier-pigeon\n", "provider"},
 		{"typo", "llm:\n  provider: openai\n  tmeout: 5s\n", "tmeout"},

@@ -95,6 +95,7 @@ func checkCoverage() int {
 // TestErrorCodesMatchSpec: the Code constants are the document's ErrorCode
 // enum, with the same statuses, and every code is seen by the suite.
 func TestErrorCodesMatchSpec(t *testing.T) {
+	t.Parallel()
 	codes, err := api.ErrorCodes()
 	if err != nil {
 		t.Fatal(err)
@@ -120,6 +121,7 @@ func TestErrorCodesMatchSpec(t *testing.T) {
 // TestSpecServed: the daemon serves the document it embeds, as YAML and
 // as JSON, and both say the same.
 func TestSpecServed(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, "", pluginLastn)
 	status, y, h := td.raw(t, "GET", "/v1/openapi.yaml", "")
 	if status != 200 || string(y) != string(api.YAML()) || h.Get("Content-Type") != "application/yaml" {
@@ -146,6 +148,7 @@ func TestSpecServed(t *testing.T) {
 // token on the TCP listener. New endpoints are covered as they are added
 // to the document.
 func TestEveryPathAnswersWrongMethodsAndAuth(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
 	os.WriteFile(tokenFile, []byte("tok\n"), 0o600)

@@ -76,6 +76,7 @@ func shown(dom string) map[string]string {
 // number it shows is the one GET /v1/status reports, then the same for a
 // conversation's page and its last compaction.
 func TestStatusPageInBrowser(t *testing.T) {
+	t.Parallel()
 	bin := chromium(t)
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")

@@ -27,6 +27,7 @@ func rowKinds(d *client.CompactionDetail) string {
 }
 
 func TestLastCompactionDetail(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, "", pluginLastn, pluginSliding)
 	msgs := chatMessages(3) // system, 3 × (user, assistant), user: 8 messages
 	tests := []struct {
@@ -106,6 +107,7 @@ func TestLastCompactionDetail(t *testing.T) {
 // TestLastCompactionBounded: a long conversation's record stays small:
 // runs of kept messages are elided and previews are cut.
 func TestLastCompactionBounded(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, "", pluginLastn)
 	msgs := tauConversation(t, 60000)
 	big := json.RawMessage(`{"role":"user","content":"` + strings.Repeat("long text ", 2000) + `"}`)
@@ -132,6 +134,7 @@ func TestLastCompactionBounded(t *testing.T) {
 }
 
 func TestStatusPage(t *testing.T) {
+	t.Parallel()
 	td := setup(t, "", pluginLastn)
 	os.WriteFile(filepath.Join(td.plugins, "broken.wasm"), []byte("not wasm"), 0o644)
 	td.start(t)
@@ -209,6 +212,7 @@ func TestStatusPage(t *testing.T) {
 // TestStatusPageTCP: a browser opens the TCP listener's page with
 // ?token= once and gets a cookie that opens the pages, not the API.
 func TestStatusPageTCP(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
 	os.WriteFile(tokenFile, []byte("page-token\n"), 0o600)

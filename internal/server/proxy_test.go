@@ -104,6 +104,7 @@ func openAIBody(msgs []json.RawMessage, extra string) []byte {
 }
 
 func TestProxyOpenAIPassesThrough(t *testing.T) {
+	t.Parallel()
 	td, up := proxyDaemon(t, "", pluginSliding)
 	msgs := chatMessages(2)
 	// Fields compactd does not read (metadata, service_tier) pass through
@@ -159,6 +160,7 @@ func sseEvents(t *testing.T, body []byte) []string {
 }
 
 func TestProxyOpenAIStream(t *testing.T) {
+	t.Parallel()
 	td, up := proxyDaemon(t, "", pluginSliding)
 	msgs := chatMessages(1)
 	for _, tc := range []struct {
@@ -222,6 +224,7 @@ func TestProxyOpenAIStream(t *testing.T) {
 // as it arrives: with the upstream pausing between events, the client
 // reads the first one before the upstream has sent the second.
 func TestProxyStreamsEventByEvent(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -281,6 +284,7 @@ func tauMessages(t *testing.T, chars int) ([]json.RawMessage, int) {
 }
 
 func TestProxyCompactsWhenThePreflightCountPassesTheThreshold(t *testing.T) {
+	t.Parallel()
 	msgs, n := tauMessages(t, 12000)
 	td, up := proxyDaemon(t, fmt.Sprintf("  context_window: %d\n", n), pluginSliding)
 	body := openAIBody(msgs, "")
@@ -330,6 +334,7 @@ func TestProxyCompactsWhenThePreflightCountPassesTheThreshold(t *testing.T) {
 // tool definitions compactd does not count) flags the conversation, and
 // the next request is compacted.
 func TestProxyDeferredTrigger(t *testing.T) {
+	t.Parallel()
 	msgs, n := tauMessages(t, 24000)
 	tools := `,"tools":[{"type":"function","function":{"name":"lookup","description":"` + strings.Repeat("a ", n) + `","parameters":{"type":"object"}}}]`
 	window := n * 8 / 5 // the messages alone are 62%: no pre-flight trigger; with the tools, 94%
@@ -393,6 +398,7 @@ func anthropicBody(t *testing.T, raw []json.RawMessage, extra string) ([]byte, [
 }
 
 func TestProxyAnthropic(t *testing.T) {
+	t.Parallel()
 	raw, n := tauMessages(t, 12000)
 	td, up := proxyDaemon(t, fmt.Sprintf("  context_window: %d\n", n*3), pluginSliding)
 	body, msgs := anthropicBody(t, raw, "")
@@ -442,6 +448,7 @@ func TestProxyAnthropic(t *testing.T) {
 }
 
 func TestProxyFailedCompactionForwardsUncompacted(t *testing.T) {
+	t.Parallel()
 	msgs, n := tauMessages(t, 6000)
 	for _, tc := range []struct{ name, extra, warning string }{
 		{"plugin traps", "  policy: gohostile\n", "gohostile"},
@@ -466,6 +473,7 @@ func TestProxyFailedCompactionForwardsUncompacted(t *testing.T) {
 }
 
 func TestProxyUpstreamFailures(t *testing.T) {
+	t.Parallel()
 	td, _ := proxyDaemon(t, "  timeout: 1s\n", pluginSliding)
 	body := openAIBody(chatMessages(1), "")
 
@@ -483,14 +491,15 @@ func TestProxyUpstreamFailures(t *testing.T) {
 		t.Fatalf("the upstream's error is not marked as the upstream's: %v", resp.Header)
 	}
 	// Slower than proxy.timeout: 504 in the provider's format, compactd's
-	// own (no upstream marker).
+	// own (no upstream marker), long before the upstream would answer
+	// (a bound a busy machine keeps).
 	start := time.Now()
-	resp, got = td.post(t, proxy.RouteOpenAI, body, map[string]string{"X-Upstream-Delay": "5s"})
-	if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(got), `"code":"upstream_timeout"`) || time.Since(start) > 4*time.Second ||
+	resp, got = td.post(t, proxy.RouteOpenAI, body, map[string]string{"X-Upstream-Delay": "2m"})
+	if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(got), `"code":"upstream_timeout"`) || time.Since(start) > time.Minute ||
 		resp.Header.Get(proxy.HeaderUpstream) != "" {
 		t.Fatalf("%d %v %s after %v", resp.StatusCode, resp.Header, got, time.Since(start))
 	}
-	resp, got = td.post(t, proxy.RouteAnthropic, aBody, map[string]string{"X-Upstream-Delay": "5s"})
+	resp, got = td.post(t, proxy.RouteAnthropic, aBody, map[string]string{"X-Upstream-Delay": "2m"})
 	if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(got), "compactd (upstream_timeout)") {
 		t.Fatalf("%d %s", resp.StatusCode, got)
 	}
@@ -518,6 +527,7 @@ func TestProxyUpstreamFailures(t *testing.T) {
 }
 
 func TestProxyTCPAuth(t *testing.T) {
+	t.Parallel()
 	td, up := proxyDaemon(t, "", pluginSliding)
 	base := "http://" + td.TCPAddr()
 	tcp := tcpHTTP(t)
@@ -575,6 +585,7 @@ func TestProxyTCPAuth(t *testing.T) {
 }
 
 func TestProxyForwardsOtherPaths(t *testing.T) {
+	t.Parallel()
 	td, up := proxyDaemon(t, "", pluginSliding)
 	code, body, h := td.rawWith(t, "GET", "/v1/models?limit=5", "", map[string]string{"Authorization": "Bearer " + upstreamtest.OpenAIKey})
 	if code != 200 || !strings.Contains(string(body), `"gpt-4o"`) || up.Last().Path != "/v1/models" || h.Get(proxy.HeaderUpstream) != proxy.OpenAI {
@@ -616,6 +627,7 @@ func (td *testDaemon) rawWith(t *testing.T, method, path, body string, h map[str
 }
 
 func TestProxyManualCompaction(t *testing.T) {
+	t.Parallel()
 	raw, _ := tauMessages(t, 12000)
 	td, up := proxyDaemon(t, "", pluginSliding)
 	for _, tc := range []struct {
@@ -670,6 +682,7 @@ func TestProxyManualCompaction(t *testing.T) {
 }
 
 func TestProxyBadRequestsAreForwarded(t *testing.T) {
+	t.Parallel()
 	td, up := proxyDaemon(t, "", pluginSliding)
 	for _, body := range []string{`{"model":"gpt-4o","messages":"nope"}`, `not json`, `{"model":"gpt-4o","messages":[{"role":"tool","content":"x"}]}`} {
 		resp, got := td.post(t, proxy.RouteOpenAI, []byte(body), nil)
@@ -693,6 +706,7 @@ func TestProxyBadRequestsAreForwarded(t *testing.T) {
 // TestCompactAnthropicFormat: /v1/compact takes an Anthropic conversation
 // with "format": "anthropic" and answers in that format.
 func TestCompactAnthropicFormat(t *testing.T) {
+	t.Parallel()
 	raw, _ := tauMessages(t, 12000)
 	td, _ := proxyDaemon(t, "", pluginSliding)
 	body, msgs := anthropicBody(t, raw, "")
@@ -734,6 +748,7 @@ func TestCompactAnthropicFormat(t *testing.T) {
 // configured summarizer model (llm.model), not the model the agent's
 // request names — the original llms extension sent them to the latter.
 func TestProxySummarizerModel(t *testing.T) {
+	t.Parallel()
 	provider := &fakeOpenAI{}
 	srv := httptest.NewServer(provider)
 	defer srv.Close()

@@ -18,6 +18,7 @@ import (
 )
 
 func TestCompactRealConversation(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, "", pluginSliding, pluginLastn)
 	msgs := tauConversation(t, 13000)
 	// Reformat one kept message with odd whitespace and an unknown field:
@@ -64,6 +65,7 @@ func TestCompactRealConversation(t *testing.T) {
 }
 
 func TestCompactVariants(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, "policy: lastn\npolicies:\n  lastn: {n: 3, step: 1}\n", pluginSliding, pluginLastn, pluginGohostile)
 	msgs := chatMessages(6) // 14 messages
 	tests := []struct {
@@ -121,6 +123,7 @@ func TestCompactVariants(t *testing.T) {
 }
 
 func TestCompactErrors(t *testing.T) {
+	t.Parallel()
 	td := setup(t, "limits:\n  max_messages: 20\n  max_body_bytes: 4096\n", pluginLastn).start(t)
 	msgs := mustJSON(t, chatMessages(2))
 	tests := []struct {
@@ -189,6 +192,7 @@ func TestCompactErrors(t *testing.T) {
 }
 
 func TestRouting(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, "", pluginLastn)
 	tests := []struct {
 		method, path string
@@ -215,6 +219,7 @@ func TestRouting(t *testing.T) {
 }
 
 func TestPolicies(t *testing.T) {
+	t.Parallel()
 	td := setup(t, "", pluginSliding, pluginLastn)
 	os.WriteFile(td.plugins+"/broken.wasm", []byte("not wasm"), 0o644)
 	td.start(t)
@@ -248,6 +253,7 @@ func TestPolicies(t *testing.T) {
 }
 
 func TestStatus(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, "", pluginLastn)
 	for i := 0; i < 3; i++ {
 		if _, err := td.c.Compact(bg, &client.CompactRequest{Policy: "lastn", Model: "gpt-4o", ConversationID: "conv-a",
@@ -287,6 +293,7 @@ func TestStatus(t *testing.T) {
 }
 
 func TestConfigAPI(t *testing.T) {
+	t.Parallel()
 	const initial = "# daemon settings\npolicies:\n  lastn:\n    n: 3 # few\n    step: 1\n"
 	td := startDaemon(t, initial, pluginLastn)
 	doc, err := td.c.Config(bg)
@@ -409,6 +416,7 @@ func TestConfigAPI(t *testing.T) {
 }
 
 func TestHealthAndMetrics(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, "", pluginLastn, pluginGohostile)
 	h, err := td.c.Health(bg)
 	if err != nil || h.Status != "ok" || h.Policies != 2 {
@@ -471,13 +479,14 @@ func TestHealthAndMetrics(t *testing.T) {
 // A daemon with no policy is up but degraded, and /healthz says so; the
 // first plugin that arrives makes it ok.
 func TestHealthDegradedWithoutPolicies(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, "")
 	h, err := td.c.Health(bg)
 	if err != nil || h.Status != "degraded" || h.Policies != 0 {
 		t.Fatalf("health with no plugins = %+v, %v", h, err)
 	}
 	td.addPlugin(t, pluginLastn, "")
-	waitFor(t, "the plugin to load", 30*time.Second, func() bool {
+	waitFor(t, "the plugin to load", 2*time.Minute, func() bool {
 		h, err := td.c.Health(bg)
 		return err == nil && h.Status == "ok" && h.Policies == 1
 	})

@@ -17,6 +17,7 @@ import (
 // TestPanicIsA500: a handler that panics answers 500 with the error
 // shape, and the server keeps serving.
 func TestPanicIsA500(t *testing.T) {
+	t.Parallel()
 	s := New(Options{})
 	s.route("/boom", "boom", map[string]handlerFunc{http.MethodGet: func(http.ResponseWriter, *http.Request) error { panic("boom") }})
 	s.route("/fail", "fail", map[string]handlerFunc{http.MethodGet: func(http.ResponseWriter, *http.Request) error { return errors.New("disk on fire") }})
@@ -31,6 +32,7 @@ func TestPanicIsA500(t *testing.T) {
 }
 
 func TestConfigBodyLimit(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, "")
 	status, body, _ := td.raw(t, "PUT", "/v1/config", `{"policies":{"x":{"k":"`+strings.Repeat("a", maxConfigBody)+`"}}}`)
 	if code, _ := errorCode(t, body); status != 413 || code != CodeRequestTooLarge {
@@ -41,6 +43,7 @@ func TestConfigBodyLimit(t *testing.T) {
 // TestLongPipeline (F6): a pipeline of 100,000 names is refused at once,
 // before any policy is looked up.
 func TestLongPipeline(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, "", pluginLastn)
 	names := make([]string, 100000)
 	for i := range names {

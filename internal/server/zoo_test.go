@@ -418,6 +418,7 @@ func withInitialMemory(t testing.TB, wasm []byte, pages uint32) []byte {
 // declares it needs at start is refused (the reload would unload the
 // plugin), naming the key and the range that fits.
 func TestConfigMemoryFit(t *testing.T) {
+	t.Parallel()
 	td := setup(t, "")
 	lastn, err := os.ReadFile(wasmbuild.ForTest(t, pluginLastn))
 	if err != nil {

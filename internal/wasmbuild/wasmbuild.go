@@ -2,7 +2,9 @@
 // standard toolchain (GOOS=wasip1 GOARCH=wasm, -buildmode=c-shared) and C
 // plugins with clang for wasm32-wasi, and text modules (.wat) with
 // wat2wasm. `make plugins`, the tests and the benchmarks all build through
-// it, so a test always runs the .wasm its sources produce today.
+// it, so a test always runs the .wasm its sources produce today. For tests
+// it also builds the compactd binary (CompactdForTest), and shares what it
+// builds between the test binaries of a run (ForTest, TestCacheDir).
 package wasmbuild
 
 import (

@@ -347,7 +347,11 @@ static void kw_flush(kwriter_t *w)
 	w->word = 0;
 }
 
-#define HUGE_SUMMARY ((uint64_t)65 << 20) /* 65 MiB of 'x' */
+/* 65 MiB of 'x'; -DHUGE_MIB=N makes it N MiB. */
+#ifndef HUGE_MIB
+#define HUGE_MIB 65
+#endif
+#define HUGE_SUMMARY ((uint64_t)(HUGE_MIB) << 20)
 
 __attribute__((export_name("compact"))) int32_t compact(void)
 {

@@ -19,6 +19,7 @@ import (
 	"github.com/compactd/compactd/internal/provider"
 	"github.com/compactd/compactd/internal/proxy/upstreamtest"
 	"github.com/compactd/compactd/internal/server"
+	"github.com/compactd/compactd/internal/testenv"
 	"github.com/compactd/compactd/internal/wasmbuild"
 )
 
@@ -62,9 +63,10 @@ type summary struct {
 
 // scripts returns the directory of the client scripts, with the clients
 // installed in it, and node; without them the test fails (skips with
-// -short).
+// -short). A unit run (COMPACTD_TEST=unit) skips the tests that need them.
 func scripts(t *testing.T) (dir, node string) {
 	t.Helper()
+	testenv.Integration(t, "node and a daemon")
 	dir, err := filepath.Abs("testdata")
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	"github.com/compactd/compactd/internal/dataset"
 	"github.com/compactd/compactd/internal/proxy/upstreamtest"
 	"github.com/compactd/compactd/internal/server"
+	"github.com/compactd/compactd/internal/testenv"
 	"github.com/compactd/compactd/internal/tokens"
 	"github.com/compactd/compactd/internal/wasmbuild"
 )
@@ -75,9 +76,11 @@ type line struct {
 }
 
 // sdks returns the directory of the SDK scripts, with the SDKs installed
-// in it, and node; without them the test fails (skips with -short).
+// in it, and node; without them the test fails (skips with -short). A unit
+// run (COMPACTD_TEST=unit) skips the tests that need them.
 func sdks(t *testing.T) (dir, node string) {
 	t.Helper()
+	testenv.Integration(t, "node and a daemon")
 	dir, err := filepath.Abs("testdata")
 	if err != nil {
 		t.Fatal(err)
@@ -256,7 +259,7 @@ func startDaemon(t *testing.T, cfg string) *daemon {
 		Getenv:     func(string) string { return "" },
 		Defaults: config.Config{Socket: filepath.Join(dir, "s.sock"), PluginsDir: plugins,
 			StateDir: filepath.Join(dir, "state"), CacheDir: wasmbuild.TestCacheDir(t)},
-		Version: "test", StoreFlush: 10 * time.Millisecond,
+		Version: "test", StoreFlush: 10 * time.Millisecond, CompileFirst: true,
 	})
 	if err != nil {
 		t.Fatal(err)
