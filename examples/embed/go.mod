@@ -1,6 +1,6 @@
 module example.com/embed
 
-go 1.26
+go 1.26.0
 
 require github.com/compactd/compactd v0.0.0
 
@@ -19,7 +19,7 @@ require (
 	github.com/tetratelabs/wazero v1.12.0 // indirect
 	go.opentelemetry.io/proto/otlp v1.3.1 // indirect
 	golang.org/x/sync v0.20.0 // indirect
-	golang.org/x/sys v0.45.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.17.0 // indirect
 	google.golang.org/protobuf v1.34.2 // indirect
 )
