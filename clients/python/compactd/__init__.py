@@ -37,6 +37,7 @@ from .types import (
     ConfigDocument,
     Conversation,
     Health,
+    StoreHealth,
     Limits,
     LoadError,
     Message,
@@ -65,5 +66,5 @@ __all__ = [
     "CompactResponse", "Stats", "Stage", "Policy", "PolicyInstances", "Limits", "LoadError", "Status",
     "PolicyCounts", "Totals", "StoreDescriptor", "ProxyStatus", "ProxyUpstreams", "UpstreamChange",
     "Conversation", "CompactionDetail",
-    "CompactionRow", "MessagePreview", "ConfigDocument", "Health", "Message", "Usage",
+    "CompactionRow", "MessagePreview", "ConfigDocument", "Health", "StoreHealth", "Message", "Usage",
 ]

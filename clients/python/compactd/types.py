@@ -227,6 +227,9 @@ class Conversation:
     last_compaction: Optional[CompactionDetail] = None
     provider: str = ""
     last_usage: Optional[Usage] = None
+    #: the daemon that served the last request, when the replicas of a
+    #: fleet share a store (``state.url``)
+    replica: str = ""
 
 
 @dataclass
@@ -307,6 +310,22 @@ class ConfigDocument:
 
 
 @dataclass
+class StoreHealth:
+    """The shared state store's reachability in GET /healthz (present only
+    with ``state.url``): while it cannot be reached, requests are still
+    served from themselves alone and the daemon is "degraded"."""
+
+    backend: str
+    degraded: bool
+    dropped_writes: int
+    failed_reads: int
+    #: the last failure while degraded
+    error: str = ""
+    #: when the store became unreachable
+    since: Optional[_dt.datetime] = None
+
+
+@dataclass
 class Health:
     """The answer to GET /healthz. ``status`` is "ok", "starting" (the
     daemon tries its plugin files for the first time; policies serve as they
@@ -318,6 +337,7 @@ class Health:
     #: plugin files being loaded
     loading: int = 0
     problems: List[str] = field(default_factory=list)
+    store: Optional[StoreHealth] = None
 
 
 T = TypeVar("T")

@@ -351,3 +351,15 @@ def test_installed_copy_is_what_runs():
     want = os.environ.get("COMPACTD_TEST_EXPECT_INSTALLED")
     if want:
         assert compactd.__file__.startswith(want), compactd.__file__
+
+
+def test_health_with_a_shared_store_decodes():
+    # A fleet daemon's /healthz while Redis is down (state.url set).
+    h = types.from_dict(types.Health, {
+        "status": "degraded", "policies": 8, "problems": ["the shared state store cannot be reached"],
+        "store": {"backend": "redis", "degraded": True, "error": "dial unix: connection refused",
+                  "since": "2026-11-26T13:40:00.123456789Z", "dropped_writes": 3, "failed_reads": 1},
+    })
+    assert h.store is not None and h.store.degraded and h.store.dropped_writes == 3
+    assert h.store.since is not None and h.store.since.year == 2026
+    assert types.from_dict(types.Health, {"status": "ok", "policies": 8}).store is None
