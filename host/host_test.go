@@ -488,7 +488,8 @@ func TestCPluginLastn(t *testing.T) {
 	t.Parallel()
 	e := newTestEngine(t, false, Limits{})
 	p := loadTestPlugin(t, e, "plugins/lastn/lastn.c", Limits{})
-	cfg, err := p.Schema().Resolve(policyLayer(map[string]any{"n": 2}))
+	// step 1: a plain last-n window (lastn's default moves the cut in steps).
+	cfg, err := p.Schema().Resolve(policyLayer(map[string]any{"n": 2, "step": 1}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ func TestCompactCacheBreakpoints(t *testing.T) {
 	for _, m := range out {
 		n += strings.Count(string(m), `"cache_control":{"type":"ephemeral"}`)
 	}
-	if n != 2 {
-		t.Fatalf("%d breakpoints, want 2 (the task and the newest ledger chunk)", n)
+	if n != 3 {
+		t.Fatalf("%d breakpoints, want 3 (the task, the end of the ledger's stable messages and its newest)", n)
 	}
 }

@@ -414,12 +414,14 @@ func TestRecapConfigPrecedence(t *testing.T) {
 		override map[string]any
 		want     int // assistant messages rewritten to their recap line
 	}{
-		{"plugin defaults: min 3, batch 4", nil, nil, nil, 4},
+		{"plugin defaults: min 1, batch 8", nil, nil, nil, 8},
 		{"environment", map[string]string{"LLM_COMPACTION_BATCH_SIZE": "1", "LLM_COMPACTION_MIN_PRESERVED_ASSISTANT_MESSAGES": "2"}, nil, nil, 7},
 		{"environment, Playbooks spelling", map[string]string{"LLM_COMPACTION_ENABLED": "False"}, nil, nil, 0},
-		{"config file over environment", map[string]string{"LLM_COMPACTION_BATCH_SIZE": "1"}, map[string]any{"batch_size": 2}, nil, 6},
-		{"request over config file", map[string]string{"LLM_COMPACTION_BATCH_SIZE": "1"}, map[string]any{"batch_size": 2}, map[string]any{"batch_size": 5}, 5},
-		{"request re-enables", map[string]string{"LLM_COMPACTION_ENABLED": "false"}, nil, map[string]any{"enabled": true}, 4},
+		// 7 compactable (9 less the 2 preserved): the environment's batch
+		// of 1 would rewrite 7, the file's batch of 2 rewrites 6.
+		{"config file over environment", map[string]string{"LLM_COMPACTION_BATCH_SIZE": "1", "LLM_COMPACTION_MIN_PRESERVED_ASSISTANT_MESSAGES": "2"}, map[string]any{"batch_size": 2}, nil, 6},
+		{"request over config file", map[string]string{"LLM_COMPACTION_BATCH_SIZE": "1", "LLM_COMPACTION_MIN_PRESERVED_ASSISTANT_MESSAGES": "2"}, map[string]any{"batch_size": 2}, map[string]any{"batch_size": 5}, 5},
+		{"request re-enables", map[string]string{"LLM_COMPACTION_ENABLED": "false"}, nil, map[string]any{"enabled": true}, 8},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -449,7 +451,9 @@ func TestRecapConfigPrecedence(t *testing.T) {
 func TestSummaryMetadata(t *testing.T) {
 	c := newCompactor(t, compactor.Options{})
 	in := recapConversation(t, 7) // S, then U1 A1 … U7 A7; U1 is the task, kept
-	resp := compact(t, c, compactor.Request{Conversation: in, Pipeline: []string{"recap"}})
+	// recap's earlier defaults (3 preserved, batches of 4): 4 rewritten.
+	resp := compact(t, c, compactor.Request{Conversation: in, Pipeline: []string{"recap"},
+		Overrides: map[string]map[string]any{"recap": {"min_preserved_assistant_messages": 3, "batch_size": 4}}})
 	s := resp.Stats.Stages[0]
 	if fmt.Sprint(s.Rewritten) != "[2 4 6 8]" || fmt.Sprint(s.Dropped) != "[2 3 4 5 6 7 8]" || s.EntriesSummarized != 7 || !strings.Contains(s.Summary, "removed 3 user messages") {
 		t.Fatalf("stage %+v", s)
