@@ -70,7 +70,10 @@ func TestCacheBreakpoints(t *testing.T) {
 		t.Fatal("breakpoints without the flag")
 	}
 	marked, _ := post(true)
-	if len(marked.CacheBreakpoints) != 2 || len(marked.Messages) != len(plain.Messages) {
+	// ledger marks the task, the end of its stable messages and its newest
+	// (fewer where they fall on one message): one to three, within
+	// Anthropic's four markers.
+	if n := len(marked.CacheBreakpoints); n < 1 || n > 3 || len(marked.Messages) != len(plain.Messages) {
 		t.Fatalf("breakpoints %v on %d messages", marked.CacheBreakpoints, len(marked.Messages))
 	}
 	for i := range plain.Messages {
@@ -90,15 +93,27 @@ func TestCacheBreakpoints(t *testing.T) {
 			t.Fatalf("message %d:\n got %s\nwant %s", i, marked.Messages[i], want)
 		}
 	}
-	// The task (content parts) is marked on its last part; the newest
-	// ledger chunk on the message.
-	task := string(marked.Messages[marked.CacheBreakpoints[0]])
-	if !strings.Contains(task, `{"text":"(second part)","type":"text","cache_control":{"type":"ephemeral"}}]`) || strings.Count(task, "cache_control") != 1 {
-		t.Fatalf("task %s", task[len(task)-120:])
+	// The task (content parts), when it is among them, is marked on its
+	// last part; the newest breakpoint is one of ledger's messages, which
+	// come after the task and before the newest turn.
+	task := -1
+	for i, m := range plain.Messages {
+		if bytes.HasPrefix(m, []byte(`{"role":"user"`)) {
+			task = i
+			break
+		}
 	}
-	chunk := string(marked.Messages[marked.CacheBreakpoints[1]])
-	if !strings.HasPrefix(chunk, `{"role":"assistant","content":"[compactd ledger`) || !strings.HasSuffix(chunk, `,"cache_control":{"type":"ephemeral"}}`) {
-		t.Fatalf("chunk %s", chunk)
+	for _, bp := range marked.CacheBreakpoints {
+		if bp != task {
+			continue
+		}
+		got := string(marked.Messages[bp])
+		if !strings.Contains(got, `{"text":"(second part)","type":"text","cache_control":{"type":"ephemeral"}}]`) || strings.Count(got, "cache_control") != 1 {
+			t.Fatalf("task %s", got[len(got)-120:])
+		}
+	}
+	if newest := marked.CacheBreakpoints[len(marked.CacheBreakpoints)-1]; newest <= task || newest >= len(marked.Messages)-1 {
+		t.Fatalf("the newest breakpoint %d is not a ledger message (task %d, %d messages)", newest, task, len(marked.Messages))
 	}
 	// A flag of the wrong type is a clear error.
 	status, b, _ := td.raw(t, "POST", "/v1/compact", `{"cache_breakpoints":"yes","messages":[{"role":"user","content":"hi"}]}`)
@@ -139,7 +154,7 @@ func TestCacheBreakpointsAnthropic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !resp.Compacted || len(resp.CacheBreakpoints) != 2 {
+	if n := len(resp.CacheBreakpoints); !resp.Compacted || n < 1 || n > 3 {
 		t.Fatalf("compacted %v, breakpoints %v", resp.Compacted, resp.CacheBreakpoints)
 	}
 	total := anthropic.CountCacheControls(resp.System)
@@ -150,12 +165,14 @@ func TestCacheBreakpointsAnthropic(t *testing.T) {
 		for _, b := range resp.CacheBreakpoints {
 			marked = marked || b == i
 		}
-		if marked != (n == 1) {
+		// Several of ledger's chat messages can make one Anthropic
+		// message: it then carries a marker on each of their blocks.
+		if marked != (n >= 1) {
 			t.Errorf("message %d: %d markers, listed %v", i, n, marked)
 		}
 	}
-	if total != 3 {
-		t.Errorf("%d markers in the answer, want the system's and the two breakpoints", total)
+	if total < 1+len(resp.CacheBreakpoints) || total > anthropic.MaxCacheControls {
+		t.Errorf("%d markers in the answer, want the system's, at least one per breakpoint and at most %d", total, anthropic.MaxCacheControls)
 	}
 	// The answer is a valid Anthropic conversation.
 	if c, err := anthropic.Convert(resp.System, resp.Messages); err != nil || c.Chat.Validate() != nil {

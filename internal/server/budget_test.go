@@ -48,7 +48,7 @@ func TestCompileBudgetDaemon(t *testing.T) {
 				return
 			default:
 			}
-			r, err := c.Compact(context.Background(), &client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 3}, Messages: chatMessages(6)})
+			r, err := c.Compact(context.Background(), &client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 3, "step": 1}, Messages: chatMessages(6)})
 			if err != nil || len(r.Warnings) > 0 || len(r.Messages) != 5 {
 				if failed++; firstFailure == "" {
 					firstFailure = fmt.Sprintf("%v %+v", err, r)
@@ -137,7 +137,7 @@ func TestMemoryBudgetDaemon(t *testing.T) {
 		defer c.Close()
 		req := &client.CompactRequest{Policy: policy, Messages: msgs, Config: map[string]any{"mode": "loop"}}
 		if policy == "lastn" {
-			req.Config = map[string]any{"n": 3}
+			req.Config = map[string]any{"n": 3, "step": 1}
 		}
 		r, err := c.Compact(context.Background(), req)
 		answers <- answer{policy, r, err}
@@ -184,7 +184,7 @@ func TestMemoryBudgetDaemon(t *testing.T) {
 	if d.exited() || lim.oomKills() > 0 {
 		t.Fatalf("the daemon died (exit %d, killed at its memory limit %d times); log:\n%s", d.code, lim.oomKills(), d.Log())
 	}
-	r, err := d.c.Compact(context.Background(), &client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 3}, Messages: msgs})
+	r, err := d.c.Compact(context.Background(), &client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 3, "step": 1}, Messages: msgs})
 	if err != nil || len(r.Warnings) > 0 || len(r.Messages) != 5 {
 		t.Errorf("after the contention, lastn: %v %+v", err, r)
 	}

@@ -338,7 +338,7 @@ func TestQuickLoads(t *testing.T) {
 	td.start(t)
 	compact := func() *client.CompactResponse {
 		t.Helper()
-		resp, err := td.c.Compact(bg, &client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 2}, Messages: chatMessages(3)})
+		resp, err := td.c.Compact(bg, &client.CompactRequest{Policy: "lastn", Config: map[string]any{"n": 2, "step": 1}, Messages: chatMessages(3)})
 		if err != nil || len(resp.Warnings) > 0 || !resp.Compacted {
 			t.Fatalf("compact: %+v, %v", resp, err)
 		}
