@@ -649,7 +649,9 @@ func TestQuickLoad(t *testing.T) {
 			}
 		})
 	}
-	waitTier(t, p, TierCompiled, time.Minute)
+	// A hang guard, not a bound: compiling a Go plugin under -race beside
+	// 2×nproc busy loops took more than a minute.
+	waitTier(t, p, TierCompiled, 10*time.Minute)
 	close(stop)
 	wg.Wait()
 	// The interpreted module (several times the compiled one's memory)
