@@ -109,7 +109,7 @@ func TestClients(t *testing.T) {
 			if len(only) > 0 && !only[tc.name] {
 				t.Skip("not in CLIENTTEST_RUN")
 			}
-			runClient(t, dir, node, tc, false)
+			runClient(t, dir, node, tc)
 		})
 	}
 	if path := os.Getenv("CLIENTTEST_REPORT"); path != "" {
@@ -122,9 +122,9 @@ func TestClients(t *testing.T) {
 	}
 }
 
-// runClient runs one client's session through a daemon's proxy or, with
-// direct, straight against the provider.
-func runClient(t *testing.T, dir, node string, tc clientCase, direct bool) {
+// runClient runs one client's session through a daemon's proxy in front
+// of the provider.
+func runClient(t *testing.T, dir, node string, tc clientCase) {
 	up := upstreamtest.NewWith(provider.Options{ParallelEvery: 3})
 	t.Cleanup(up.Close)
 	id := "client-" + strings.ReplaceAll(tc.name, "/", "-")
@@ -132,10 +132,7 @@ func runClient(t *testing.T, dir, node string, tc clientCase, direct bool) {
 	if tc.api == provider.APIMessages {
 		key = upstreamtest.AnthropicKey
 	}
-	var d *daemon
-	base := up.URL
-	if !direct {
-		d = startDaemon(t, fmt.Sprintf(`policy: sliding
+	d := startDaemon(t, fmt.Sprintf(`policy: sliding
 policies: {sliding: {window_size: 8, step: 4}}
 tcp: {listen: '127.0.0.1:0', token_file: %s}
 proxy:
@@ -143,14 +140,13 @@ proxy:
   anthropic: {upstream: %s}
   trigger_tokens: %d
 `, writeFile(t, "token", token), up.OpenAIBase(), up.AnthropicBase(), triggerTokens))
-		base = "http://" + d.TCPAddr()
-	}
+	base := "http://" + d.TCPAddr()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, tc.script)
 	cmd.Dir = dir
 	cmd.Env = append(append(os.Environ(),
-		"COMPACTD_URL="+base, "COMPACTD_TOKEN="+token, fmt.Sprint("DIRECT=", direct), "PROVIDER_KEY="+key, "CONVERSATION="+id,
+		"COMPACTD_URL="+base, "COMPACTD_TOKEN="+token, "PROVIDER_KEY="+key, "CONVERSATION="+id,
 		fmt.Sprint("TURNS=", turns), fmt.Sprint("TOOL_OUTPUT_WORDS=", toolOutputWords)), tc.env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -162,18 +158,12 @@ proxy:
 	for sc.Scan() {
 		json.Unmarshal(sc.Bytes(), &sum)
 	}
-	var conv client.Conversation
-	if !direct {
-		conv = conversation(t, d, id)
-	}
+	conv := conversation(t, d, id)
 	clientErrors := 0
 	if runErr != nil {
 		clientErrors = 1
 	}
 	name, requests := tc.name, conv.Requests
-	if direct {
-		name, requests = tc.name+" (direct, no proxy)", api.Requests
-	}
 	report.Lock()
 	report.rows = append(report.rows, fmt.Sprintf("| %s | %s | %d | %d | %d | %d | %d |\n", name, tc.api, requests, api.ToolCall, conv.Compactions, clientErrors, api.Rejected))
 	report.Unlock()
@@ -190,9 +180,6 @@ proxy:
 	}
 	if api.ToolCall <= int64(turns) {
 		t.Fatalf("%d tool calls in %d turns: want some parallel ones", api.ToolCall, turns)
-	}
-	if direct {
-		return
 	}
 	if conv.Requests != int64(sum.Requests) {
 		t.Fatalf("compactd recorded %d requests of the conversation, the client made %d", conv.Requests, sum.Requests)

@@ -11,8 +11,7 @@ const env = process.env;
 export const compactdURL = env.COMPACTD_URL;
 export const providerKey = env.PROVIDER_KEY || 'sk-local';
 export const turns = Number(env.TURNS || 60);
-// DIRECT=true: straight to the provider, which refuses compactd's headers.
-export const headers = env.DIRECT === 'true' ? {} : { 'X-Compactd-Token': env.COMPACTD_TOKEN, 'X-Compactd-Conversation': env.CONVERSATION };
+export const headers = { 'X-Compactd-Token': env.COMPACTD_TOKEN, 'X-Compactd-Conversation': env.CONVERSATION };
 
 export const toolDescription = 'Reads a file of the repository; record_id names the record it belongs to.';
 // The tool's parameters, as JSON schema (the scripts that take a zod
