@@ -60,6 +60,7 @@ func runChildDaemon(dir, cacheDir string) int {
 			StateDir: filepath.Join(dir, "state"), CacheDir: cacheDir,
 		},
 		Logger: logger, Version: "test-child", Debounce: 10 * time.Millisecond, StoreFlush: 10 * time.Millisecond,
+		StoreTimeout: fleetStoreTimeout,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child daemon:", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,6 +55,12 @@ func fleetConfig(llmBase, upstream, policy, proxyExtra string) string {
 	return cfg
 }
 
+// fleetStoreTimeout bounds a fleet test daemon's calls to redis-server:
+// the tests compare answers byte for byte, and on this shared machine
+// under -race a call has missed the default 250 ms (the daemon then
+// serves that request without the store, as it should, and says so).
+const fleetStoreTimeout = 10 * time.Second
+
 // fleetDaemon starts a daemon with srcs (default: every built-in
 // policy); url, when set, is its shared store (COMPACTD_STATE_URL) and
 // replica its name there.
@@ -65,6 +72,7 @@ func fleetDaemon(t *testing.T, cfg, url, replica string, srcs ...string) *testDa
 		}
 	}
 	td := setup(t, cfg, srcs...)
+	td.opts.StoreTimeout = fleetStoreTimeout
 	td.opts.Getenv = func(k string) string {
 		switch k {
 		case config.EnvStateURL:
@@ -105,9 +113,9 @@ const fleetTurns = 6
 // conversation's turns in turn, for every built-in policy. Each turn's
 // answer is byte-identical to one daemon's (on its own bbolt store); the
 // local provider, as the summarizer, gets each summarization request
-// once across the fleet and as many as one daemon sends; and the fleet's
-// status shows the conversation's totals and the replica that served it
-// last.
+// once across the fleet and as many as one daemon sends, also when all
+// three get the same turn at once; and the fleet's status shows the
+// conversation's totals and the replica that served it last.
 //
 // The four daemons load every built-in compiled from the tests' shared
 // compilation cache; the turns are the fixture's growing prefixes.
@@ -201,6 +209,38 @@ func TestFleetRoundRobin(t *testing.T) {
 			t.Errorf("%s: fleet status requests=%d replica=%q, want %d and r%d", p.name, st.Requests, st.Replica, fleetTurns, (fleetTurns-1)%3)
 		}
 	}
+	// The same turn on all three replicas at once: one of them calls the
+	// summarizer for each span, the others wait for its answer.
+	req := &client.CompactRequest{Policy: "llm", Model: "deepseek-chat", ConversationID: "fleet-llm-concurrent", Messages: convs[1].Chat.Raw}
+	alone, err := single.c.Compact(bg, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1, _, _ := llmCalls(llmOne, fromOne)
+	answers := make([]*client.CompactResponse, len(fleet))
+	errs := make([]error, len(fleet))
+	var wg sync.WaitGroup
+	for i, r := range fleet {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers[i], errs[i] = r.c.Compact(bg, req)
+		}()
+	}
+	wg.Wait()
+	cf, rf, _ := llmCalls(llmFleet, fromFleet)
+	for i, got := range answers {
+		if errs[i] != nil {
+			t.Fatalf("replica %d, concurrent turn: %v", i, errs[i])
+		}
+		if mustJSON(t, got.Messages) != mustJSON(t, alone.Messages) || !got.Compacted {
+			t.Errorf("replica %d, concurrent turn: differs from one daemon (compacted %v)", i, got.Compacted)
+		}
+	}
+	if cf != c1 || rf > 1 || c1 == 0 {
+		t.Errorf("one turn on three replicas at once: %d summarizer calls (one request up to %d times), one daemon %d", cf, rf, c1)
+	}
+	fmt.Fprintf(&table, "| llm, one turn on 3 replicas at once | 1 | %d | %d | %d | %d | %d |\n", len(fleet), len(fleet), c1, cf, rf)
 	if s := llmFleet.Stats(); s.APIs[provider.APIChat].Rejected != 0 {
 		t.Errorf("the local provider refused summarization requests: %v", s.Rejections)
 	}
