@@ -161,13 +161,13 @@ func TestFleetReplicaKilled(t *testing.T) {
 	}
 	const conversations, turns, victimTurn = 3, 5, 2
 	lb := newBalancer(t, sockets)
-	type sent struct {
-		conv, turn int
-		body       []byte
+	cuts := make([][]int, conversations)
+	for c := range cuts {
+		cuts[c] = drillTurns(t, convs[c].Chat.Raw, turns)
 	}
 	request := func(c, k int) ([]byte, map[string]string) {
 		msgs := convs[c].Chat.Raw
-		cut := drillTurns(t, msgs, turns)[k]
+		cut := cuts[c][k]
 		h := map[string]string{"Content-Type": "application/json", "Authorization": "Bearer " + upstreamtest.OpenAIKey,
 			proxy.HeaderConversation: fmt.Sprintf("drill-%d", c), "X-Drill-Turn": fmt.Sprintf("%d/%d", c, k)}
 		if c == 0 && k == victimTurn {
@@ -236,6 +236,7 @@ func TestFleetReplicaKilled(t *testing.T) {
 	}
 	ref := fleetDaemon(t, cfg, "", "", "plugins/hierarchical")
 	identical := 0
+	var statuses []string
 	for c := 0; c < conversations; c++ {
 		for k := 0; k < turns; k++ {
 			body, h := request(c, k)
@@ -252,18 +253,19 @@ func TestFleetReplicaKilled(t *testing.T) {
 				identical++
 			}
 		}
-		st := children[c].c
-		conv, err := st.Conversation(bg, fmt.Sprintf("drill-%d", c))
+		// Any replica (here the c-th) shows the conversation whole.
+		conv, err := children[c].c.Conversation(bg, fmt.Sprintf("drill-%d", c))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if conv.Requests < turns || conv.Compactions < turns || !strings.HasPrefix(conv.Replica, "r") {
 			t.Errorf("drill-%d's status after the drill: %+v", c, conv)
 		}
+		statuses = append(statuses, fmt.Sprintf("drill-%d: %d requests, %d compactions, last on %s", c, conv.Requests, conv.Compactions, conv.Replica))
 	}
 	if n := lb.retries.Load(); n == 0 {
 		t.Errorf("no request was retried: the kill hit nothing in flight")
 	}
-	t.Logf("kill -9 drill: replica r%d killed holding turn %s; %d requests, %d served, %d failed, %d attempts (%d retried); %d of %d turns sent upstream as one daemon sends them",
-		killed, victimTag, conversations*turns, served.Load(), failed.Load(), lb.attempts.Load(), lb.retries.Load(), identical, conversations*turns)
+	t.Logf("kill -9 drill: replica r%d killed holding turn %s; %d requests, %d served, %d failed, %d attempts (%d retried); %d of %d turns sent upstream as one daemon sends them; status afterwards: %s",
+		killed, victimTag, conversations*turns, served.Load(), failed.Load(), lb.attempts.Load(), lb.retries.Load(), identical, conversations*turns, strings.Join(statuses, "; "))
 }
