@@ -244,7 +244,7 @@ func (p *Proxy) ServeForward(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Method == http.MethodPost {
 		// A POST may carry a conversation compactd cannot see here.
-		msg := fmt.Sprintf("compactd does not compact %s (it compacts %s, %s and %s): forwarded unchanged", r.URL.Path, RouteOpenAI, RouteResponses, RouteAnthropic)
+		msg := fmt.Sprintf("compactd does not compact %s (it compacts %s): forwarded unchanged", r.URL.Path, routes())
 		if alt := doubledVersion(r.URL.Path); alt != "" {
 			msg = fmt.Sprintf("%s has /v1 twice: the SDK's base URL ends in /v1 and the SDK adds it too (did you mean %s?); forwarded unchanged", r.URL.Path, alt)
 		}
@@ -254,6 +254,18 @@ func (p *Proxy) ServeForward(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	p.forward(w, r, cfg, prov, prov.Target(base, r.URL.Path), body, r.ContentLength, nil)
+}
+
+// routes lists the formats' routes, for messages: "A, B and C".
+func routes() string {
+	var rs []string
+	for _, f := range Formats() {
+		rs = append(rs, f.Route())
+	}
+	if len(rs) < 2 {
+		return strings.Join(rs, "")
+	}
+	return strings.Join(rs[:len(rs)-1], ", ") + " and " + rs[len(rs)-1]
 }
 
 // Unauthorized answers 401 in the provider's format (the TCP listener's
