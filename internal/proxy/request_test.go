@@ -237,3 +237,24 @@ func TestMemoryBound(t *testing.T) {
 		t.Fatalf("%d entries after the limit went to 0", n)
 	}
 }
+
+// TestWithListOneCopy: a compacted list goes into the body in one
+// allocation, the caller's bytes around it unchanged.
+func TestWithListOneCopy(t *testing.T) {
+	body := []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}],"stream":false}`)
+	r, err := parseRequest(body, openaichat.Format{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := []json.RawMessage{r.messages[1], json.RawMessage(`{"role":"system","content":"summary"}`)}
+	want := `{"model":"gpt-4o","messages":[{"role":"user","content":"b"},{"role":"system","content":"summary"}],"stream":false}`
+	if got := r.withList(list); string(got) != want {
+		t.Fatalf("withList = %s\nwant %s", got, want)
+	}
+	if got := r.withList(nil); string(got) != `{"model":"gpt-4o","messages":[],"stream":false}` {
+		t.Fatalf("withList(nil) = %s", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { r.withList(list) }); n != 1 {
+		t.Fatalf("withList allocates %v times, want 1 (one copy of the body)", n)
+	}
+}
