@@ -228,6 +228,9 @@ func (s *Server) handlePutConfig(w http.ResponseWriter, r *http.Request) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return apiErrorf(http.StatusBadRequest, CodeBadRequest, "empty body: want a JSON object of settings to change")
 	}
+	if data, err = keepStateSecret(data, s.opts.Config.Current().State.URL); err != nil {
+		return err
+	}
 	ch, err := s.opts.Config.Update(data)
 	if errors.Is(err, config.ErrUpstreamLocked) {
 		s.logger.Warn("config update refused: it would change the proxy's upstreams, which proxy.allow_upstream_change forbids", "by", requestOrigin(r), "error", err)
@@ -245,7 +248,9 @@ func (s *Server) handlePutConfig(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.metrics.configReloads.add(1, "ok")
 	s.noteUpstreamChanges(ch, requestOrigin(r))
-	b, err := json.Marshal(ch.Config)
+	answer := *ch.Config
+	answer.State.URL = redisstore.Redact(answer.State.URL) // as GET shows it
+	b, err := json.Marshal(&answer)
 	if err != nil {
 		return err
 	}
