@@ -118,6 +118,7 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 			msgs, marks = marked.Raw, resp.CacheBreakpoints
 		}
 	}
+	s.warnIfStoreDown(w) // an outage this request found
 	return writeCompacted(w, msgs, resp, format, system, marks, warnings)
 }
 

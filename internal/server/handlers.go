@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -423,9 +424,11 @@ func boolGauge(b bool) float64 {
 const StoreWarning = "state store unavailable: compacted from the request alone; plugin state and status not saved"
 
 // warnIfStoreDown adds StoreWarning to the response while the store is
-// degraded.
+// degraded, once. A handler calls it when the request starts and again
+// before it writes its answer, so the request whose store calls found the
+// outage carries the warning too.
 func (s *Server) warnIfStoreDown(w http.ResponseWriter) {
-	if s.opts.Store.Health().Degraded {
+	if s.opts.Store.Health().Degraded && !slices.Contains(w.Header().Values("X-Compactd-Warning"), StoreWarning) {
 		w.Header().Add("X-Compactd-Warning", StoreWarning)
 	}
 }
