@@ -65,6 +65,8 @@ type FleetResult struct {
 	// KeyBytes is MEMORY USAGE of a conversation's keys (status, plugin
 	// state, last-compaction record), mean over a sample.
 	KeyBytes float64
+	// RedisCPU is redis-server's CPU time per measured fleet request.
+	RedisCPU time.Duration
 	// SingleLoad and ReplicaLoad are throughput runs (Load, every client
 	// on one daemon, no conversation ids) on the bbolt daemon and on one
 	// replica of the fleet alone: requests per second and the daemon's
@@ -143,7 +145,7 @@ func Fleet(ctx context.Context, opts FleetOptions) ([]*FleetResult, error) {
 
 	var out []*FleetResult
 	for run, policy := range opts.Policies {
-		r, err := fleetPolicy(ctx, opts, policy, run, single, fleet, rdb)
+		r, err := fleetPolicy(ctx, opts, policy, run, single, fleet, rdb, rds.PID())
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w\n%s", policy, err, logs())
 		}
@@ -153,7 +155,7 @@ func Fleet(ctx context.Context, opts FleetOptions) ([]*FleetResult, error) {
 }
 
 // fleetPolicy measures one policy on the running daemons.
-func fleetPolicy(ctx context.Context, opts FleetOptions, policy string, run int, single *Server, fleet []*Server, rdb *redis.Client) (*FleetResult, error) {
+func fleetPolicy(ctx context.Context, opts FleetOptions, policy string, run int, single *Server, fleet []*Server, rdb *redis.Client, redisPID int) (*FleetResult, error) {
 	type conn struct {
 		single *loadClient
 		fleet  []*loadClient
@@ -258,6 +260,10 @@ func fleetPolicy(ctx context.Context, opts FleetOptions, policy string, run int,
 	if err != nil {
 		return nil, err
 	}
+	cpu0, err := ProcCPU(redisPID)
+	if err != nil {
+		return nil, err
+	}
 	var lat [3][]time.Duration
 	start := time.Now()
 	for len(lat[0]) == 0 || time.Since(start) < opts.MinTime {
@@ -268,6 +274,10 @@ func fleetPolicy(ctx context.Context, opts FleetOptions, policy string, run int,
 		for i := range lat {
 			lat[i] = append(lat[i], l[i]...)
 		}
+	}
+	cpu1, err := ProcCPU(redisPID)
+	if err != nil {
+		return nil, err
 	}
 	cmds1, err := redisCommands(ctx, rdb)
 	if err != nil {
@@ -286,6 +296,7 @@ func fleetPolicy(ctx context.Context, opts FleetOptions, policy string, run int,
 	// The commands INFO itself and the ZCARD above sent are the run's
 	// noise: a few against thousands.
 	res.Commands = float64(cmds1-cmds0) / float64(len(lat[1])+len(lat[2]))
+	res.RedisCPU = (cpu1 - cpu0) / time.Duration(len(lat[1])+len(lat[2]))
 	if convs1 > convs0 {
 		res.MemoryPerConversation = float64(mem1-mem0) / float64(convs1-convs0)
 	}
@@ -430,14 +441,14 @@ func WriteFleet(w io.Writer, rs []*FleetResult) {
 	r0 := rs[0]
 	fmt.Fprintf(w, "%d daemons sharing one redis-server (Unix socket, persistence off) against one daemon on bbolt, on the same requests: every turn prefix of %s, %d clients, each turn sent to three sides (which goes first rotating): the bbolt daemon; the fleet with each conversation kept on one replica (*sticky*, a load balancer with affinity); the fleet taking a conversation's turns round-robin (*rr*). Every request carries a conversation id, so plugin state and status go through the store. One interleaved run; the machine may be shared, so read the differences and ratios.\n\n",
 		r0.Replicas, r0.Set, r0.Clients)
-	fmt.Fprintln(w, "| policy | requests each | bbolt p50 / p99 | sticky p50 / p99 | rr p50 / p99 | added, sticky − bbolt p50 / p99 | added, rr − bbolt p50 / p99 | rr ÷ bbolt p50 / p99 | Redis commands per request |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| policy | requests each | bbolt p50 / p99 | sticky p50 / p99 | rr p50 / p99 | added, sticky − bbolt p50 / p99 | added, rr − bbolt p50 / p99 | rr ÷ bbolt p50 / p99 | Redis commands per request | redis-server CPU per request |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rs {
-		fmt.Fprintf(w, "| %s | %d | %s / %s | %s / %s | %s / %s | %s / %s | %s / %s | %.2f / %.2f | %.1f |\n", r.Policy, r.Fleet.Requests,
+		fmt.Fprintf(w, "| %s | %d | %s / %s | %s / %s | %s / %s | %s / %s | %s / %s | %.2f / %.2f | %.1f | %s |\n", r.Policy, r.Fleet.Requests,
 			ms(r.Single.P50), ms(r.Single.P99), ms(r.Sticky.P50), ms(r.Sticky.P99), ms(r.Fleet.P50), ms(r.Fleet.P99),
 			signedMs(r.Sticky.P50-r.Single.P50), signedMs(r.Sticky.P99-r.Single.P99),
 			signedMs(r.Fleet.P50-r.Single.P50), signedMs(r.Fleet.P99-r.Single.P99),
-			float64(r.Fleet.P50)/float64(r.Single.P50), float64(r.Fleet.P99)/float64(r.Single.P99), r.Commands)
+			float64(r.Fleet.P50)/float64(r.Single.P50), float64(r.Fleet.P99)/float64(r.Single.P99), r.Commands, us(r.RedisCPU))
 	}
 	fmt.Fprintf(w, "\nSizing: Redis memory per conversation (used_memory's growth over the measured passes ÷ the conversations they added; and MEMORY USAGE of a conversation's status, plugin-state and last-compaction keys, mean of up to 200), and throughput of one daemon alone (%d clients, no conversation ids): requests per second and the daemon's CPU per request.\n\n", r0.Clients)
 	fmt.Fprintln(w, "| policy | conversations in Redis | used_memory per conversation | MEMORY USAGE per conversation | bbolt daemon req/s (CPU/request) | one replica on Redis req/s (CPU/request) |")

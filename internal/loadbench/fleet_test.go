@@ -66,12 +66,12 @@ func TestWriteFleet(t *testing.T) {
 		Single:   FleetSide{Requests: 10, P50: time.Millisecond, P99: 3 * time.Millisecond},
 		Sticky:   FleetSide{Requests: 10, P50: 1200 * time.Microsecond, P99: 2 * time.Millisecond},
 		Fleet:    FleetSide{Requests: 10, P50: 1300 * time.Microsecond, P99: 4 * time.Millisecond},
-		Commands: 8, Conversations: 5, MemoryPerConversation: 8000, KeyBytes: 7000,
+		Commands: 8, RedisCPU: 40 * time.Microsecond, Conversations: 5, MemoryPerConversation: 8000, KeyBytes: 7000,
 		SingleLoad:  &Result{ReqPerSec: 1000, Requests: 10, ServerCPU: 5 * time.Millisecond},
 		ReplicaLoad: &Result{ReqPerSec: 900, Requests: 10, ServerCPU: 6 * time.Millisecond}}
 	var b bytes.Buffer
 	WriteFleet(&b, []*FleetResult{r})
-	for _, want := range []string{"| ledger | 10 | 1.00 ms / 3.00 ms | 1.20 ms / 2.00 ms | 1.30 ms / 4.00 ms | +0.20 ms / −1.00 ms | +0.30 ms / +1.00 ms | 1.30 / 1.33 | 8.0 |",
+	for _, want := range []string{"| ledger | 10 | 1.00 ms / 3.00 ms | 1.20 ms / 2.00 ms | 1.30 ms / 4.00 ms | +0.20 ms / −1.00 ms | +0.30 ms / +1.00 ms | 1.30 / 1.33 | 8.0 | 40 µs |",
 		"| ledger | 5 | 8.0 KB | 7.0 KB | 1,000 (500 µs) | 900 (600 µs) |"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("tables lack %q:\n%s", want, b.String())
