@@ -48,6 +48,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -334,10 +335,7 @@ func (x *exchange) unreadable(what string, err error) {
 }
 
 func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, prov wire.Format) {
-	if p.opts.Store.Health().Degraded {
-		// The request is still served (compacted from itself alone).
-		w.Header().Add(HeaderWarning, "state store unavailable: compacted from the request alone; the deferred trigger and status are not saved")
-	}
+	p.warnIfStoreDown(w.Header())
 	cfg := p.opts.Config.Current()
 	base, env := upstreamOf(&cfg.Proxy, prov)
 	if base == "" {
@@ -381,6 +379,7 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, prov wire.Format) 
 	for _, msg := range x.warnings {
 		h.Add(HeaderWarning, headerValue(msg))
 	}
+	p.warnIfStoreDown(h) // an outage this request's compaction found
 	p.forward(w, r, cfg, prov, prov.Target(base, r.URL.Path), out, length, x)
 }
 
@@ -818,4 +817,18 @@ func hold(resp *http.Response, limit int) ([]byte, error) {
 type readCloser struct {
 	io.Reader
 	io.Closer
+}
+
+// storeWarning is the HeaderWarning a proxied answer carries while the
+// state store is unreachable.
+const storeWarning = "state store unavailable: compacted from the request alone; the deferred trigger and status are not saved"
+
+// warnIfStoreDown adds storeWarning to h while the store is degraded,
+// once: serve calls it when the request starts and again before the
+// request goes upstream, so the request whose compaction found the outage
+// carries it too. The request is served either way.
+func (p *Proxy) warnIfStoreDown(h http.Header) {
+	if p.opts.Store.Health().Degraded && !slices.Contains(h.Values(HeaderWarning), storeWarning) {
+		h.Add(HeaderWarning, storeWarning)
+	}
 }

@@ -125,6 +125,7 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	if converted(req.Format) {
 		format, system = req.Format, req.System
 	}
+	s.warnIfStoreDown(w) // an outage this request found
 	return writeCompacted(w, msgs, resp, format, system, marks, warnings)
 }
 

@@ -98,5 +98,6 @@ func (s *Server) compactStored(ctx context.Context, w http.ResponseWriter, req *
 	if err != nil {
 		return err
 	}
+	s.warnIfStoreDown(w) // an outage this request found
 	return writeCompacted(w, st.Messages, st.Response, st.Provider, st.System, nil, nil)
 }
