@@ -54,8 +54,8 @@ type DaemonOptions struct {
 	// them.
 	Debounce   time.Duration
 	StoreFlush time.Duration
-	// StoreTimeout bounds one call to a shared store (state.url; 0:
-	// redisstore.DefaultOpTimeout). Tests that compare a fleet's answers
+	// StoreTimeout, when set, overrides state.timeout: the bound on one
+	// call to a shared store (state.url). Tests that compare a fleet's answers
 	// byte for byte lengthen it: on a machine loaded far past its cores,
 	// a call to the server can miss the default and be served as during
 	// an outage.

@@ -59,7 +59,7 @@ import (
 // Defaults for zero Options fields.
 const (
 	DefaultPrefix        = "compactd"
-	DefaultOpTimeout     = 250 * time.Millisecond
+	DefaultOpTimeout     = time.Second
 	DefaultProbeInterval = 500 * time.Millisecond
 	// keyGrace is how long past its TTL a conversation's keys live in
 	// Redis (their own expiry), for the sweeper to account for them.
