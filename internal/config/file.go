@@ -216,6 +216,13 @@ type State struct {
 	// PasswordFile holds the Redis password (its first line), so the
 	// config need not.
 	PasswordFile string `yaml:"password_file,omitempty" json:"password_file,omitempty"`
+	// Timeout bounds one call to the shared store (default 1s): a call
+	// that waits longer marks the store degraded, and requests are served
+	// from themselves alone until a probe finds the server again. It is a
+	// wall-clock bound on a network call, so it is generous: a busy CPU
+	// delays the answer of a healthy server too (250 ms was tripped under
+	// load). No effect on the embedded store.
+	Timeout Duration `yaml:"timeout,omitempty" json:"timeout"`
 }
 
 // EnvStateURL overrides state.url.
@@ -242,6 +249,7 @@ const (
 	DefaultStateTTL         = 7 * 24 * time.Hour
 	DefaultMaxConversations = 10000
 	DefaultMaxStateBytes    = 256 << 20
+	DefaultStateTimeout     = time.Second
 	// DefaultConversationCacheBytes and DefaultPluginIdleUnload are the
 	// defaults of limits.conversation_cache_bytes and
 	// limits.plugin_idle_unload.
@@ -292,6 +300,7 @@ func (c *Config) WithDefaults(base Config) *Config {
 		l.ConversationCacheBytes = DefaultConversationCacheBytes
 	}
 	setD(&out.State.TTL, DefaultStateTTL)
+	setD(&out.State.Timeout, DefaultStateTimeout)
 	if out.State.MaxConversations == 0 {
 		out.State.MaxConversations = DefaultMaxConversations
 	}

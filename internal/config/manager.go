@@ -217,6 +217,9 @@ func restartRequired(old, next *Config) []string {
 	add("limits.plugin_idle_unload", old.Limits.PluginIdleUnload, next.Limits.PluginIdleUnload)
 	add("limits.max_total_memory_mb", old.Limits.MaxTotalMemoryMB, next.Limits.MaxTotalMemoryMB)
 	add("limits.max_compile_memory_mb", old.Limits.MaxCompileMemoryMB, next.Limits.MaxCompileMemoryMB)
+	add("state.url", old.State.URL, next.State.URL)
+	add("state.password_file", old.State.PasswordFile, next.State.PasswordFile)
+	add("state.timeout", old.State.Timeout, next.State.Timeout)
 	return out
 }
 

@@ -56,6 +56,8 @@ const (
 	MaxConversations   = 10_000_000
 	MinStateBytes      = 64 << 10
 	MaxStateBytes      = 64 << 30
+	MinStateTimeout    = 10 * time.Millisecond
+	MaxStateTimeout    = time.Minute
 	MinPluginMemoryMB  = host.MinMemoryPages >> 4
 	MaxPluginMemoryMB  = host.MaxMemoryPages >> 4
 	MaxCompactSetting  = math.MaxInt32
@@ -121,6 +123,7 @@ func (c *Config) checkRanges() error {
 		durationRange("state.ttl", c.State.TTL, MinStateTTL, MaxStateTTL),
 		intRange("state.max_conversations", c.State.MaxConversations, 1, MaxConversations),
 		intRange("state.max_state_bytes", c.State.MaxStateBytes, MinStateBytes, MaxStateBytes),
+		durationRange("state.timeout", c.State.Timeout, MinStateTimeout, MaxStateTimeout),
 		c.Proxy.checkRanges(),
 	}
 	names := make([]string, 0, len(l.Plugins))

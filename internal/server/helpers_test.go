@@ -47,6 +47,9 @@ type testDaemon struct {
 	// without the race detector (wasmbuild.CompactdForTest), with
 	// `compactd serve` on the directory, instead of the test binary.
 	served bool
+	// childEnv are NAME=value pairs the daemon startChild starts reads
+	// from its environment (it sees no other variables).
+	childEnv []string
 }
 
 // setup prepares a daemon's directory: plugins copied in, and a config

@@ -24,10 +24,14 @@ func openStore(_ context.Context, cfg *config.Config, opts DaemonOptions, logger
 		if replica == "" {
 			replica = strings.TrimSpace(opts.Getenv("COMPACTD_REPLICA"))
 		}
+		timeout := cfg.State.Timeout.D()
+		if opts.StoreTimeout > 0 {
+			timeout = opts.StoreTimeout
+		}
 		r, err := redisstore.Open(redisstore.Options{
 			URL: url, PasswordFile: cfg.State.PasswordFile, Replica: replica,
 			TTL: cfg.State.TTL.D(), MaxConversations: cfg.State.MaxConversations, MaxStateBytes: cfg.State.MaxStateBytes,
-			FlushInterval: opts.StoreFlush, Logger: logger,
+			FlushInterval: opts.StoreFlush, OpTimeout: timeout, Logger: logger,
 		})
 		if err != nil {
 			return nil, err
