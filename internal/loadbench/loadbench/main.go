@@ -52,7 +52,7 @@ func main() {
 func run(ctx context.Context) error {
 	data := flag.String("data", "", "data `directory` (default: $COMPACTD_DATA or ../shared/data)")
 	sets := flag.String("sets", "tau-bench,mini-swe", "data sets, comma-separated")
-	targets := flag.String("targets", "echo,json,sliding,deterministic", "targets: echo, json, or a compactd policy, comma-separated")
+	targets := flag.String("targets", "echo,json,ledger,sliding,deterministic", "targets: echo, json, or a compactd policy, comma-separated")
 	orders := flag.String("orders", loadbench.OrderConversation, "the orders each set's requests are sent in, comma-separated: conversation (each conversation's turns in order by one client), interleaved (every conversation's first turn, then every second, ...) or shuffled (every request in a random order); each is a column of its own")
 	clients := flag.Int("clients", 2, "concurrent clients")
 	warmup := flag.Int("warmup", 1, "passes over a set before measuring")
