@@ -94,6 +94,9 @@ var runners = map[string][]string{
 	"sh":    {"bash", "-euo", "pipefail", "-c"},
 	"bash":  {"bash", "-euo", "pipefail", "-c"},
 	"shell": {"bash", "-euo", "pipefail", "-c"},
+	// Debian's python3, which scripts/deps.sh gives httpx (a pyenv or venv
+	// python3 earlier on PATH may lack it).
+	"python": {"/usr/bin/python3", "-c"},
 }
 
 // mustMark is what makes a shell block one the test has to know about.

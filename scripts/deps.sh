@@ -22,7 +22,7 @@ wabt binaryen
 gcc libc6-dev
 curl
 chromium
-python3 python3-pytest python3-pip python3-venv
+python3 python3-pytest python3-pip python3-venv python3-httpx
 rustc cargo libstd-rust-dev-wasm32 librust-serde-json-dev
 redis-server
 "
@@ -32,7 +32,8 @@ redis-server
 # curl: the examples of README.md and docs/, which readme_test.go runs
 # chromium: the status page's browser test
 # python3-*: the Python client's tests (pytest), its install with pip, and the
-#   test that installs it in a fresh venv (python3-venv: ensurepip)
+#   test that installs it in a fresh venv (python3-venv: ensurepip); python3-httpx:
+#   the Python quickstart's Unix-socket transport (docs/quickstarts.md, run by readme_test.go)
 # rustc cargo libstd-rust-dev-wasm32 librust-serde-json-dev: the Rust kit (kits/rust), offline
 # redis-server: the shared store's tests (internal/store/redisstore) start their
 #   own servers, standalone and a 3-node cluster
@@ -76,7 +77,7 @@ debs_ok() {
 	[ -e /usr/include/stdio.h ] || return 1
 	[ -x /usr/bin/rustc ] && [ -x /usr/bin/cargo ] && [ -d /usr/lib/rustlib/wasm32-wasi ] || return 1
 	ls /usr/share/cargo/registry 2>/dev/null | grep -q '^serde_json-' || return 1
-	/usr/bin/python3 -c 'import pytest, pip, ensurepip' >/dev/null 2>&1 || return 1
+	/usr/bin/python3 -c 'import pytest, pip, ensurepip, httpx' >/dev/null 2>&1 || return 1
 	return 0
 }
 
