@@ -45,12 +45,6 @@ type Plugin struct {
 	cur      *modRef // the module new instances come from; nil until loaded
 	idle     []*pooled
 	inflight int
-	// affinity maps a conversation id to the serial of the instance that
-	// last served it (at most maxAffinity ids), so its next call goes to
-	// that instance when it is idle and finds what the plugin memoized
-	// in its memory there; serial numbers the instances.
-	affinity map[string]uint64
-	serial   uint64
 	closed   bool
 	done     chan struct{}
 
@@ -77,14 +71,7 @@ type pooled struct {
 	instance
 	ref      *modRef
 	reserved uint64
-	serial   uint64 // unique within the plugin, for affinity
 }
-
-// maxAffinity caps the conversation ids a plugin remembers the instance
-// of. Past it a random id is forgotten: its next call may land on another
-// instance, which costs time (the plugin's memo there misses), never a
-// different result.
-const maxAffinity = 4096
 
 func newPlugin(mod module, limits Limits, logger hclog.Logger) *Plugin {
 	p := &Plugin{
@@ -428,14 +415,8 @@ func (p *Plugin) recovering(what string, f func()) (panicked any) {
 	return nil
 }
 
-// acquire reserves an instance: an idle one, or a new one. With a
-// conversation id (affinity) it prefers the idle instance that last
-// served that conversation; without one, or when that instance is busy or
-// gone, it takes the idle instance that has waited longest, which leaves
-// the most recently served conversations their instances. A preference
-// never waits: a call only ever waits for a free slot, in the order calls
-// arrived, so one busy conversation cannot hold back others.
-func (p *Plugin) acquire(ctx context.Context, affinity string) (*pooled, error) {
+// acquire reserves an instance: an idle one, or a new one.
+func (p *Plugin) acquire(ctx context.Context) (*pooled, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -452,16 +433,12 @@ func (p *Plugin) acquire(ctx context.Context, affinity string) (*pooled, error) 
 	}
 	p.mu.Lock()
 	if n := len(p.idle); n > 0 {
-		i := p.pickIdleLocked(affinity)
-		pi := p.idle[i]
-		copy(p.idle[i:], p.idle[i+1:])
+		pi := p.idle[n-1]
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
 		return pi, nil
 	}
-	p.serial++
-	serial := p.serial
 	p.mu.Unlock()
 	if _, pe := p.module(ctx); pe != nil {
 		<-p.slots
@@ -499,42 +476,7 @@ func (p *Plugin) acquire(ctx context.Context, affinity string) (*pooled, error) 
 		}
 		return nil, pe
 	}
-	return &pooled{instance: inst, ref: ref, reserved: reserved, serial: serial}, nil
-}
-
-// pickIdleLocked returns the index in p.idle of the instance a call for
-// the conversation affinity should take (see acquire). The caller holds
-// p.mu and p.idle is not empty.
-func (p *Plugin) pickIdleLocked(affinity string) int {
-	if affinity == "" {
-		return len(p.idle) - 1 // the most recently used: its memory is warm
-	}
-	if s, ok := p.affinity[affinity]; ok {
-		for i, pi := range p.idle {
-			if pi.serial == s {
-				return i
-			}
-		}
-	}
-	return 0
-}
-
-// rememberLocked records that pi served the conversation affinity. The
-// caller holds p.mu.
-func (p *Plugin) rememberLocked(affinity string, pi *pooled) {
-	if affinity == "" {
-		return
-	}
-	if p.affinity == nil {
-		p.affinity = make(map[string]uint64)
-	}
-	if _, ok := p.affinity[affinity]; !ok && len(p.affinity) >= maxAffinity {
-		for id := range p.affinity { // map order is random: a random id goes
-			delete(p.affinity, id)
-			break
-		}
-	}
-	p.affinity[affinity] = pi.serial
+	return &pooled{instance: inst, ref: ref, reserved: reserved}, nil
 }
 
 // recycleFraction: an instance whose memory grew past this share of the
@@ -543,7 +485,7 @@ func (p *Plugin) rememberLocked(affinity string, pi *pooled) {
 const recycleFraction = 2
 
 // release returns inst to the pool, or discards it if the call poisoned it.
-func (p *Plugin) release(ctx context.Context, pi *pooled, affinity string, failure *PluginError) {
+func (p *Plugin) release(ctx context.Context, pi *pooled, failure *PluginError) {
 	discard := failure != nil && poisons(failure.Kind) ||
 		pi.memoryBytes() > (uint64(p.limits.MaxMemoryPages)<<16)/recycleFraction
 	if discard && failure != nil {
@@ -554,7 +496,6 @@ func (p *Plugin) release(ctx context.Context, pi *pooled, affinity string, failu
 		p.closeInstanceLocked(ctx, pi)
 	} else {
 		p.idle = append(p.idle, pi)
-		p.rememberLocked(affinity, pi)
 		if p.engine != nil {
 			defer p.engine.budget.wake() // a waiter may close it
 		}
@@ -575,12 +516,11 @@ func (p *Plugin) finish(ctx context.Context) {
 
 // run calls export with input on a pooled instance, under the call time
 // limit, and hands the output to decode before the instance is released
-// (the output lives in the instance's memory). affinity, a conversation id
-// or "", says which idle instance to prefer (see acquire).
-func (p *Plugin) run(ctx context.Context, export string, input []byte, env CallEnv, msgs []abi.Message, affinity string, decode func(out []byte) *PluginError) error {
+// (the output lives in the instance's memory).
+func (p *Plugin) run(ctx context.Context, export string, input []byte, env CallEnv, msgs []abi.Message, decode func(out []byte) *PluginError) error {
 	p.calls.Add(1)
 	defer p.lastCall.Store(time.Now().UnixNano())
-	inst, err := p.acquire(ctx, affinity)
+	inst, err := p.acquire(ctx)
 	if err != nil {
 		p.failures.Add(1)
 		return p.named(export, err.(*PluginError))
@@ -597,7 +537,7 @@ func (p *Plugin) run(ctx context.Context, export string, input []byte, env CallE
 		failure = &PluginError{Kind: ErrPanic, Detail: fmt.Sprint(r)}
 	}
 	cancel()
-	p.release(context.WithoutCancel(ctx), inst, affinity, failure)
+	p.release(context.WithoutCancel(ctx), inst, failure)
 	if failure != nil {
 		p.failures.Add(1)
 		if failure.Kind == ErrTimeout {
@@ -664,7 +604,7 @@ func (p *Plugin) Compact(ctx context.Context, req *Request) (*Response, error) {
 	}
 	input := p.encode(req)
 	var resp *Response
-	err := p.run(ctx, abi.ExportCompact, input, req.Env, req.Conversation.Messages, req.Context.ConversationID, func(out []byte) *PluginError {
+	err := p.run(ctx, abi.ExportCompact, input, req.Env, req.Conversation.Messages, func(out []byte) *PluginError {
 		var pe *PluginError
 		resp, pe = decodeResult(req.Conversation, out)
 		return pe
@@ -689,7 +629,7 @@ func (p *Plugin) ShouldCompact(ctx context.Context, req *Request) (abi.ShouldCom
 	if err := p.loaded(ctx, abi.ExportShouldCompact); err != nil {
 		return res, err
 	}
-	err := p.run(ctx, abi.ExportShouldCompact, p.encode(req), req.Env, req.Conversation.Messages, req.Context.ConversationID, func(out []byte) *PluginError {
+	err := p.run(ctx, abi.ExportShouldCompact, p.encode(req), req.Env, req.Conversation.Messages, func(out []byte) *PluginError {
 		if err := json.Unmarshal(out, &res); err != nil {
 			return &PluginError{Kind: ErrInvalidOutput, Detail: "should_compact: " + err.Error()}
 		}
@@ -702,7 +642,7 @@ func (p *Plugin) ShouldCompact(ctx context.Context, req *Request) (abi.ShouldCom
 // without interpreting it. Conformance checks and benchmarks use it.
 func (p *Plugin) Call(ctx context.Context, export string, input []byte, env CallEnv) ([]byte, error) {
 	var out []byte
-	err := p.run(ctx, export, input, env, nil, "", func(o []byte) *PluginError {
+	err := p.run(ctx, export, input, env, nil, func(o []byte) *PluginError {
 		out = append([]byte(nil), o...)
 		return nil
 	})
@@ -715,5 +655,5 @@ func (p *Plugin) Ping(ctx context.Context) error {
 	if p.Path() != "fast" {
 		return p.named("ping", &PluginError{Kind: ErrInvalidModule, Detail: "ping needs the fast path"})
 	}
-	return p.run(ctx, exportPing, nil, CallEnv{}, nil, "", nil)
+	return p.run(ctx, exportPing, nil, CallEnv{}, nil, nil)
 }
