@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"slices"
 	"sync"
+
+	"github.com/compactd/compactd/internal/wire"
 )
 
 // The faults of an upstream the proxy counts (Proxy.Faults; the daemon's
@@ -40,13 +42,13 @@ type faults struct {
 	n  map[[2]string]uint64
 }
 
-func (p *Proxy) fault(prov provider, fault string) {
+func (p *Proxy) fault(prov wire.Format, fault string) {
 	p.faults.mu.Lock()
 	defer p.faults.mu.Unlock()
 	if p.faults.n == nil {
 		p.faults.n = map[[2]string]uint64{}
 	}
-	p.faults.n[[2]string{prov.name(), fault}]++
+	p.faults.n[[2]string{prov.Provider(), fault}]++
 }
 
 // Faults returns the upstream faults counted since the proxy was made,

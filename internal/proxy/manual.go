@@ -8,7 +8,7 @@ import (
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/models"
 	"github.com/compactd/compactd/internal/store"
-	"github.com/compactd/compactd/internal/wire/responses"
+	"github.com/compactd/compactd/internal/wire/formats"
 )
 
 // Stored is the result of compacting a proxied conversation's stored last
@@ -40,7 +40,7 @@ func (p *Proxy) CompactStored(ctx context.Context, id string, pipeline []string,
 	if e == nil || e.body == nil {
 		return nil, fmt.Errorf("%w %q (the proxy keeps the last request of conversations proxied since the daemon started, within proxy.max_stored_bytes)", ErrNotStored, id)
 	}
-	prov, ok := formats[e.provider]
+	prov, ok := formats.Lookup(e.provider)
 	if !ok {
 		return nil, fmt.Errorf("%w: the stored request's format %q is unknown", ErrNotStored, e.provider)
 	}
@@ -48,10 +48,11 @@ func (p *Proxy) CompactStored(ctx context.Context, id string, pipeline []string,
 	if err != nil {
 		return nil, fmt.Errorf("%w: the stored request cannot be read: %v", ErrNotStored, err)
 	}
-	conv, back, err := prov.conversation(req)
+	wc, err := prov.Convert(req.system, req.messages)
 	if err != nil {
 		return nil, err
 	}
+	conv := wc.Chat()
 	cfg := p.opts.Config.Current()
 	resp, err := p.opts.Compactor.Compact(ctx, compactor.Request{
 		Conversation: conv, Pipeline: pipeline, Overrides: overrides, Model: e.model, ConversationID: id,
@@ -60,38 +61,27 @@ func (p *Proxy) CompactStored(ctx context.Context, id string, pipeline []string,
 	if err != nil {
 		return nil, err
 	}
-	out := &Stored{Provider: e.provider, Model: e.model, Messages: req.messages, Response: resp}
-	if e.provider != OpenAI {
-		out.System = req.system
-	}
-	if e.provider == Responses && len(req.messages) == 1 && len(req.messages[0]) > 0 && req.messages[0][0] == '"' {
-		// A string input is answered as the one user message item it is.
-		items, err := responses.Items(req.messages[0])
-		if err != nil {
-			return nil, err
-		}
-		out.Messages = []json.RawMessage{items[0].Raw}
-	}
+	// The list as the format's elements (a Responses string input is
+	// answered as the one user message item it is).
+	out := &Stored{Provider: e.provider, Model: e.model, Messages: wc.List(), System: req.system, Response: resp}
 	failed := false
 	for _, st := range resp.Stats.Stages {
 		failed = failed || st.Error != ""
 	}
 	obs := store.Observation{
 		ConversationID: id, Model: e.model, Pipeline: pipeline, Provider: e.provider,
-		MessagesBefore: len(req.messages), TokensBefore: resp.Stats.TokensBefore,
-		MessagesAfter: len(req.messages), TokensAfter: resp.Stats.TokensBefore, Failed: failed,
+		MessagesBefore: len(out.Messages), TokensBefore: resp.Stats.TokensBefore,
+		MessagesAfter: len(out.Messages), TokensAfter: resp.Stats.TokensBefore, Failed: failed,
 	}
 	if obs.ContextWindow = cfg.Proxy.ContextWindow; obs.ContextWindow <= 0 {
 		obs.ContextWindow = models.ContextWindow(e.model)
 	}
 	if resp.Compacted {
-		array, err := back(resp)
-		if err == nil {
-			out.Messages, err = arrayElements(array)
-		}
+		list, err := req.back(prov, wc, resp)
 		if err != nil {
 			return nil, fmt.Errorf("writing the compacted conversation back: %w", err)
 		}
+		out.Messages = list
 		obs.Compacted, obs.MessagesAfter, obs.TokensAfter = true, len(out.Messages), resp.Stats.TokensAfter
 	}
 	p.opts.Store.Observe(obs)

@@ -8,9 +8,9 @@
 //     threshold (the deferred trigger: needs_compaction), or when a
 //     pre-flight count of this request does — either one suffices. The
 //     conversation goes through the one compaction path
-//     (internal/compactor), so policies see the same ABI for both
-//     providers (Anthropic requests are converted at the edge,
-//     internal/anthropic). A failed compaction never fails the agent's
+//     (internal/compactor), so policies see the same ABI for every wire
+//     format (each converted at the edge by its package under
+//     internal/wire, registered once in internal/wire/formats). A failed compaction never fails the agent's
 //     call: the request goes on uncompacted with an X-Compactd-Warning
 //     header and a log line.
 //   - The response filter reads the provider's usage from the JSON body or
@@ -48,6 +48,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -60,6 +61,9 @@ import (
 	"github.com/compactd/compactd/internal/models"
 	"github.com/compactd/compactd/internal/store"
 	"github.com/compactd/compactd/internal/tokens"
+	"github.com/compactd/compactd/internal/wire"
+	"github.com/compactd/compactd/internal/wire/anthropic"
+	"github.com/compactd/compactd/internal/wire/openaichat"
 	"github.com/compactd/compactd/internal/wire/responses"
 	"github.com/hashicorp/go-hclog"
 )
@@ -91,8 +95,8 @@ const (
 // Routes the proxy serves. Other paths under /v1/ that compactd does not
 // serve are forwarded as they are (Forwards, ServeForward).
 const (
-	RouteOpenAI    = "/v1/chat/completions"
-	RouteAnthropic = "/v1/messages"
+	RouteOpenAI    = openaichat.Route
+	RouteAnthropic = anthropic.Route
 	RouteResponses = responses.Route
 )
 
@@ -195,39 +199,20 @@ func (p *Proxy) Close() {
 // their size in bytes.
 func (p *Proxy) Stored() (conversations int, bytes int64) { return p.mem.stats() }
 
-// ServeOpenAI serves POST /v1/chat/completions.
-func (p *Proxy) ServeOpenAI(w http.ResponseWriter, r *http.Request) { p.serve(w, r, openAI{}) }
-
-// ServeAnthropic serves POST /v1/messages.
-func (p *Proxy) ServeAnthropic(w http.ResponseWriter, r *http.Request) {
-	p.serve(w, r, anthropicAPI{})
+// ServeFormat serves POST on the format's route (Formats).
+func (p *Proxy) ServeFormat(f wire.Format) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) { p.serve(w, r, f) }
 }
 
-// ServeResponses serves POST /v1/responses (the OpenAI Responses API).
-func (p *Proxy) ServeResponses(w http.ResponseWriter, r *http.Request) {
-	p.serve(w, r, responsesAPI{})
-}
-
-// providerFor tells an OpenAI request from an Anthropic one by the
-// headers every Anthropic client sends.
-func providerFor(r *http.Request) provider {
-	if IsAnthropic(r) || strings.HasPrefix(r.URL.Path, RouteAnthropic) {
-		return anthropicAPI{}
+// ErrorFor renders an error of compactd's outside the proxy's routes in
+// the shape r's client reads: Anthropic's ({"type": "error", "error":
+// {type, message}}) for a request with Anthropic's headers, ok false
+// otherwise (compactd's own shape).
+func ErrorFor(r *http.Request, status int, code, msg string) (body []byte, ok bool) {
+	if !anthropic.FromClient(r.Header) {
+		return nil, false
 	}
-	return openAI{}
-}
-
-// IsAnthropic reports whether r carries the headers every Anthropic
-// client sends (anthropic-version, or x-api-key).
-func IsAnthropic(r *http.Request) bool {
-	return r.Header.Get("anthropic-version") != "" || r.Header.Get("x-api-key") != ""
-}
-
-// AnthropicError renders an error of compactd's in Anthropic's error
-// shape ({"type": "error", "error": {type, message}}), for answers to
-// Anthropic clients outside the proxy's routes.
-func AnthropicError(status int, code, msg string) []byte {
-	return anthropicAPI{}.errorBody(status, code, msg)
+	return anthropic.Format{}.ErrorBody(status, code, msg), true
 }
 
 // Forwards reports whether r, a path under /v1/ that compactd does not
@@ -240,16 +225,17 @@ func (p *Proxy) Forwards(r *http.Request) bool {
 		return false
 	}
 	cfg := p.opts.Config.Current()
-	return providerFor(r).upstream(&cfg.Proxy) != ""
+	base, _ := upstreamOf(&cfg.Proxy, formatFor(r))
+	return base != ""
 }
 
 // ServeForward forwards r unchanged (see Forwards).
 func (p *Proxy) ServeForward(w http.ResponseWriter, r *http.Request) {
 	cfg := p.opts.Config.Current()
-	prov := providerFor(r)
-	base := prov.upstream(&cfg.Proxy)
+	prov := formatFor(r)
+	base, _ := upstreamOf(&cfg.Proxy, prov)
 	if base == "" {
-		p.writeError(w, prov, http.StatusNotFound, "not_found", fmt.Sprintf("no endpoint %s %s, and no %s upstream to forward it to", r.Method, r.URL.Path, prov.name()))
+		p.writeError(w, prov, http.StatusNotFound, "not_found", fmt.Sprintf("no endpoint %s %s, and no %s upstream to forward it to", r.Method, r.URL.Path, prov.Provider()))
 		return
 	}
 	extendDeadline(w, cfg.Proxy.Timeout.D())
@@ -259,28 +245,40 @@ func (p *Proxy) ServeForward(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Method == http.MethodPost {
 		// A POST may carry a conversation compactd cannot see here.
-		msg := fmt.Sprintf("compactd does not compact %s (it compacts %s, %s and %s): forwarded unchanged", r.URL.Path, RouteOpenAI, RouteResponses, RouteAnthropic)
+		msg := fmt.Sprintf("compactd does not compact %s (it compacts %s): forwarded unchanged", r.URL.Path, routes())
 		if alt := doubledVersion(r.URL.Path); alt != "" {
 			msg = fmt.Sprintf("%s has /v1 twice: the SDK's base URL ends in /v1 and the SDK adds it too (did you mean %s?); forwarded unchanged", r.URL.Path, alt)
 		}
 		w.Header().Add(HeaderWarning, headerValue(msg))
 		if p.passed.note(r.URL.Path, PassPath, r.Header.Get(HeaderConversation)) {
-			p.logger.Warn("proxy: "+msg, "provider", prov.name(), "path", r.URL.Path)
+			p.logger.Warn("proxy: "+msg, "provider", prov.Provider(), "path", r.URL.Path)
 		}
 	}
-	p.forward(w, r, cfg, prov, prov.target(base, r.URL.Path), body, r.ContentLength, nil)
+	p.forward(w, r, cfg, prov, prov.Target(base, r.URL.Path), body, r.ContentLength, nil)
+}
+
+// routes lists the formats' routes, for messages: "A, B and C".
+func routes() string {
+	var rs []string
+	for _, f := range Formats() {
+		rs = append(rs, f.Route())
+	}
+	if len(rs) < 2 {
+		return strings.Join(rs, "")
+	}
+	return strings.Join(rs[:len(rs)-1], ", ") + " and " + rs[len(rs)-1]
 }
 
 // Unauthorized answers 401 in the provider's format (the TCP listener's
 // check).
 func (p *Proxy) Unauthorized(w http.ResponseWriter, r *http.Request, msg string) {
-	p.writeError(w, providerFor(r), http.StatusUnauthorized, "unauthorized", msg)
+	p.writeError(w, formatFor(r), http.StatusUnauthorized, "unauthorized", msg)
 }
 
-func (p *Proxy) writeError(w http.ResponseWriter, prov provider, status int, code, msg string) {
+func (p *Proxy) writeError(w http.ResponseWriter, prov wire.Format, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	w.Write(prov.errorBody(status, code, msg))
+	w.Write(prov.ErrorBody(status, code, msg))
 }
 
 // extendDeadline lets a proxied exchange outlive the server's write
@@ -292,7 +290,7 @@ func extendDeadline(w http.ResponseWriter, d time.Duration) {
 // exchange is one proxied request on its way through the filters.
 type exchange struct {
 	p        *Proxy
-	prov     provider
+	prov     wire.Format
 	cfg      *config.Config
 	id       string
 	path     string
@@ -311,7 +309,7 @@ type exchange struct {
 func (x *exchange) warn(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	x.warnings = append(x.warnings, msg)
-	x.p.logger.Warn("proxy: "+msg, "provider", x.prov.format(), "conversation", x.id)
+	x.p.logger.Warn("proxy: "+msg, "provider", x.prov.Name(), "conversation", x.id)
 }
 
 // passThrough is warn for a request forwarded uncompacted because
@@ -321,7 +319,7 @@ func (x *exchange) passThrough(reason, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	x.warnings = append(x.warnings, msg)
 	if x.p.passed.note(x.path, reason, x.id) {
-		x.p.logger.Warn("proxy: "+msg, "provider", x.prov.format(), "conversation", x.id, "path", x.path,
+		x.p.logger.Warn("proxy: "+msg, "provider", x.prov.Name(), "conversation", x.id, "path", x.path,
 			"note", "logged once per conversation; compactd_proxy_uncompacted_total counts every one")
 	}
 }
@@ -330,26 +328,19 @@ func (x *exchange) passThrough(reason, format string, args ...any) {
 // conversation: input compactd does not convert, or a malformed one.
 func (x *exchange) unreadable(what string, err error) {
 	reason := PassUnreadable
-	if errors.Is(err, responses.ErrUnsupported) {
+	if errors.Is(err, chat.ErrUnsupportedFormat) {
 		reason = PassUnsupported
 	}
 	x.passThrough(reason, "%s could not be read (%v): forwarded uncompacted", what, err)
 }
 
-func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, prov provider) {
-	if p.opts.Store.Health().Degraded {
-		// The request is still served (compacted from itself alone).
-		w.Header().Add(HeaderWarning, "state store unavailable: compacted from the request alone; the deferred trigger and status are not saved")
-	}
+func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, prov wire.Format) {
+	p.warnIfStoreDown(w.Header())
 	cfg := p.opts.Config.Current()
-	base := prov.upstream(&cfg.Proxy)
+	base, env := upstreamOf(&cfg.Proxy, prov)
 	if base == "" {
-		env := config.EnvOpenAIUpstream
-		if prov.name() == Anthropic {
-			env = config.EnvAnthropicUpstream
-		}
 		p.writeError(w, prov, http.StatusNotFound, "proxy_off",
-			fmt.Sprintf("the %s proxy is off: set proxy.%s.upstream in the config file, or $%s", prov.name(), prov.name(), env))
+			fmt.Sprintf("the %s proxy is off: set proxy.%s.upstream in the config file, or $%s", prov.Provider(), prov.Provider(), env))
 		return
 	}
 	id := r.Header.Get(HeaderConversation)
@@ -388,7 +379,8 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, prov provider) {
 	for _, msg := range x.warnings {
 		h.Add(HeaderWarning, headerValue(msg))
 	}
-	p.forward(w, r, cfg, prov, prov.target(base, r.URL.Path), out, length, x)
+	p.warnIfStoreDown(h) // an outage this request's compaction found
+	p.forward(w, r, cfg, prov, prov.Target(base, r.URL.Path), out, length, x)
 }
 
 // readBody reads up to limit+1 bytes of r's body: into a buffer of its
@@ -433,12 +425,12 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 		return body
 	}
 	x.model = req.model
-	if why := x.prov.uncompactable(req); why != "" {
+	if why := x.prov.Uncompactable(req.get); why != "" {
 		x.passThrough(PassProviderHistory, "%s: forwarded uncompacted", why)
 		return body
 	}
 	if x.id == "" {
-		lead, err := x.prov.leading(req)
+		lead, err := x.prov.Leading(req.system, req.messages)
 		if err != nil {
 			x.unreadable("the conversation", err)
 			return body
@@ -453,9 +445,9 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 	// The pre-flight count: only messages not in the previous request are
 	// tokenized.
 	tok := p.opts.Tokens.ForModel(req.model)
-	items, hasSystem := x.prov.items(req)
+	items, hasSystem := req.items()
 	prev := p.mem.snapshot(x.id)
-	if prev != nil && (prev.model != req.model || prev.provider != x.prov.format()) {
+	if prev != nil && (prev.model != req.model || prev.provider != x.prov.Name()) {
 		prev = nil
 	}
 	hashes, counts, total, err := p.count(x.prov, tok, items, hasSystem, prev)
@@ -469,7 +461,7 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 		offset = prev.offset
 	}
 	estimate := total + offset
-	p.mem.remember(x.id, x.prov.format(), req.model, body, hashes, counts)
+	p.mem.remember(x.id, x.prov.Name(), req.model, body, hashes, counts)
 
 	status, known := p.opts.Store.Conversation(x.id)
 	pc := &cfg.Proxy
@@ -485,7 +477,7 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 
 	pipeline := cfg.ProxyPipeline()
 	obs := store.Observation{
-		ConversationID: x.id, Model: req.model, Pipeline: pipeline, Provider: x.prov.format(),
+		ConversationID: x.id, Model: req.model, Pipeline: pipeline, Provider: x.prov.Name(),
 		MessagesBefore: len(req.messages), TokensBefore: total, MessagesAfter: len(req.messages), TokensAfter: total,
 		ContextWindow: x.window,
 	}
@@ -498,7 +490,7 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 	p.observe(x.compaction)
 	x.tracked = true
 
-	if x.prov.format() == OpenAI && req.stream && !req.clientUsage && pc.IncludeStreamUsage() {
+	if x.prov.StreamUsageOption() && req.stream && !req.clientUsage && pc.IncludeStreamUsage() {
 		b, err := req.withStreamUsage(out)
 		if err != nil {
 			x.warn("stream_options could not be set (%v): the response's usage is not recorded", err)
@@ -517,7 +509,7 @@ func (x *exchange) compact(ctx context.Context, req *request, pipeline []string,
 		x.warn("compaction is due (%s) but no policy is configured (proxy.policy, or the config's policy): forwarded uncompacted", reason)
 		return req.body
 	}
-	conv, back, err := x.prov.conversation(req)
+	wc, err := x.prov.Convert(req.system, req.messages)
 	if err != nil {
 		x.unreadable("compaction is due but the conversation", err)
 		obs.Failed = true
@@ -526,7 +518,7 @@ func (x *exchange) compact(ctx context.Context, req *request, pipeline []string,
 	cctx, cancel := context.WithTimeout(ctx, cfg.Limits.RequestTimeout.D())
 	defer cancel()
 	resp, err := p.opts.Compactor.Compact(cctx, compactor.Request{
-		Conversation: conv, Pipeline: pipeline, Model: req.model, ConversationID: x.id, ContextWindow: cfg.Proxy.ContextWindow,
+		Conversation: wc.Chat(), Pipeline: pipeline, Model: req.model, ConversationID: x.id, ContextWindow: cfg.Proxy.ContextWindow,
 		SummarizerModel: cfg.LLMModel(),
 	})
 	if err != nil {
@@ -534,7 +526,7 @@ func (x *exchange) compact(ctx context.Context, req *request, pipeline []string,
 		obs.Failed = true
 		return req.body
 	}
-	x.compaction = &Compaction{Input: conv, Response: resp, Model: req.model, Pipeline: pipeline}
+	x.compaction = &Compaction{Input: wc.Chat(), Response: resp, Model: req.model, Pipeline: pipeline}
 	for _, w := range resp.Warnings {
 		x.warn("%s", w)
 	}
@@ -547,29 +539,24 @@ func (x *exchange) compact(ctx context.Context, req *request, pipeline []string,
 		p.logger.Debug("proxy: compaction due, policy kept the conversation", "conversation", x.id, "reason", reason)
 		return req.body
 	}
-	array, err := back(resp)
+	list, err := req.back(x.prov, wc, resp)
 	if err != nil {
 		x.warn("the compacted conversation could not be written back (%v): forwarded uncompacted", err)
 		obs.Failed = true
 		return req.body
 	}
-	n := resp.Conversation.Len()
-	if x.prov.format() != OpenAI {
-		if elems, err := arrayElements(array); err == nil {
-			n = len(elems)
-		}
-	}
+	n := len(list)
 	obs.Compacted, obs.MessagesAfter, obs.TokensAfter = true, n, resp.Stats.TokensAfter+tokens.ReplyPrimingTokens
 	x.compacted, x.forwarded = true, obs.TokensAfter
-	p.logger.Info("proxy: compacted", "provider", x.prov.format(), "conversation", x.id, "reason", reason,
+	p.logger.Info("proxy: compacted", "provider", x.prov.Name(), "conversation", x.id, "reason", reason,
 		"messages", fmt.Sprintf("%d→%d", obs.MessagesBefore, n), "tokens", fmt.Sprintf("%d→%d", obs.TokensBefore, obs.TokensAfter),
 		"summary", resp.Summary)
-	return req.withMessages(array)
+	return req.withList(list)
 }
 
 // count returns each item's hash and token count, and their sum. Items of
 // prev (the conversation's previous request) are not counted again.
-func (p *Proxy) count(prov provider, tok *tokens.Tokenizer, items []json.RawMessage, hasSystem bool, prev *entry) ([]uint64, []int, int, error) {
+func (p *Proxy) count(prov wire.Format, tok *tokens.Tokenizer, items []json.RawMessage, hasSystem bool, prev *entry) ([]uint64, []int, int, error) {
 	hashes := make([]uint64, len(items))
 	counts := make([]int, len(items))
 	var seen map[uint64]int
@@ -598,7 +585,7 @@ func (p *Proxy) count(prov provider, tok *tokens.Tokenizer, items []json.RawMess
 	var msgs []abi.Message
 	var owner []int
 	for _, i := range miss {
-		ms, err := prov.chatItem(items[i], hasSystem && i == 0)
+		ms, err := prov.ItemMessages(items[i], hasSystem && i == 0)
 		if err != nil {
 			return nil, nil, 0, fmt.Errorf("message %d: %w", i, err)
 		}
@@ -620,14 +607,14 @@ func (p *Proxy) count(prov provider, tok *tokens.Tokenizer, items []json.RawMess
 
 // usage is handed what the response filter read of a response's usage:
 // the usage, whether there is one to record, and the counts it refused.
-func (x *exchange) usage(u store.Usage, ok bool, refused []string) {
+func (x *exchange) usage(u wire.Usage, ok bool, refused []string) {
 	if len(refused) > 0 {
 		x.p.fault(x.prov, FaultUsageRefused)
 		x.p.logger.Warn("proxy: the upstream reported token counts that are not whole numbers from 0 to 2^53; they are ignored",
-			"provider", x.prov.name(), "conversation", x.id, "counts", strings.Join(refused, ", "), "recorded", ok)
+			"provider", x.prov.Provider(), "conversation", x.id, "counts", strings.Join(refused, ", "), "recorded", ok)
 	}
 	if ok {
-		x.responseFilter(u)
+		x.responseFilter(storeUsage(u))
 	}
 }
 
@@ -639,7 +626,7 @@ func (x *exchange) responseFilter(u store.Usage) {
 	p := x.p
 	ratio, needs := p.opts.Store.RecordUsage(x.id, u, x.window, x.cfg.Proxy.Threshold, x.cfg.Proxy.TriggerTokens)
 	p.mem.setOffset(x.id, u.InputTokens-x.forwarded)
-	p.logger.Debug("proxy: usage", "provider", x.prov.name(), "conversation", x.id, "input_tokens", u.InputTokens,
+	p.logger.Debug("proxy: usage", "provider", x.prov.Provider(), "conversation", x.id, "input_tokens", u.InputTokens,
 		"output_tokens", u.OutputTokens, "usage_ratio", ratio, "needs_compaction", needs)
 }
 
@@ -667,7 +654,7 @@ const writeGrace = 30 * time.Second
 // answer of known size within the bound, and every JSON answer, is held
 // whole before its headers go to the client, so that an upstream that
 // stalls in the middle of it gets a 504 rather than half an answer.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, cfg *config.Config, prov provider, target string, body io.Reader, length int64, x *exchange) {
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, cfg *config.Config, prov wire.Format, target string, body io.Reader, length int64, x *exchange) {
 	u, err := url.Parse(target)
 	if err != nil {
 		p.writeError(w, prov, http.StatusBadGateway, "bad_upstream", err.Error())
@@ -705,7 +692,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, cfg *config.Conf
 		Transport: p.transport,
 		ModifyResponse: func(resp *http.Response) error {
 			headers.Stop()
-			resp.Header.Set(HeaderUpstream, prov.name())
+			resp.Header.Set(HeaderUpstream, prov.Provider())
 			if resp.StatusCode == http.StatusSwitchingProtocols {
 				return nil // an upgraded connection is the two ends' own
 			}
@@ -715,11 +702,11 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, cfg *config.Conf
 			ct := resp.Header.Get("Content-Type")
 			switch {
 			case strings.HasPrefix(ct, "text/event-stream"):
-				var parser streamParser
+				var parser wire.Stream
 				var done func()
 				if filter {
-					parser = prov.newStream(x.addedUsage)
-					done = func() { x.usage(parser.usage()) }
+					parser = prov.NewStream(x.addedUsage)
+					done = func() { x.usage(parser.Usage()) }
 				}
 				resp.Body = newSSEReader(resp.Body, limit, parser, func(err error) []byte {
 					return p.streamFailed(ctx, prov, u.Host, pc.ReadTimeout.D(), err)
@@ -732,9 +719,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, cfg *config.Conf
 				if held == nil {
 					p.fault(prov, FaultAnswerTooLarge)
 					p.logger.Warn("proxy: an upstream answer over proxy.max_event_bytes passes through as it comes; its usage is not read",
-						"provider", prov.name(), "upstream", u.Host, "limit", limit)
+						"provider", prov.Provider(), "upstream", u.Host, "limit", limit)
 				} else if filter && isJSON(ct) {
-					x.usage(prov.usage(held))
+					x.usage(prov.Usage(held))
 				}
 			}
 			return nil
@@ -743,22 +730,22 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, cfg *config.Conf
 			switch cause := context.Cause(ctx); {
 			case errors.Is(cause, errHeaderTimeout):
 				p.fault(prov, FaultTimeout)
-				p.logger.Warn("proxy: upstream timed out", "provider", prov.name(), "upstream", u.Host, "timeout", pc.Timeout.D())
-				p.writeError(w, prov, http.StatusGatewayTimeout, "upstream_timeout", fmt.Sprintf("the %s upstream did not answer within proxy.timeout (%v)", prov.name(), pc.Timeout.D()))
+				p.logger.Warn("proxy: upstream timed out", "provider", prov.Provider(), "upstream", u.Host, "timeout", pc.Timeout.D())
+				p.writeError(w, prov, http.StatusGatewayTimeout, "upstream_timeout", fmt.Sprintf("the %s upstream did not answer within proxy.timeout (%v)", prov.Provider(), pc.Timeout.D()))
 			case errors.Is(cause, errStalled):
 				p.fault(prov, FaultStalled)
-				p.logger.Warn("proxy: upstream stalled after its headers", "provider", prov.name(), "upstream", u.Host, "read_timeout", pc.ReadTimeout.D())
-				p.writeError(w, prov, http.StatusGatewayTimeout, "upstream_timeout", fmt.Sprintf("the %s upstream sent its headers, then nothing for proxy.read_timeout (%v)", prov.name(), pc.ReadTimeout.D()))
+				p.logger.Warn("proxy: upstream stalled after its headers", "provider", prov.Provider(), "upstream", u.Host, "read_timeout", pc.ReadTimeout.D())
+				p.writeError(w, prov, http.StatusGatewayTimeout, "upstream_timeout", fmt.Sprintf("the %s upstream sent its headers, then nothing for proxy.read_timeout (%v)", prov.Provider(), pc.ReadTimeout.D()))
 			case r.Context().Err() != nil:
 				return // the client went away
 			case errors.Is(err, errBrokenAnswer):
 				p.fault(prov, FaultUnreachable)
-				p.logger.Warn("proxy: upstream broke off its answer", "provider", prov.name(), "upstream", u.Host, "error", err)
-				p.writeError(w, prov, http.StatusBadGateway, "upstream_unreachable", fmt.Sprintf("the %s upstream broke off its answer: %v", prov.name(), err))
+				p.logger.Warn("proxy: upstream broke off its answer", "provider", prov.Provider(), "upstream", u.Host, "error", err)
+				p.writeError(w, prov, http.StatusBadGateway, "upstream_unreachable", fmt.Sprintf("the %s upstream broke off its answer: %v", prov.Provider(), err))
 			default:
 				p.fault(prov, FaultUnreachable)
-				p.logger.Warn("proxy: upstream unreachable", "provider", prov.name(), "upstream", u.Host, "error", err)
-				p.writeError(w, prov, http.StatusBadGateway, "upstream_unreachable", fmt.Sprintf("the %s upstream could not be reached: %v", prov.name(), err))
+				p.logger.Warn("proxy: upstream unreachable", "provider", prov.Provider(), "upstream", u.Host, "error", err)
+				p.writeError(w, prov, http.StatusBadGateway, "upstream_unreachable", fmt.Sprintf("the %s upstream could not be reached: %v", prov.Provider(), err))
 			}
 		},
 		ErrorLog: p.logger.Named("reverseproxy").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
@@ -770,17 +757,17 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, cfg *config.Conf
 // failed with err, or nil when the failure is not compactd's to report
 // (the client went away, the upstream broke the connection: the client's
 // connection is then aborted too).
-func (p *Proxy) streamFailed(ctx context.Context, prov provider, host string, read time.Duration, err error) []byte {
+func (p *Proxy) streamFailed(ctx context.Context, prov wire.Format, host string, read time.Duration, err error) []byte {
 	var le *EventLimitError
 	switch {
 	case errors.As(err, &le):
 		p.fault(prov, FaultEventTooLarge)
-		p.logger.Warn("proxy: upstream stream event over the limit; the stream ends with an error event", "provider", prov.name(), "upstream", host, "error", err)
-		return prov.streamError(http.StatusBadGateway, "upstream_event_too_large", err.Error())
+		p.logger.Warn("proxy: upstream stream event over the limit; the stream ends with an error event", "provider", prov.Provider(), "upstream", host, "error", err)
+		return prov.StreamError(http.StatusBadGateway, "upstream_event_too_large", err.Error())
 	case errors.Is(context.Cause(ctx), errStalled):
 		p.fault(prov, FaultStalled)
-		p.logger.Warn("proxy: upstream stream stalled; it ends with an error event", "provider", prov.name(), "upstream", host, "read_timeout", read)
-		return prov.streamError(http.StatusGatewayTimeout, "upstream_timeout", fmt.Sprintf("the %s upstream's stream went silent for proxy.read_timeout (%v)", prov.name(), read))
+		p.logger.Warn("proxy: upstream stream stalled; it ends with an error event", "provider", prov.Provider(), "upstream", host, "read_timeout", read)
+		return prov.StreamError(http.StatusGatewayTimeout, "upstream_timeout", fmt.Sprintf("the %s upstream's stream went silent for proxy.read_timeout (%v)", prov.Provider(), read))
 	}
 	return nil
 }
@@ -830,4 +817,18 @@ func hold(resp *http.Response, limit int) ([]byte, error) {
 type readCloser struct {
 	io.Reader
 	io.Closer
+}
+
+// storeWarning is the HeaderWarning a proxied answer carries while the
+// state store is unreachable.
+const storeWarning = "state store unavailable: compacted from the request alone; the deferred trigger and status are not saved"
+
+// warnIfStoreDown adds storeWarning to h while the store is degraded,
+// once: serve calls it when the request starts and again before the
+// request goes upstream, so the request whose compaction found the outage
+// carries it too. The request is served either way.
+func (p *Proxy) warnIfStoreDown(h http.Header) {
+	if p.opts.Store.Health().Degraded && !slices.Contains(h.Values(HeaderWarning), storeWarning) {
+		h.Add(HeaderWarning, storeWarning)
+	}
 }

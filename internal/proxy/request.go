@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/compactd/compactd/internal/compactor"
+	"github.com/compactd/compactd/internal/wire"
 	"github.com/compactd/compactd/jsonscan"
 )
 
@@ -21,8 +23,6 @@ type request struct {
 	// system is the conversation's top-level system prompt: Anthropic's
 	// "system", the Responses API's "instructions" (nil when absent).
 	system json.RawMessage
-	// previousResponseID is the Responses API's previous_response_id.
-	previousResponseID string
 	// streamOptions is OpenAI's "stream_options" (nil when absent) and
 	// clientUsage whether it asks for include_usage.
 	streamOptions *field
@@ -48,8 +48,8 @@ type field struct {
 // prov, in one pass. It fails when the body is not a JSON object with its
 // conversation (a "messages" array; the Responses API's "input", an array
 // or a string); the caller then forwards it unchanged.
-func parseRequest(body []byte, prov provider) (*request, error) {
-	list, system := prov.fields()
+func parseRequest(body []byte, prov wire.Format) (*request, error) {
+	list, system := prov.Fields()
 	s := jsonscan.New(body)
 	if s.Peek() != jsonscan.Object {
 		return nil, fmt.Errorf("%w: the body is not a JSON object", errScan)
@@ -100,12 +100,6 @@ func parseRequest(body []byte, prov provider) (*request, error) {
 			if system != "" && kind != jsonscan.Null {
 				r.system = v
 			}
-		case "previous_response_id":
-			if kind == jsonscan.String {
-				r.previousResponseID = jsonscan.Unquote(v)
-			} else if kind != jsonscan.Null {
-				return nil, fmt.Errorf("%w: \"previous_response_id\" is not a string", errScan)
-			}
 		case "stream_options":
 			r.streamOptions = &f
 			var so struct {
@@ -144,16 +138,6 @@ func elements(s *jsonscan.Scanner) ([]json.RawMessage, error) {
 	}
 }
 
-// arrayElements returns the elements of the JSON array b as subslices.
-func arrayElements(b []byte) ([]json.RawMessage, error) {
-	s := jsonscan.New(b)
-	out, err := elements(s)
-	if err == nil {
-		err = s.End()
-	}
-	return out, err
-}
-
 // splice returns b with [start, end) replaced by repl, in a new slice.
 func splice(b []byte, start, end int, repl []byte) []byte {
 	out := make([]byte, 0, len(b)-(end-start)+len(repl))
@@ -162,9 +146,57 @@ func splice(b []byte, start, end int, repl []byte) []byte {
 	return append(out, b[end:]...)
 }
 
-// withMessages returns the body with the messages array replaced.
-func (r *request) withMessages(array []byte) []byte {
-	return splice(r.body, r.msgs.start, r.msgs.end, array)
+// get returns the value of the top-level member key (nil when absent).
+func (r *request) get(key string) json.RawMessage {
+	for _, f := range r.fields {
+		if f.key == key {
+			return r.body[f.start:f.end]
+		}
+	}
+	return nil
+}
+
+// items returns what is counted: the system prompt (when the format has
+// one and the request sets it) and the list's elements. hasSystem says
+// whether items[0] is the system prompt.
+func (r *request) items() (items []json.RawMessage, hasSystem bool) {
+	if len(r.system) == 0 {
+		return r.messages, false
+	}
+	items = make([]json.RawMessage, 0, len(r.messages)+1)
+	return append(append(items, r.system), r.messages...), true
+}
+
+// back writes a compaction's result back as the list's elements in the
+// format: for a provider that caches only up to cache_control markers the
+// policies' cache breakpoints become markers, within those the request's
+// tools already hold.
+func (r *request) back(f wire.Format, wc wire.Conversation, resp *compactor.Response) ([]json.RawMessage, error) {
+	var marks []int
+	reserved := 0
+	if f.MarkedCache() {
+		marks, reserved = resp.CacheBreakpoints, wire.CountCacheControls(r.get("tools"))
+	}
+	list, _, err := wc.Back(resp.Conversation, resp.Origin, marks, reserved)
+	return list, err
+}
+
+// withList returns the body with the conversation's list replaced by
+// the elements list, written in one copy.
+func (r *request) withList(list []json.RawMessage) []byte {
+	n := len(r.body) - (r.msgs.end - r.msgs.start) + 2
+	for _, e := range list {
+		n += len(e) + 1
+	}
+	out := make([]byte, 0, n)
+	out = append(append(out, r.body[:r.msgs.start]...), '[')
+	for i, e := range list {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, e...)
+	}
+	return append(append(out, ']'), r.body[r.msgs.end:]...)
 }
 
 // withStreamUsage returns body (r's body, or one derived from it with the
@@ -195,61 +227,4 @@ func (r *request) withStreamUsage(body []byte) ([]byte, error) {
 		return nil, errScan
 	}
 	return splice(body, end, end, []byte(`,"stream_options":{"include_usage":true}`)), nil
-}
-
-// arrayJSON writes raw elements as a JSON array.
-func arrayJSON(elems []json.RawMessage) []byte {
-	n := 2
-	for _, e := range elems {
-		n += len(e) + 1
-	}
-	b := make([]byte, 0, n)
-	b = append(b, '[')
-	for i, e := range elems {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, e...)
-	}
-	return append(b, ']')
-}
-
-// withoutMember returns the JSON object data without its top-level member
-// key (its value whatever it is, null included), and whether it had one.
-func withoutMember(data []byte, key string) ([]byte, bool) {
-	s := jsonscan.New(data)
-	if s.Peek() != jsonscan.Object {
-		return nil, false
-	}
-	s.BeginObject()
-	prevEnd := -1 // where the previous member's value ends
-	for first := true; ; first = false {
-		before := s.Pos() // before the ',' (or the first key)
-		k, esc, more, err := s.NextMember(first)
-		if err != nil || !more {
-			return nil, false
-		}
-		_, _, end, err := s.Skip()
-		if err != nil {
-			return nil, false
-		}
-		if string(jsonscan.Key(k, esc)) != key {
-			prevEnd = end
-			continue
-		}
-		if prevEnd >= 0 {
-			// Cut from the end of the previous value through this one.
-			return splice(data, prevEnd, end, nil), true
-		}
-		// The first member: cut it and the ',' after it, if any.
-		rest := end
-		for rest < len(data) && (data[rest] == ' ' || data[rest] == '\t' || data[rest] == '\n' || data[rest] == '\r') {
-			rest++
-		}
-		if rest < len(data) && data[rest] == ',' {
-			rest++
-		}
-		start := bytes.IndexByte(data[before:], '"') + before
-		return splice(data, start, rest, nil), true
-	}
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"testing"
+
+	"github.com/compactd/compactd/internal/wire/openaichat"
 )
 
 // BenchmarkParseRequest reads an OpenAI request of about 85 KB (200
@@ -20,7 +22,7 @@ func BenchmarkParseRequest(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		r, err := parseRequest(body, openAI{})
+		r, err := parseRequest(body, openaichat.Format{})
 		if err != nil || len(r.messages) < 100 {
 			b.Fatal(err)
 		}

@@ -8,13 +8,15 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/compactd/compactd/internal/store"
+	"github.com/compactd/compactd/internal/wire"
+	"github.com/compactd/compactd/internal/wire/anthropic"
+	"github.com/compactd/compactd/internal/wire/openaichat"
 )
 
 func TestParseRequest(t *testing.T) {
 	body := []byte(` { "model" : "gpt-4o", "mod\u0065l2": 1, "messages": [ {"role":"user","content":"a \"quoted\" ] } text\\"} ,{"role":"assistant","content":[1,{"x":"]"}]}],
 	  "stream": true, "stream_options": {"foo": 1}, "n": -1.5e3, "x": null } `)
-	r, err := parseRequest(body, openAI{})
+	r, err := parseRequest(body, openaichat.Format{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +35,7 @@ func TestParseRequest(t *testing.T) {
 	}
 
 	// Replacing the messages and adding include_usage keeps every other byte.
-	out := r.withMessages([]byte(`[{"role":"user","content":"b"}]`))
+	out := r.withList([]json.RawMessage{json.RawMessage(`{"role":"user","content":"b"}`)})
 	out, err = r.withStreamUsage(out)
 	if err != nil {
 		t.Fatal(err)
@@ -51,14 +53,14 @@ func TestParseRequest(t *testing.T) {
 	}
 
 	// Without stream_options, it is added as a member.
-	r, _ = parseRequest([]byte(`{"messages":[],"stream":true}`), openAI{})
+	r, _ = parseRequest([]byte(`{"messages":[],"stream":true}`), openaichat.Format{})
 	out, _ = r.withStreamUsage(r.body)
 	if string(out) != `{"messages":[],"stream":true,"stream_options":{"include_usage":true}}` {
 		t.Fatalf("%s", out)
 	}
 
 	for _, bad := range []string{``, `[]`, `{"messages":{}}`, `{"model":"x"}`, `{"messages":[1,}`, `{"messages":[] `, `{"messages":["unterminated]}`, `{"model":1,"messages":[]}`} {
-		if _, err := parseRequest([]byte(bad), openAI{}); err == nil {
+		if _, err := parseRequest([]byte(bad), openaichat.Format{}); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
 	}
@@ -77,7 +79,7 @@ func FuzzScan(f *testing.F) {
 		// case-insensitively, as encoding/json does into a struct).
 		var probe map[string]json.RawMessage
 		var want struct{ Messages []json.RawMessage }
-		r, err := parseRequest([]byte(s), openAI{})
+		r, err := parseRequest([]byte(s), openaichat.Format{})
 		if !utf8.ValidString(s) || json.Unmarshal([]byte(s), &probe) != nil || json.Unmarshal(probe["messages"], &want.Messages) != nil || want.Messages == nil {
 			return // the scanner may accept what encoding/json refuses: the upstream judges
 		}
@@ -133,12 +135,12 @@ func TestSSEReaderOpenAI(t *testing.T) {
 		for i := 0; i < len(all); i += 7 {
 			chunks = append(chunks, all[i:min(i+7, len(all))])
 		}
-		var got store.Usage
+		var got wire.Usage
 		calls := 0
-		parser := openAI{}.newStream(added)
+		parser := openaichat.Format{}.NewStream(added)
 		r := newSSEReader(&chunkedReader{chunks: chunks}, 1<<20, parser, nil, func() {
 			calls++
-			got, _, _ = parser.usage()
+			got, _, _ = parser.Usage()
 		})
 		var reads []string
 		buf := make([]byte, 4096)
@@ -175,36 +177,14 @@ func TestSSEReaderOpenAI(t *testing.T) {
 	}
 }
 
-func TestWithoutMember(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct{ in, want string }{
-		{`{"a":1,"usage":null}`, `{"a":1}`},
-		{`{"usage":null,"a":1}`, `{"a":1}`},
-		{`{ "usage" : {"x":[1,{"usage":2}]} , "a":"usage"}`, `{  "a":"usage"}`},
-		{`{"a":1,"usage":{"prompt_tokens":3},"b":[]}`, `{"a":1,"b":[]}`},
-		{`{"usage":null}`, `{}`},
-		{`{"us\u0061ge":null,"a":1}`, `{"a":1}`},
-	} {
-		got, ok := withoutMember([]byte(tc.in), "usage")
-		if !ok || string(got) != tc.want || !json.Valid(got) {
-			t.Errorf("withoutMember(%s) = %s, %v; want %s", tc.in, got, ok, tc.want)
-		}
-	}
-	for _, in := range []string{`{"a":1}`, `[1]`, `{"a":`, `null`} {
-		if got, ok := withoutMember([]byte(in), "usage"); ok {
-			t.Errorf("withoutMember(%s) = %s, want no member", in, got)
-		}
-	}
-}
-
 func TestSSEReaderAnthropic(t *testing.T) {
 	stream := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":100,\"cache_read_input_tokens\":50,\"cache_creation_input_tokens\":5,\"output_tokens\":1}}}\n\n" +
 		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}\n\n" +
 		"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":7}}\n\n" +
 		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
-	parser := anthropicAPI{}.newStream(false)
-	var got store.Usage
-	r := newSSEReader(io.NopCloser(strings.NewReader(stream)), 1<<20, parser, nil, func() { got, _, _ = parser.usage() })
+	parser := anthropic.Format{}.NewStream(false)
+	var got wire.Usage
+	r := newSSEReader(io.NopCloser(strings.NewReader(stream)), 1<<20, parser, nil, func() { got, _, _ = parser.Usage() })
 	out, err := io.ReadAll(r)
 	if err != nil || string(out) != stream {
 		t.Fatalf("the stream changed: %v\n%s", err, out)
@@ -215,13 +195,13 @@ func TestSSEReaderAnthropic(t *testing.T) {
 }
 
 func TestJSONUsage(t *testing.T) {
-	if u, ok, _ := (openAI{}).usage([]byte(`{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}`)); !ok || u.InputTokens != 3 || u.OutputTokens != 4 {
+	if u, ok, _ := (openaichat.Format{}).Usage([]byte(`{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}`)); !ok || u.InputTokens != 3 || u.OutputTokens != 4 {
 		t.Fatalf("%+v %v", u, ok)
 	}
-	if u, ok, _ := (anthropicAPI{}).usage([]byte(`{"usage":{"input_tokens":3,"cache_read_input_tokens":2,"output_tokens":4}}`)); !ok || u.InputTokens != 5 || u.OutputTokens != 4 {
+	if u, ok, _ := (anthropic.Format{}).Usage([]byte(`{"usage":{"input_tokens":3,"cache_read_input_tokens":2,"output_tokens":4}}`)); !ok || u.InputTokens != 5 || u.OutputTokens != 4 {
 		t.Fatalf("%+v %v", u, ok)
 	}
-	if _, ok, _ := (openAI{}).usage([]byte(`not json`)); ok {
+	if _, ok, _ := (openaichat.Format{}).Usage([]byte(`not json`)); ok {
 		t.Fatal("usage from garbage")
 	}
 }
@@ -255,5 +235,26 @@ func TestMemoryBound(t *testing.T) {
 	m.setLimit(0)
 	if n, _ := m.stats(); n != 0 {
 		t.Fatalf("%d entries after the limit went to 0", n)
+	}
+}
+
+// TestWithListOneCopy: a compacted list goes into the body in one
+// allocation, the caller's bytes around it unchanged.
+func TestWithListOneCopy(t *testing.T) {
+	body := []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}],"stream":false}`)
+	r, err := parseRequest(body, openaichat.Format{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := []json.RawMessage{r.messages[1], json.RawMessage(`{"role":"system","content":"summary"}`)}
+	want := `{"model":"gpt-4o","messages":[{"role":"user","content":"b"},{"role":"system","content":"summary"}],"stream":false}`
+	if got := r.withList(list); string(got) != want {
+		t.Fatalf("withList = %s\nwant %s", got, want)
+	}
+	if got := r.withList(nil); string(got) != `{"model":"gpt-4o","messages":[],"stream":false}` {
+		t.Fatalf("withList(nil) = %s", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { r.withList(list) }); n != 1 {
+		t.Fatalf("withList allocates %v times, want 1 (one copy of the body)", n)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"io"
 	"sync"
+
+	"github.com/compactd/compactd/internal/wire"
 )
 
 // sseReader passes a text/event-stream body through event by event: each
@@ -22,7 +24,7 @@ import (
 type sseReader struct {
 	body  io.ReadCloser
 	scan  *eventScanner
-	parse streamParser // nil: events are only passed through
+	parse wire.Stream // nil: events are only passed through
 	fail  func(error) []byte
 	done  func()
 	once  sync.Once
@@ -30,7 +32,7 @@ type sseReader struct {
 	end   error  // what Read returns once out is drained
 }
 
-func newSSEReader(body io.ReadCloser, limit int, parse streamParser, fail func(error) []byte, done func()) *sseReader {
+func newSSEReader(body io.ReadCloser, limit int, parse wire.Stream, fail func(error) []byte, done func()) *sseReader {
 	return &sseReader{body: body, scan: newEventScanner(body, limit), parse: parse, fail: fail, done: done}
 }
 
@@ -60,10 +62,10 @@ func (s *sseReader) Read(p []byte) (int, error) {
 				s.out = ev
 				break
 			}
-			switch repl, drop := s.parse.event(typ, data); {
+			switch repl, drop := s.parse.Event(typ, data); {
 			case drop:
 			case repl != nil:
-				s.out = sseEvent(typ, repl)
+				s.out = wire.SSEEvent(typ, repl)
 			default:
 				s.out = ev
 			}

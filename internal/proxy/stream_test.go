@@ -7,8 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/compactd/compactd/internal/store"
 	"github.com/compactd/compactd/internal/usage"
+	"github.com/compactd/compactd/internal/wire"
+	"github.com/compactd/compactd/internal/wire/anthropic"
+	"github.com/compactd/compactd/internal/wire/openaichat"
 )
 
 // TestSSEReaderEndsWithErrorEvent: a stream whose upstream runs past the
@@ -17,18 +19,18 @@ import (
 // the client, and the usage seen so far is still reported.
 func TestSSEReaderEndsWithErrorEvent(t *testing.T) {
 	for _, tc := range []struct {
-		prov  provider
+		prov  wire.Format
 		start string
 	}{
-		{openAI{}, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":1}}\n\n"},
-		{anthropicAPI{}, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\n"},
+		{openaichat.Format{}, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":1}}\n\n"},
+		{anthropic.Format{}, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\n"},
 	} {
-		t.Run(tc.prov.name(), func(t *testing.T) {
+		t.Run(tc.prov.Name(), func(t *testing.T) {
 			const limit = 64 << 10
 			src := &endless{pattern: []byte("a")}
 			body := io.NopCloser(io.MultiReader(strings.NewReader(tc.start+"data: {\"x\":\""), src))
-			parser := tc.prov.newStream(false)
-			var got store.Usage
+			parser := tc.prov.NewStream(false)
+			var got wire.Usage
 			var ok bool
 			done := 0
 			r := newSSEReader(body, limit, parser, func(err error) []byte {
@@ -36,8 +38,8 @@ func TestSSEReaderEndsWithErrorEvent(t *testing.T) {
 				if !errors.As(err, &le) {
 					t.Errorf("fail got %v", err)
 				}
-				return tc.prov.streamError(502, "upstream_event_too_large", err.Error())
-			}, func() { done++; got, ok, _ = parser.usage() })
+				return tc.prov.StreamError(502, "upstream_event_too_large", err.Error())
+			}, func() { done++; got, ok, _ = parser.Usage() })
 			out, err := io.ReadAll(r)
 			if err != nil {
 				t.Fatalf("the stream did not end cleanly: %v", err)
@@ -65,9 +67,9 @@ func TestSSEReaderEndsWithErrorEvent(t *testing.T) {
 // checkStreamError checks an error event as the provider's SDKs read it:
 // OpenAI's a data line with {"error": {...}}, Anthropic's "event: error"
 // with {"type": "error", "error": {...}}.
-func checkStreamError(t *testing.T, prov provider, typ string, data []byte, code string) {
+func checkStreamError(t *testing.T, prov wire.Format, typ string, data []byte, code string) {
 	t.Helper()
-	switch prov.name() {
+	switch prov.Provider() {
 	case OpenAI:
 		var e struct {
 			Error *struct {
@@ -116,43 +118,43 @@ func TestUsageSanitized(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		prov   provider
+		prov   wire.Format
 		stream bool
 		body   string
 		want   want
 	}{
-		{"openai json", openAI{}, false, `{"usage":{"prompt_tokens":100,"completion_tokens":5}}`, want{true, 100, 5, ""}},
-		{"openai json negative prompt", openAI{}, false, `{"usage":{"prompt_tokens":-5000,"completion_tokens":10}}`, want{false, 0, 10, "prompt_tokens=-5000"}},
-		{"openai json huge prompt", openAI{}, false, `{"usage":{"prompt_tokens":` + huge + `,"completion_tokens":10}}`, want{false, 0, 10, "prompt_tokens=" + huge}},
-		{"openai json bad completion", openAI{}, false, `{"usage":{"prompt_tokens":900,"completion_tokens":1.5}}`, want{true, 900, 0, "completion_tokens=1.5"}},
-		{"openai json cached over prompt", openAI{}, false, `{"usage":{"prompt_tokens":9,"prompt_tokens_details":{"cached_tokens":-1}}}`, want{true, 9, 0, "prompt_tokens_details.cached_tokens=-1"}},
-		{"openai json string", openAI{}, false, `{"usage":{"prompt_tokens":"12"}}`, want{false, 0, 0, `prompt_tokens="12"`}},
-		{"openai stream", openAI{}, true, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":" + huge + ",\"completion_tokens\":3}}\n\n", want{false, 0, 0, "prompt_tokens=" + huge}},
-		{"openai stream good then bad", openAI{}, true, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3}}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":-1}}\n\n", want{true, 7, 3, "prompt_tokens=-1"}},
-		{"anthropic json", anthropicAPI{}, false, `{"usage":{"input_tokens":10,"cache_read_input_tokens":5,"output_tokens":2}}`, want{true, 15, 2, ""}},
-		{"anthropic json huge", anthropicAPI{}, false, `{"usage":{"input_tokens":` + huge + `,"output_tokens":2}}`, want{false, 0, 2, "input_tokens=" + huge}},
-		{"anthropic json at the cap", anthropicAPI{}, false, `{"usage":{"input_tokens":9007199254740992,"cache_read_input_tokens":9007199254740992,"output_tokens":2}}`, want{true, usage.Max, 2, ""}},
-		{"anthropic json bad cache", anthropicAPI{}, false, `{"usage":{"input_tokens":10,"cache_creation_input_tokens":-3,"output_tokens":2}}`, want{true, 10, 2, "cache_creation_input_tokens=-3"}},
-		{"anthropic stream", anthropicAPI{}, true,
+		{"openai json", openaichat.Format{}, false, `{"usage":{"prompt_tokens":100,"completion_tokens":5}}`, want{true, 100, 5, ""}},
+		{"openai json negative prompt", openaichat.Format{}, false, `{"usage":{"prompt_tokens":-5000,"completion_tokens":10}}`, want{false, 0, 10, "prompt_tokens=-5000"}},
+		{"openai json huge prompt", openaichat.Format{}, false, `{"usage":{"prompt_tokens":` + huge + `,"completion_tokens":10}}`, want{false, 0, 10, "prompt_tokens=" + huge}},
+		{"openai json bad completion", openaichat.Format{}, false, `{"usage":{"prompt_tokens":900,"completion_tokens":1.5}}`, want{true, 900, 0, "completion_tokens=1.5"}},
+		{"openai json cached over prompt", openaichat.Format{}, false, `{"usage":{"prompt_tokens":9,"prompt_tokens_details":{"cached_tokens":-1}}}`, want{true, 9, 0, "prompt_tokens_details.cached_tokens=-1"}},
+		{"openai json string", openaichat.Format{}, false, `{"usage":{"prompt_tokens":"12"}}`, want{false, 0, 0, `prompt_tokens="12"`}},
+		{"openai stream", openaichat.Format{}, true, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":" + huge + ",\"completion_tokens\":3}}\n\n", want{false, 0, 0, "prompt_tokens=" + huge}},
+		{"openai stream good then bad", openaichat.Format{}, true, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3}}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":-1}}\n\n", want{true, 7, 3, "prompt_tokens=-1"}},
+		{"anthropic json", anthropic.Format{}, false, `{"usage":{"input_tokens":10,"cache_read_input_tokens":5,"output_tokens":2}}`, want{true, 15, 2, ""}},
+		{"anthropic json huge", anthropic.Format{}, false, `{"usage":{"input_tokens":` + huge + `,"output_tokens":2}}`, want{false, 0, 2, "input_tokens=" + huge}},
+		{"anthropic json at the cap", anthropic.Format{}, false, `{"usage":{"input_tokens":9007199254740992,"cache_read_input_tokens":9007199254740992,"output_tokens":2}}`, want{true, usage.Max, 2, ""}},
+		{"anthropic json bad cache", anthropic.Format{}, false, `{"usage":{"input_tokens":10,"cache_creation_input_tokens":-3,"output_tokens":2}}`, want{true, 10, 2, "cache_creation_input_tokens=-3"}},
+		{"anthropic stream", anthropic.Format{}, true,
 			"event: message_start\ndata: {\"message\":{\"usage\":{\"input_tokens\":-4,\"output_tokens\":1}}}\n\n" +
 				"event: message_delta\ndata: {\"usage\":{\"output_tokens\":" + huge + "}}\n\n", want{false, 0, 1, "input_tokens=-4"}},
-		{"anthropic stream delta repeats input", anthropicAPI{}, true,
+		{"anthropic stream delta repeats input", anthropic.Format{}, true,
 			"event: message_start\ndata: {\"message\":{\"usage\":{\"input_tokens\":40,\"output_tokens\":1}}}\n\n" +
 				"event: message_delta\ndata: {\"usage\":{\"input_tokens\":0,\"output_tokens\":9}}\n\n", want{true, 40, 9, ""}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var u store.Usage
+			var u wire.Usage
 			var ok bool
 			var refused []string
 			if tc.stream {
-				parser := tc.prov.newStream(false)
+				parser := tc.prov.NewStream(false)
 				out, err := io.ReadAll(newSSEReader(io.NopCloser(strings.NewReader(tc.body)), 1<<20, parser, nil, nil))
 				if err != nil || string(out) != tc.body {
 					t.Fatalf("the stream changed: %q %v", out, err)
 				}
-				u, ok, refused = parser.usage()
+				u, ok, refused = parser.Usage()
 			} else {
-				u, ok, refused = tc.prov.usage([]byte(tc.body))
+				u, ok, refused = tc.prov.Usage([]byte(tc.body))
 			}
 			got := strings.Join(refused, ",")
 			if ok != tc.want.ok || ok && (u.InputTokens != tc.want.input || u.OutputTokens != tc.want.output) ||
@@ -166,10 +168,10 @@ func TestUsageSanitized(t *testing.T) {
 	}
 	// However many usage events a stream holds, the refusals kept for the
 	// log line are bounded.
-	parser := openAI{}.newStream(false)
+	parser := openaichat.Format{}.NewStream(false)
 	ev := "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":-1,\"completion_tokens\":-1}}\n\n"
 	io.ReadAll(newSSEReader(io.NopCloser(strings.NewReader(strings.Repeat(ev, 1000))), 1<<20, parser, nil, nil))
-	if _, _, refused := parser.usage(); len(refused) > maxRefused {
+	if _, _, refused := parser.Usage(); len(refused) > wire.MaxRefused {
 		t.Fatalf("%d refusals kept", len(refused))
 	}
 }

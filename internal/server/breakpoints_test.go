@@ -9,9 +9,10 @@ import (
 
 	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/client"
-	"github.com/compactd/compactd/internal/anthropic"
 	"github.com/compactd/compactd/internal/dataset"
 	"github.com/compactd/compactd/internal/proxy"
+	"github.com/compactd/compactd/internal/wire"
+	"github.com/compactd/compactd/internal/wire/anthropic"
 )
 
 const pluginLedger = "plugins/ledger"
@@ -157,9 +158,9 @@ func TestCacheBreakpointsAnthropic(t *testing.T) {
 	if n := len(resp.CacheBreakpoints); !resp.Compacted || n < 1 || n > 3 {
 		t.Fatalf("compacted %v, breakpoints %v", resp.Compacted, resp.CacheBreakpoints)
 	}
-	total := anthropic.CountCacheControls(resp.System)
+	total := wire.CountCacheControls(resp.System)
 	for i, m := range resp.Messages {
-		n := anthropic.CountCacheControls(m)
+		n := wire.CountCacheControls(m)
 		total += n
 		marked := false
 		for _, b := range resp.CacheBreakpoints {
@@ -185,7 +186,7 @@ func TestCacheBreakpointsAnthropic(t *testing.T) {
 	}
 	n := 0
 	for _, m := range plain.Messages {
-		n += anthropic.CountCacheControls(m)
+		n += wire.CountCacheControls(m)
 	}
 	if n != 0 || plain.CacheBreakpoints != nil {
 		t.Errorf("%d markers (%v) without the flag", n, plain.CacheBreakpoints)
@@ -223,7 +224,7 @@ func TestProxyAnthropicCacheBreakpoints(t *testing.T) {
 		t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, got)
 	}
 	sent := up.Last().Body
-	if n := anthropic.CountCacheControls(sent); n != anthropic.MaxCacheControls {
+	if n := wire.CountCacheControls(sent); n != anthropic.MaxCacheControls {
 		t.Fatalf("the upstream got %d markers, want %d", n, anthropic.MaxCacheControls)
 	}
 	var req struct {

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -29,6 +30,10 @@ import (
 const (
 	childDirEnv   = "COMPACTD_TEST_DAEMON_DIR"
 	childCacheEnv = "COMPACTD_TEST_DAEMON_CACHE"
+	// childEnvEnv lists, comma-separated, the variables of the child's
+	// environment its daemon reads (testDaemon.childEnv); it sees no
+	// others, as an in-process test daemon does.
+	childEnvEnv = "COMPACTD_TEST_DAEMON_ENV"
 )
 
 // runChildDaemon is the child process's main.
@@ -38,14 +43,24 @@ func runChildDaemon(dir, cacheDir string) int {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	logger := hclog.New(&hclog.LoggerOptions{Name: "compactd", Output: os.Stderr, Level: hclog.Info})
+	seen := map[string]bool{}
+	for _, k := range strings.Split(os.Getenv(childEnvEnv), ",") {
+		seen[k] = k != ""
+	}
 	d, err := Start(ctx, DaemonOptions{
 		ConfigPath: filepath.Join(dir, "config.yaml"),
-		Getenv:     func(string) string { return "" },
+		Getenv: func(k string) string {
+			if seen[k] {
+				return os.Getenv(k)
+			}
+			return ""
+		},
 		Defaults: config.Config{
 			Socket: filepath.Join(dir, "s.sock"), PluginsDir: filepath.Join(dir, "plugins"),
 			StateDir: filepath.Join(dir, "state"), CacheDir: cacheDir,
 		},
 		Logger: logger, Version: "test-child", Debounce: 10 * time.Millisecond, StoreFlush: 10 * time.Millisecond,
+		StoreTimeout: fleetStoreTimeout,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child daemon:", err)
@@ -101,6 +116,12 @@ func startChild(t testing.TB, td *testDaemon) *childDaemon {
 		cache = wasmbuild.TestCacheDir(t)
 	}
 	d.cmd.Env = append(os.Environ(), childDirEnv+"="+td.dir, childCacheEnv+"="+cache)
+	var names []string
+	for _, kv := range td.childEnv {
+		d.cmd.Env = append(d.cmd.Env, kv)
+		names = append(names, strings.SplitN(kv, "=", 2)[0])
+	}
+	d.cmd.Env = append(d.cmd.Env, childEnvEnv+"="+strings.Join(names, ","))
 	d.cmd.Stderr = childLog{d}
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)

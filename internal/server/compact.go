@@ -21,6 +21,9 @@ import (
 	"github.com/compactd/compactd/internal/models"
 	"github.com/compactd/compactd/internal/proxy"
 	"github.com/compactd/compactd/internal/store"
+	"github.com/compactd/compactd/internal/wire"
+	"github.com/compactd/compactd/internal/wire/formats"
+	"github.com/compactd/compactd/internal/wire/openaichat"
 	"github.com/compactd/compactd/jsonscan"
 )
 
@@ -72,10 +75,11 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	if conv == nil && req.Messages == nil {
 		return s.compactStored(ctx, w, req, cfg)
 	}
-	conv, back, err := requestConversation(req, conv)
+	wc, err := requestConversation(req, conv)
 	if err != nil {
 		return err
 	}
+	conv = wc.Chat()
 	if n := conv.Len(); n > cfg.Limits.MaxMessages {
 		return apiErrorf(http.StatusRequestEntityTooLarge, CodeTooManyMessages, "%d messages; the limit is %d (limits.max_messages)", n, cfg.Limits.MaxMessages)
 	}
@@ -101,23 +105,27 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	chat.Remember(conv, resp.Stats.Encoding)
 	s.record(req, pipeline, conv, resp)
 
-	msgs := resp.Conversation.Raw
-	format, system := "", json.RawMessage(nil)
+	// The result in the request's format: the cache breakpoints written
+	// when asked for (the request's tools are not sent to /v1/compact:
+	// their markers, if any, are the caller's to count).
 	var marks []int
-	var warnings []string
-	switch {
-	case back != nil:
-		if msgs, marks, err = back(resp); err != nil {
-			return err
-		}
-		format, system = req.Format, req.System
-	case req.CacheBreakpoints && len(resp.CacheBreakpoints) > 0:
-		if marked, err := resp.Conversation.WithCacheBreakpoints(resp.CacheBreakpoints); err != nil {
-			warnings = append(warnings, "cache breakpoints not applied: "+err.Error())
-		} else {
-			msgs, marks = marked.Raw, resp.CacheBreakpoints
-		}
+	if req.CacheBreakpoints {
+		marks = resp.CacheBreakpoints
 	}
+	var warnings []string
+	msgs, marks, err := wc.Back(resp.Conversation, resp.Origin, marks, 0)
+	if errors.Is(err, wire.ErrBreakpoints) {
+		warnings = append(warnings, "cache breakpoints not applied: "+strings.TrimPrefix(err.Error(), wire.ErrBreakpoints.Error()+": "))
+		msgs, marks, err = wc.Back(resp.Conversation, resp.Origin, nil, 0)
+	}
+	if err != nil {
+		return err
+	}
+	format, system := "", json.RawMessage(nil)
+	if converted(req.Format) {
+		format, system = req.Format, req.System
+	}
+	s.warnIfStoreDown(w) // an outage this request found
 	return writeCompacted(w, msgs, resp, format, system, marks, warnings)
 }
 
@@ -260,10 +268,10 @@ func decodeCompactRequest(data []byte, mem *chat.Memory) (*client.CompactRequest
 		case "cache_breakpoints":
 			req.CacheBreakpoints, err = s.ReadBool("cache_breakpoints")
 		case "format":
-			req.Format, err = s.ReadString("format", FormatOpenAI, FormatAnthropic, FormatResponses)
+			req.Format, err = s.ReadString("format", formats.Names()...)
 		case "system":
 			// Anthropic's system prompt (a string or text blocks), which
-			// internal/anthropic converts, or the Responses API's
+			// internal/wire/anthropic converts, or the Responses API's
 			// instructions.
 			var start, end int
 			if _, start, end, err = s.Skip(); err == nil {
@@ -325,8 +333,8 @@ func decodeCompactRequest(data []byte, mem *chat.Memory) (*client.CompactRequest
 		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "conversation_id is %d bytes; the limit is %d", len(req.ConversationID), maxConversationID)
 	case !utf8.ValidString(req.ConversationID) || strings.ContainsRune(req.ConversationID, 0):
 		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "conversation_id must be UTF-8 text without NUL")
-	case req.Format != "" && req.Format != FormatOpenAI && !converted(req.Format):
-		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "format %q: want \"openai\" (the default), \"anthropic\" or \"responses\"", req.Format)
+	case !known(req.Format):
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "format %q: want one of %s (%s is the default)", req.Format, strings.Join(formats.Names(), ", "), formats.Default)
 	case req.System != nil && !converted(req.Format):
 		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "\"system\" is Anthropic's top-level system prompt or the Responses API's instructions: send it with \"format\": \"anthropic\" or \"responses\" (OpenAI messages carry system messages in \"messages\")")
 	case len(req.Model) > maxModelName:
@@ -359,8 +367,16 @@ func invalidUTF8At(b []byte) int {
 }
 
 // converted reports whether a format's messages are converted at the
-// edge (read as raw messages, not as OpenAI chat messages).
-func converted(format string) bool { return format == FormatAnthropic || format == FormatResponses }
+// edge (read as raw messages, not as OpenAI chat messages, which are the
+// chat form itself and read in the request's pass, through chat.Memory).
+func converted(format string) bool { return format != "" && format != openaichat.Name }
+
+// known reports whether format is a registered wire format ("" is the
+// default).
+func known(format string) bool {
+	_, ok := formats.Lookup(format)
+	return ok
+}
 
 // rawElements reads the messages array as raw elements (views of the
 // body), for the Anthropic converter.

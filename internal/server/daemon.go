@@ -54,6 +54,12 @@ type DaemonOptions struct {
 	// them.
 	Debounce   time.Duration
 	StoreFlush time.Duration
+	// StoreTimeout bounds one call to a shared store (state.url; 0:
+	// redisstore.DefaultOpTimeout). Tests that compare a fleet's answers
+	// byte for byte lengthen it: on a machine loaded far past its cores,
+	// a call to the server can miss the default and be served as during
+	// an outage.
+	StoreTimeout time.Duration
 	// CompileFirst loads a new plugin with the optimizing compiler (from
 	// the compilation cache, when it holds the module) instead of serving
 	// it from wazero's interpreter until the compiler is done

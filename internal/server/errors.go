@@ -84,10 +84,10 @@ func toAPIError(err error) *APIError {
 // (anthropic-version or x-api-key), so an Anthropic SDK pointed at the
 // wrong path or listener shows the message, else in compactd's.
 func writeErrorFor(w http.ResponseWriter, r *http.Request, e *APIError) {
-	if proxy.IsAnthropic(r) {
+	if body, ok := proxy.ErrorFor(r, e.Status, e.Code, e.Message); ok {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(e.Status)
-		w.Write(proxy.AnthropicError(e.Status, e.Code, e.Message))
+		w.Write(body)
 		return
 	}
 	writeError(w, e)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -228,6 +229,9 @@ func (s *Server) handlePutConfig(w http.ResponseWriter, r *http.Request) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return apiErrorf(http.StatusBadRequest, CodeBadRequest, "empty body: want a JSON object of settings to change")
 	}
+	if data, err = keepStateSecret(data, s.opts.Config.Current().State.URL); err != nil {
+		return err
+	}
 	ch, err := s.opts.Config.Update(data)
 	if errors.Is(err, config.ErrUpstreamLocked) {
 		s.logger.Warn("config update refused: it would change the proxy's upstreams, which proxy.allow_upstream_change forbids", "by", requestOrigin(r), "error", err)
@@ -245,7 +249,9 @@ func (s *Server) handlePutConfig(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.metrics.configReloads.add(1, "ok")
 	s.noteUpstreamChanges(ch, requestOrigin(r))
-	b, err := json.Marshal(ch.Config)
+	answer := *ch.Config
+	answer.State.URL = redisstore.Redact(answer.State.URL) // as GET shows it
+	b, err := json.Marshal(&answer)
 	if err != nil {
 		return err
 	}
@@ -418,9 +424,11 @@ func boolGauge(b bool) float64 {
 const StoreWarning = "state store unavailable: compacted from the request alone; plugin state and status not saved"
 
 // warnIfStoreDown adds StoreWarning to the response while the store is
-// degraded.
+// degraded, once. A handler calls it when the request starts and again
+// before it writes its answer, so the request whose store calls found the
+// outage carries the warning too.
 func (s *Server) warnIfStoreDown(w http.ResponseWriter) {
-	if s.opts.Store.Health().Degraded {
+	if s.opts.Store.Health().Degraded && !slices.Contains(w.Header().Values("X-Compactd-Warning"), StoreWarning) {
 		w.Header().Add("X-Compactd-Warning", StoreWarning)
 	}
 }

@@ -43,6 +43,9 @@ type testDaemon struct {
 	// childCache, if set, is the compilation cache of the daemons
 	// startChild starts (default: the tests' shared one).
 	childCache string
+	// childEnv are NAME=value pairs the daemon startChild starts reads
+	// from its environment (it sees no other variables).
+	childEnv []string
 }
 
 // setup prepares a daemon's directory: plugins copied in, and a config

@@ -103,6 +103,27 @@ type overviewPage struct {
 	Policies []client.Policy
 	Config   configView
 	Shown    int // conversations listed (at most pageLimit)
+	Store    storeView
+}
+
+// storeView says whether the daemon shares its store with a fleet: then
+// the totals and conversations on the page are the fleet's, and each
+// conversation names the replica that served it last.
+type storeView struct {
+	Shared   bool
+	Describe string // the store's URL, password left out
+	Replica  string // this daemon's name in the fleet
+	Degraded bool
+}
+
+// storeViewOf describes the daemon's store for the pages.
+func (s *Server) storeViewOf() storeView {
+	h := s.opts.Store.Health()
+	v := storeView{Shared: h.Backend == "redis", Describe: s.opts.Store.Describe(), Degraded: h.Degraded}
+	if r, ok := s.opts.Store.(interface{ Replica() string }); ok {
+		v.Replica = r.Replica()
+	}
+	return v
 }
 
 type configView struct {
@@ -113,7 +134,7 @@ type configView struct {
 }
 
 func (s *Server) handleOverviewPage(w http.ResponseWriter, r *http.Request) error {
-	data := overviewPage{Status: s.status(pageLimit)}
+	data := overviewPage{Status: s.status(pageLimit), Store: s.storeViewOf()}
 	for _, in := range s.opts.Registry.Policies() {
 		data.Policies = append(data.Policies, policyOf(in))
 	}

@@ -2,16 +2,18 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/client"
-	"github.com/compactd/compactd/internal/anthropic"
-	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/proxy"
+	"github.com/compactd/compactd/internal/wire"
+	"github.com/compactd/compactd/internal/wire/anthropic"
+	"github.com/compactd/compactd/internal/wire/formats"
+	"github.com/compactd/compactd/internal/wire/openaichat"
 	"github.com/compactd/compactd/internal/wire/responses"
 )
 
@@ -33,9 +35,10 @@ func (s *Server) routeProxy() {
 			return nil
 		}
 	}
-	s.route(proxy.RouteOpenAI, "proxy_openai", map[string]handlerFunc{http.MethodPost: serve(s.opts.Proxy.ServeOpenAI)})
-	s.route(proxy.RouteAnthropic, "proxy_anthropic", map[string]handlerFunc{http.MethodPost: serve(s.opts.Proxy.ServeAnthropic)})
-	s.route(proxy.RouteResponses, "proxy_responses", map[string]handlerFunc{http.MethodPost: serve(s.opts.Proxy.ServeResponses)})
+	// One route per registered wire format (internal/wire/formats).
+	for _, f := range proxy.Formats() {
+		s.route(f.Route(), "proxy_"+f.Name(), map[string]handlerFunc{http.MethodPost: serve(s.opts.Proxy.ServeFormat(f))})
+	}
 	s.route(proxyForwardPattern, "proxy_forward", map[string]handlerFunc{"*": func(w http.ResponseWriter, r *http.Request) error {
 		if !s.opts.Proxy.Forwards(r) {
 			return s.notFound(w, r)
@@ -45,51 +48,29 @@ func (s *Server) routeProxy() {
 	}})
 }
 
-// Formats of /v1/compact's "format": OpenAI chat messages (the default),
-// an Anthropic Messages conversation (top-level "system", content
-// blocks), or an OpenAI Responses one ("messages" are its input items,
-// "system" its instructions), converted at the edge so policies see the
-// same ABI.
+// Formats of /v1/compact's "format" are the registered wire formats
+// (internal/wire/formats): OpenAI chat messages (the default), an
+// Anthropic Messages conversation (top-level "system", content blocks),
+// or an OpenAI Responses one ("messages" are its input items, "system"
+// its instructions), converted at the edge so policies see the same ABI.
 const (
-	FormatOpenAI    = "openai"
-	FormatAnthropic = "anthropic"
+	FormatOpenAI    = openaichat.Name
+	FormatAnthropic = anthropic.Name
 	FormatResponses = responses.Name
 )
 
-// requestConversation returns a /v1/compact request's conversation: conv,
-// read with the request (OpenAI messages), or for the Anthropic and
-// Responses formats its messages converted, with the function that writes
-// a result back in that format.
-func requestConversation(req *client.CompactRequest, conv *chat.Conversation) (*chat.Conversation, func(*compactor.Response) ([]json.RawMessage, []int, error), error) {
-	switch req.Format {
-	case FormatResponses:
-		rc, err := responses.ConvertItems(req.System, req.Messages)
-		if err != nil {
-			return nil, nil, err
-		}
-		return rc.Chat, func(resp *compactor.Response) ([]json.RawMessage, []int, error) {
-			// OpenAI caches prefixes without markers: there are no
-			// breakpoints to write.
-			items, err := rc.Back(resp.Conversation, resp.Origin)
-			return items, nil, err
-		}, nil
-	case FormatAnthropic:
-	default:
-		return conv, nil, nil
+// requestConversation returns a /v1/compact request's conversation in its
+// wire format: conv, read with the request (OpenAI chat messages, the
+// chat form itself), or the request's messages converted by the format.
+func requestConversation(req *client.CompactRequest, conv *chat.Conversation) (wire.Conversation, error) {
+	if conv != nil {
+		return openaichat.FromChat(conv), nil
 	}
-	ac, err := anthropic.Convert(req.System, req.Messages)
-	if err != nil {
-		return nil, nil, err
+	f, ok := formats.Lookup(req.Format)
+	if !ok {
+		return nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "format %q: want one of %s", req.Format, strings.Join(formats.Names(), ", "))
 	}
-	return ac.Chat, func(resp *compactor.Response) ([]json.RawMessage, []int, error) {
-		if !req.CacheBreakpoints {
-			msgs, err := ac.Back(resp.Conversation, resp.Origin)
-			return msgs, nil, err
-		}
-		// The request's tools are not sent to /v1/compact: their markers,
-		// if any, are the caller's to count.
-		return ac.BackWithBreakpoints(resp.Conversation, resp.Origin, resp.CacheBreakpoints, 0)
-	}, nil
+	return f.Convert(req.System, req.Messages)
 }
 
 // compactStored serves POST /v1/compact with a conversation_id and no
@@ -117,5 +98,6 @@ func (s *Server) compactStored(ctx context.Context, w http.ResponseWriter, req *
 	if err != nil {
 		return err
 	}
+	s.warnIfStoreDown(w) // an outage this request found
 	return writeCompacted(w, st.Messages, st.Response, st.Provider, st.System, nil, nil)
 }

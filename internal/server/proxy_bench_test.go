@@ -13,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/internal/dataset"
 	"github.com/compactd/compactd/internal/proxy"
+	"github.com/compactd/compactd/internal/wire/anthropic"
 )
 
 // benchUpstream answers every request at once with a fixed answer, so what
@@ -22,12 +24,18 @@ import (
 // usage, or (stream: true) five events flushed one by one.
 func benchUpstream() *httptest.Server {
 	answer := []byte(`{"id":"c","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":100,"completion_tokens":1,"total_tokens":101}}`)
+	message := []byte(`{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":{"input_tokens":100,"output_tokens":1}}`)
 	response := []byte(`{"id":"resp_1","object":"response","status":"completed","model":"gpt-4o","output":[{"type":"message","id":"msg_1","role":"assistant","content":[{"type":"output_text","text":"ok","annotations":[]}]}],"usage":{"input_tokens":100,"output_tokens":1,"total_tokens":101}}`)
 	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		if r.URL.Path == "/v1/responses" {
+		switch r.URL.Path {
+		case "/v1/responses":
 			w.Header().Set("Content-Type", "application/json")
 			w.Write(response)
+			return
+		case "/v1/messages":
+			w.Header().Set("Content-Type", "application/json")
+			w.Write(message)
 			return
 		}
 		if !bytes.Contains(body, []byte(`"stream":true`)) {
@@ -59,7 +67,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	td := setup(b, "", pluginSliding)
 	tokenFile := filepath.Join(td.dir, "token")
 	os.WriteFile(tokenFile, []byte(proxyToken), 0o600)
-	os.WriteFile(td.config, []byte(fmt.Sprintf("policy: sliding\ntcp: {listen: '127.0.0.1:0', token_file: %s}\nproxy: {openai: {upstream: '%s/v1'}}\n", tokenFile, up.URL)), 0o600)
+	os.WriteFile(td.config, []byte(fmt.Sprintf("policy: sliding\ntcp: {listen: '127.0.0.1:0', token_file: %s}\nproxy: {openai: {upstream: '%s/v1'}, anthropic: {upstream: '%s'}}\n", tokenFile, up.URL, up.URL)), 0o600)
 	td.start(b)
 	proxied := "http://" + td.TCPAddr() + "/v1/chat/completions"
 	direct := up.URL + "/v1/chat/completions"
@@ -94,7 +102,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		}{f.name, best.Raw})
 	}
 
-	for _, mode := range []string{"json", "stream-ttfb", "responses"} {
+	for _, mode := range []string{"json", "stream-ttfb", "responses", "anthropic"} {
 		for _, c := range convs {
 			extra := ""
 			if mode == "stream-ttfb" {
@@ -113,6 +121,26 @@ func BenchmarkProxyOverhead(b *testing.B) {
 				proxied = "http://" + td.TCPAddr() + proxy.RouteResponses
 				direct = up.URL + proxy.RouteResponses
 			}
+			if mode == "anthropic" {
+				if c.name != "tau-12KB" {
+					continue
+				}
+				// The same conversation as Anthropic Messages.
+				cc, err := chat.FromRaw(c.msgs)
+				if err != nil {
+					b.Fatal(err)
+				}
+				system, msgs, err := anthropic.FromChat(cc.Messages)
+				if err != nil {
+					b.Fatal(err)
+				}
+				body, err = json.Marshal(map[string]any{"model": "claude-sonnet-4-5", "max_tokens": 64, "system": system, "messages": msgs})
+				if err != nil {
+					b.Fatal(err)
+				}
+				proxied = "http://" + td.TCPAddr() + proxy.RouteAnthropic
+				direct = up.URL + proxy.RouteAnthropic
+			}
 			b.Run(fmt.Sprintf("%s/%s", mode, c.name), func(b *testing.B) {
 				send := func(url string, viaProxy bool) time.Duration {
 					req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
@@ -120,7 +148,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 					req.Header.Set("Content-Type", "application/json")
 					if viaProxy {
 						req.Header.Set(proxy.HeaderToken, proxyToken)
-						req.Header.Set(proxy.HeaderConversation, "bench-"+c.name)
+						req.Header.Set(proxy.HeaderConversation, "bench-"+mode+"-"+c.name)
 					}
 					start := time.Now()
 					resp, err := hc.Do(req)

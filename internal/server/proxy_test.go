@@ -17,11 +17,11 @@ import (
 
 	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/client"
-	"github.com/compactd/compactd/internal/anthropic"
 	"github.com/compactd/compactd/internal/dataset"
 	"github.com/compactd/compactd/internal/proxy"
 	"github.com/compactd/compactd/internal/proxy/upstreamtest"
 	"github.com/compactd/compactd/internal/tokens"
+	"github.com/compactd/compactd/internal/wire/anthropic"
 )
 
 const proxyToken = "proxy-test-token"

@@ -252,11 +252,14 @@ func (s *Server) proxied(r *http.Request) bool {
 	if s.opts.Proxy == nil {
 		return false
 	}
-	switch _, pattern := s.mux.Handler(r); pattern {
-	case proxy.RouteOpenAI, proxy.RouteAnthropic, proxy.RouteResponses:
-		return true
-	case proxyForwardPattern:
+	_, pattern := s.mux.Handler(r)
+	if pattern == proxyForwardPattern {
 		return s.opts.Proxy.Forwards(r)
+	}
+	for _, f := range proxy.Formats() {
+		if pattern == f.Route() {
+			return true
+		}
 	}
 	return false
 }

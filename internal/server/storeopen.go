@@ -27,7 +27,7 @@ func openStore(_ context.Context, cfg *config.Config, opts DaemonOptions, logger
 		r, err := redisstore.Open(redisstore.Options{
 			URL: url, PasswordFile: cfg.State.PasswordFile, Replica: replica,
 			TTL: cfg.State.TTL.D(), MaxConversations: cfg.State.MaxConversations, MaxStateBytes: cfg.State.MaxStateBytes,
-			FlushInterval: opts.StoreFlush, Logger: logger,
+			FlushInterval: opts.StoreFlush, OpTimeout: opts.StoreTimeout, Logger: logger,
 		})
 		if err != nil {
 			return nil, err

@@ -280,6 +280,14 @@ export interface Config {
      * 1m to 87600h
      */
     ttl: string;
+    /**
+     * the Redis password's file (its first line); wins over a password in url
+     */
+    password_file?: string;
+    /**
+     * a Redis or Valkey server the replicas of a fleet share (redis://host:port/db, rediss://, unix:///path?db=N, or several comma-separated redis:// addresses for a Cluster); GET shows its password as "xxxxx", and a PUT that sends that value back keeps the running password (another URL with the redacted password is refused). Empty: the embedded bbolt store
+     */
+    url?: string;
   };
   state_dir: string;
   tcp: {

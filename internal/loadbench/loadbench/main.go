@@ -6,6 +6,7 @@
 //	go run ./internal/loadbench/loadbench -data ../shared/data
 //	go run ./internal/loadbench/loadbench -sets tau-bench -targets json,sliding -clients 4
 //	go run ./internal/loadbench/loadbench -targets json,ledger -orders conversation,shuffled
+//	go run ./internal/loadbench/loadbench -fleet -load=false -turns=false -lifecycle=false
 //
 // It builds compactd and the built-in plugins unless -bin and -plugins
 // name them.
@@ -69,6 +70,11 @@ func run(ctx context.Context) error {
 	reloadCount := flag.Int("reloads", 20, "new plugin versions written for -lifecycle")
 	beforeBin := flag.String("before-bin", "", "another compactd `binary` (e.g. an earlier commit's): targets named POLICY@before run on it, and -turns and -lifecycle measure it too, in the same run")
 	beforePlugins := flag.String("before-plugins", "", "the plugins `directory` for -before-bin")
+	var fo fleetOptions
+	doFleet := flag.Bool("fleet", false, "measure a fleet of daemons on one redis-server against one daemon on bbolt (needs redis-server)")
+	flag.StringVar(&fo.policies, "fleet-policies", "ledger,hierarchical", "policies for -fleet, comma-separated")
+	flag.StringVar(&fo.set, "fleet-set", "tau-bench", "data set for -fleet")
+	flag.IntVar(&fo.replicas, "fleet-replicas", 3, "the fleet's daemons for -fleet")
 	flag.Parse()
 	if (*beforeBin == "") != (*beforePlugins == "") {
 		return fmt.Errorf("-before-bin and -before-plugins go together")
@@ -179,6 +185,11 @@ func run(ctx context.Context) error {
 			}
 			fmt.Fprintf(w, "\nThe daemon's start, hot reload and memory, with every built-in plugin%s (load average at start / end: %s / %s):\n\n", b.label, loadStart, loadbench.LoadAverage())
 			loadbench.WriteLifecycle(w, r)
+		}
+	}
+	if *doFleet {
+		if err := runFleet(ctx, w, fo, *data, *bin, *plugins, cache, work, loadbench.LoadOptions{Clients: *clients, Warmup: *warmup, MinTime: *minTime}); err != nil {
+			return err
 		}
 	}
 	if *doTurns {

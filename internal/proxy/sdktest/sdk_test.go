@@ -16,7 +16,6 @@ import (
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/client"
-	"github.com/compactd/compactd/internal/anthropic"
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/dataset"
 	"github.com/compactd/compactd/internal/proxy/upstreamtest"
@@ -24,6 +23,7 @@ import (
 	"github.com/compactd/compactd/internal/testenv"
 	"github.com/compactd/compactd/internal/tokens"
 	"github.com/compactd/compactd/internal/wasmbuild"
+	"github.com/compactd/compactd/internal/wire/anthropic"
 )
 
 const token = "sdk-test-token"

@@ -160,6 +160,7 @@ func Open(opts Options) (*Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
+	routeDriverLog(opts.Logger)
 	s := &Store{prefix: opts.Prefix, replica: opts.Replica, desc: Redact(opts.URL), logger: opts.Logger,
 		now: opts.Now, opTO: opts.OpTimeout, opts: opts, pending: map[string]func() ([]byte, error){}, buckets: map[string]*Bucket{},
 		probe: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}

@@ -690,6 +690,10 @@ func Leading(instructions, input json.RawMessage) ([]abi.Message, error) {
 	if err != nil {
 		return nil, err
 	}
+	return leading(instructions, items)
+}
+
+func leading(instructions json.RawMessage, items []Item) ([]abi.Message, error) {
 	n := 0
 	for n < len(items) {
 		n++

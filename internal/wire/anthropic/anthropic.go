@@ -27,6 +27,7 @@ import (
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/chat"
+	"github.com/compactd/compactd/internal/wire"
 )
 
 // ErrMalformed wraps every conversion error: the request is not the
@@ -399,9 +400,9 @@ func (c *Conversation) BackWithBreakpoints(out *chat.Conversation, origin []int,
 	if err != nil || len(marks) == 0 {
 		return plain, nil, err
 	}
-	budget := MaxCacheControls - reserved - CountCacheControls(c.System)
+	budget := MaxCacheControls - reserved - wire.CountCacheControls(c.System)
 	for _, m := range plain {
-		budget -= CountCacheControls(m)
+		budget -= wire.CountCacheControls(m)
 	}
 	if budget <= 0 {
 		return plain, nil, nil
@@ -415,37 +416,6 @@ func (c *Conversation) BackWithBreakpoints(out *chat.Conversation, origin []int,
 // MaxCacheControls is how many cache_control markers Anthropic accepts in
 // one request (tools, system and messages together).
 const MaxCacheControls = 4
-
-// CountCacheControls counts the cache_control markers in a JSON value (a
-// request's tools, system or messages), at any depth.
-func CountCacheControls(raw json.RawMessage) int {
-	if !bytes.Contains(raw, []byte(`"cache_control"`)) {
-		return 0
-	}
-	var v any
-	if json.Unmarshal(raw, &v) != nil {
-		return 0
-	}
-	var count func(any) int
-	count = func(v any) int {
-		n := 0
-		switch v := v.(type) {
-		case map[string]any:
-			for k, x := range v {
-				if k == "cache_control" && x != nil {
-					n++
-				}
-				n += count(x)
-			}
-		case []any:
-			for _, x := range v {
-				n += count(x)
-			}
-		}
-		return n
-	}
-	return count(v)
-}
 
 // piece is one Anthropic message of a result: the caller's bytes (raw,
 // src its index) or blocks to wrap.

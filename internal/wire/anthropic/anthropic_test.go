@@ -10,6 +10,7 @@ import (
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/internal/dataset"
+	"github.com/compactd/compactd/internal/wire"
 )
 
 // sample is an Anthropic conversation with every shape the conversion
@@ -504,8 +505,8 @@ func TestCountCacheControls(t *testing.T) {
 		{`not json "cache_control"`, 0},
 	}
 	for _, tt := range tests {
-		if got := CountCacheControls(json.RawMessage(tt.in)); got != tt.want {
-			t.Errorf("CountCacheControls(%.40s) = %d, want %d", tt.in, got, tt.want)
+		if got := wire.CountCacheControls(json.RawMessage(tt.in)); got != tt.want {
+			t.Errorf("wire.CountCacheControls(%.40s) = %d, want %d", tt.in, got, tt.want)
 		}
 	}
 }
@@ -529,9 +530,9 @@ func TestBackWithBreakpointsBudget(t *testing.T) {
 		if !slicesEqual(marked, tt.want) {
 			t.Errorf("reserved %d: marked %v, want %v", tt.reserved, marked, tt.want)
 		}
-		total := CountCacheControls(c.System)
+		total := wire.CountCacheControls(c.System)
 		for _, m := range got {
-			total += CountCacheControls(m)
+			total += wire.CountCacheControls(m)
 		}
 		if total+tt.reserved > MaxCacheControls {
 			t.Errorf("reserved %d: %d markers in the request", tt.reserved, total+tt.reserved)
