@@ -17,6 +17,8 @@
 #   LOAD_CLIENTS, LOAD_SETS, LOAD_TIME  the load run's clients (default 2),
 #               data sets (default tau-bench,mini-swe) and measured time
 #               per target (default 3s)
+#   LOAD_ORDERS  the orders the load run sends each set in (default
+#               conversation,shuffled; see loadbench -orders)
 #   SKIP_BENCH=1 / SKIP_EVAL=1 / SKIP_LOAD=1 / SKIP_SUITE=1  leave a part out
 #               (its section says so); the test suite part runs make test
 #               three times, once to warm the caches, then quiet and beside
@@ -175,12 +177,12 @@ END
 # --- load over the socket ----------------------------------------------------
 load_md="$WORK/load.md"
 : >"$load_md"
-load_cmd="go run ./internal/loadbench/loadbench -data $DATA -clients ${LOAD_CLIENTS:-2} -sets ${LOAD_SETS:-tau-bench,mini-swe} -min-time ${LOAD_TIME:-3s}"
+load_cmd="go run ./internal/loadbench/loadbench -data $DATA -clients ${LOAD_CLIENTS:-2} -sets ${LOAD_SETS:-tau-bench,mini-swe} -orders ${LOAD_ORDERS:-conversation,shuffled} -min-time ${LOAD_TIME:-3s}"
 if [ -z "${SKIP_LOAD:-}" ]; then
 	log "$load_cmd"
 	go build -o "$WORK/loadbench" ./internal/loadbench/loadbench
 	"$WORK/loadbench" -data "$DATA" -clients "${LOAD_CLIENTS:-2}" -sets "${LOAD_SETS:-tau-bench,mini-swe}" \
-		-min-time "${LOAD_TIME:-3s}" -bin "$WORK/compactd" -plugins "$WORK/plugins" -out "$load_md"
+		-orders "${LOAD_ORDERS:-conversation,shuffled}" -min-time "${LOAD_TIME:-3s}" -bin "$WORK/compactd" -plugins "$WORK/plugins" -out "$load_md"
 else
 	echo "_Skipped in this run (SKIP_LOAD=1)._" >>"$load_md"
 fi
@@ -518,7 +520,10 @@ Contents: [Load over the socket](#load-over-the-socket) · [compactd eval](#comp
 compactd's \`POST /v1/compact\` against two services that do no compaction,
 on the same transport (HTTP over a Unix socket) and the same requests:
 every turn prefix of the real traces, each client sending one
-conversation's prefixes in order, as agents do
+conversation's prefixes in order, as agents do, and then the same requests
+shuffled ("shuffled" columns: every request of the set in a random order,
+so many agents' turns interleave and a conversation's later turn may come
+before its earlier ones, as a daemon serving many agents at once sees them)
 (\`internal/loadbench\`). Each target runs as its own process; its CPU per
 request is read from the kernel. One warm-up pass over the set first
 (connections, caches), then measured passes for at least the measured time.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,6 +89,65 @@ func TestSets(t *testing.T) {
 	}
 }
 
+// TestOrders: an interleaved or shuffled pass sends every request of the
+// set exactly once; interleaved takes every conversation's first turn
+// before any second; shuffled sends some conversation's turns out of
+// order; an unknown order is refused.
+func TestOrders(t *testing.T) {
+	set := fixtureSet(t, "tau-bench")
+	if len(set.Convs) < 2 {
+		t.Fatalf("the fixture has %d conversations; the test needs two", len(set.Convs))
+	}
+	all := map[request]bool{}
+	for ci, turns := range set.Turns {
+		for _, n := range turns {
+			all[request{ci, n}] = true
+		}
+	}
+	for _, order := range []string{OrderInterleaved, OrderShuffled} {
+		s, err := set.InOrder(order)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Name != set.Name+" "+order || s.Requests != set.Requests || set.Order != "" {
+			t.Errorf("%s: name %q, %d requests (want %d); the original's order %q", order, s.Name, s.Requests, set.Requests, set.Order)
+		}
+		q := s.queue()
+		got := map[request]bool{}
+		for _, r := range q {
+			got[r] = true
+		}
+		if len(q) != set.Requests || len(got) != len(all) {
+			t.Fatalf("%s: %d requests, %d distinct; want %d, each once", order, len(q), len(got), len(all))
+		}
+		for r := range all {
+			if !got[r] {
+				t.Fatalf("%s: request %+v not sent", order, r)
+			}
+		}
+		last := map[int]int{} // conversation -> the longest prefix sent so far
+		backwards := false
+		for i, r := range q {
+			if r.N < last[r.Conv] {
+				backwards = true
+			}
+			last[r.Conv] = max(last[r.Conv], r.N)
+			if order == OrderInterleaved && i < len(set.Convs) && r != (request{i, set.Turns[i][0]}) {
+				t.Errorf("interleaved: request %d is %+v; want conversation %d's first turn", i, r, i)
+			}
+		}
+		if backwards != (order == OrderShuffled) {
+			t.Errorf("%s: some conversation's turns arrive out of order: %v", order, backwards)
+		}
+	}
+	if c, err := set.InOrder(""); err != nil || c.Order != OrderConversation || c.Name != set.Name {
+		t.Errorf("the default order: %+v, %v", c, err)
+	}
+	if _, err := set.InOrder("backwards"); err == nil || !strings.Contains(err.Error(), "shuffled") {
+		t.Errorf("an unknown order: %v; want an error naming the known ones", err)
+	}
+}
+
 // TestBaselines runs both baselines in-process and checks what they answer.
 func TestBaselines(t *testing.T) {
 	set := fixtureSet(t, "tau-bench")
@@ -108,12 +168,18 @@ func TestBaselines(t *testing.T) {
 		if err := json.Unmarshal(body, &resp); err != nil || len(resp.Messages) != len(msgs) {
 			t.Errorf("%s: answer %.200s: %v (%d messages, want %d)", name, body, err, len(resp.Messages), len(msgs))
 		}
-		res, err := Load(bg, LoadOptions{Socket: socket, Set: set, Body: Body{Policy: name}, Clients: 2, Warmup: 0, MinTime: time.Millisecond})
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if res.Requests != set.Requests || res.ReqPerSec <= 0 || res.P99 < res.P50 {
-			t.Errorf("%s: %+v, want %d requests", name, res, set.Requests)
+		for _, order := range []string{OrderConversation, OrderShuffled} {
+			s, err := set.InOrder(order)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := Load(bg, LoadOptions{Socket: socket, Set: s, Body: Body{Policy: name}, Clients: 2, Warmup: 0, MinTime: time.Millisecond})
+			if err != nil {
+				t.Fatalf("%s, %s: %v", name, order, err)
+			}
+			if res.Requests != set.Requests || res.ReqPerSec <= 0 || res.P99 < res.P50 {
+				t.Errorf("%s, %s: %+v, want %d requests", name, order, res, set.Requests)
+			}
 		}
 	}
 	if _, err := Baseline("nope"); err == nil {

@@ -5,7 +5,10 @@
 // messages. Every target is a separate process serving HTTP on a Unix
 // socket; the load comes from N client goroutines in this process, each
 // with its own connection, sending every turn prefix of real agent
-// conversations in order (an agent re-sends its history every turn).
+// conversations (an agent re-sends its history every turn): each
+// conversation's in order, or many conversations' interleaved or
+// shuffled, as a daemon serving many agents at once sees them
+// (Set.InOrder).
 //
 // It also measures the cost of one turn against the length of the
 // conversation (Turns), and the daemon's start, reload and memory figures
@@ -20,6 +23,7 @@ package loadbench
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"strconv"
 
@@ -42,6 +46,63 @@ type Set struct {
 	// size of their messages arrays.
 	Requests  int
 	MeanBytes float64
+	// Order is how a pass sends the requests (OrderConversation if
+	// empty); see InOrder.
+	Order string
+}
+
+// The orders a pass can send a set's requests in.
+const (
+	// OrderConversation: a client takes a whole conversation and sends
+	// its turn prefixes in order, as one agent does.
+	OrderConversation = "conversation"
+	// OrderInterleaved: the first turn of every conversation, then the
+	// second of every one, and so on, clients taking the next request
+	// from a shared queue: many agents at once, each in order, so
+	// consecutive requests belong to different conversations.
+	OrderInterleaved = "interleaved"
+	// OrderShuffled: every request of the set in a random order (the
+	// same each pass), clients taking the next from a shared queue: a
+	// conversation's later turn may arrive before its earlier ones.
+	OrderShuffled = "shuffled"
+)
+
+// InOrder returns a copy of s whose passes send its requests in order
+// (one of the Order constants); its Name says the order unless it is
+// OrderConversation. The copy shares s's messages.
+func (s *Set) InOrder(order string) (*Set, error) {
+	c := *s
+	switch order {
+	case "", OrderConversation:
+		c.Order = OrderConversation
+	case OrderInterleaved, OrderShuffled:
+		c.Order = order
+		c.Name = s.Name + " " + order
+	default:
+		return nil, fmt.Errorf("loadbench: unknown order %q (want %s, %s or %s)", order, OrderConversation, OrderInterleaved, OrderShuffled)
+	}
+	return &c, nil
+}
+
+// request is one request of a set: conversation Conv's first N messages.
+type request struct{ Conv, N int }
+
+// queue returns the set's requests in the order of an interleaved or
+// shuffled pass.
+func (s *Set) queue() []request {
+	q := make([]request, 0, s.Requests)
+	for t := 0; len(q) < s.Requests; t++ {
+		for ci, turns := range s.Turns {
+			if t < len(turns) {
+				q = append(q, request{ci, turns[t]})
+			}
+		}
+	}
+	if s.Order == OrderShuffled {
+		rng := rand.New(rand.NewPCG(23, uint64(s.Requests)))
+		rng.Shuffle(len(q), func(i, j int) { q[i], q[j] = q[j], q[i] })
+	}
+	return q
 }
 
 // Known data files, by the short names tables use.

@@ -26,7 +26,8 @@ type LoadOptions struct {
 	Body Body
 	// Clients is the number of concurrent clients (default 2), each with
 	// its own connection. A client takes a whole conversation and sends
-	// its turn prefixes in order.
+	// its turn prefixes in order, or takes the next request of an
+	// interleaved or shuffled set (Set.Order).
 	Clients int
 	// Warmup is the number of passes over the set before measuring
 	// (default 1): connections open, caches fill, as in a daemon that has
@@ -122,8 +123,12 @@ func Load(ctx context.Context, opts LoadOptions) (*Result, error) {
 }
 
 // pass sends every request of the set once, clients taking conversations
-// from a shared queue, and returns the latencies.
+// (or, for an interleaved or shuffled set, requests) from a shared queue,
+// and returns the latencies.
 func pass(ctx context.Context, clients []*loadClient, opts LoadOptions, check func([]byte) error) ([]time.Duration, error) {
+	if opts.Set.Order == OrderInterleaved || opts.Set.Order == OrderShuffled {
+		return passQueue(ctx, clients, opts, check)
+	}
 	var (
 		next     atomic.Int64
 		mu       sync.Mutex
@@ -160,6 +165,55 @@ func pass(ctx context.Context, clients []*loadClient, opts LoadOptions, check fu
 					}
 					mine = append(mine, d)
 				}
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
+	return lat, firstErr
+}
+
+// passQueue is pass for an interleaved or shuffled set: clients take the
+// next request from the set's queue.
+func passQueue(ctx context.Context, clients []*loadClient, opts LoadOptions, check func([]byte) error) ([]time.Duration, error) {
+	q := opts.Set.queue()
+	var (
+		next     atomic.Int64
+		mu       sync.Mutex
+		lat      = make([]time.Duration, 0, len(q))
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	for _, c := range clients {
+		wg.Go(func() {
+			var mine []time.Duration
+			defer func() {
+				mu.Lock()
+				lat = append(lat, mine...)
+				mu.Unlock()
+			}()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(q) || ctx.Err() != nil {
+					return
+				}
+				r := q[i]
+				d, body, err := c.post(ctx, opts.Body, opts.Set.Convs[r.Conv][:r.N])
+				if err == nil && check != nil {
+					err = check(body)
+				}
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("%s: conversation %d, %d messages: %w", opts.Set.Name, r.Conv, r.N, err)
+					}
+					mu.Unlock()
+					next.Store(int64(len(q)))
+					return
+				}
+				mine = append(mine, d)
 			}
 		})
 	}

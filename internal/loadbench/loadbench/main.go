@@ -5,6 +5,7 @@
 //
 //	go run ./internal/loadbench/loadbench -data ../shared/data
 //	go run ./internal/loadbench/loadbench -sets tau-bench -targets json,sliding -clients 4
+//	go run ./internal/loadbench/loadbench -targets json,ledger -orders conversation,shuffled
 //	go run ./internal/loadbench/loadbench -fleet -load=false -turns=false -lifecycle=false
 //
 // It builds compactd and the built-in plugins unless -bin and -plugins
@@ -52,7 +53,8 @@ func main() {
 func run(ctx context.Context) error {
 	data := flag.String("data", "", "data `directory` (default: $COMPACTD_DATA or ../shared/data)")
 	sets := flag.String("sets", "tau-bench,mini-swe", "data sets, comma-separated")
-	targets := flag.String("targets", "echo,json,sliding,deterministic", "targets: echo, json, or a compactd policy, comma-separated")
+	targets := flag.String("targets", "echo,json,ledger,sliding,deterministic", "targets: echo, json, or a compactd policy, comma-separated")
+	orders := flag.String("orders", loadbench.OrderConversation, "the orders each set's requests are sent in, comma-separated: conversation (each conversation's turns in order by one client), interleaved (every conversation's first turn, then every second, ...) or shuffled (every request in a random order); each is a column of its own")
 	clients := flag.Int("clients", 2, "concurrent clients")
 	warmup := flag.Int("warmup", 1, "passes over a set before measuring")
 	minTime := flag.Duration("min-time", 3*time.Second, "measured passes repeat until this long")
@@ -119,11 +121,21 @@ func run(ctx context.Context) error {
 	if !*doLoad {
 		names = nil
 	}
+	var ordered []*loadbench.Set
 	for _, name := range names {
 		set, err := loadbench.LoadSet(strings.TrimSpace(name), *data)
 		if err != nil {
 			return err
 		}
+		for _, o := range strings.Split(*orders, ",") {
+			s, err := set.InOrder(strings.TrimSpace(o))
+			if err != nil {
+				return fmt.Errorf("-orders: %w", err)
+			}
+			ordered = append(ordered, s)
+		}
+	}
+	for _, set := range ordered {
 		loaded = append(loaded, set)
 		for _, t := range strings.Split(*targets, ",") {
 			t = strings.TrimSpace(t)
