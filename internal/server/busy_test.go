@@ -71,12 +71,20 @@ func busyLoops(t testing.TB, n int) {
 // (issue 20: a Go plugin's _initialize missed the call timeout on a busy
 // machine, and the plugin never loaded). The test asserts no duration:
 // its waits are generous bounds.
+//
+// The daemon is the compactd binary as users run it (`compactd serve`,
+// built without the race detector): under -race, a daemon in the test
+// binary runs wazero's interpreter several times slower than any user's,
+// and with the busy loops beside it took over 5 minutes to load the
+// built-ins (one of them 4 minutes alone).
 func TestBuiltinsServeOnBusyMachine(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts busy processes and a daemon with every built-in plugin")
 	}
 	plugins := builtinPlugins(t)
 	td := setup(t, "", plugins...) // builds them first
+	td.served = true
+	wasmbuild.CompactdForTest(t) // built before the busy loops start
 	busyLoops(t, 2*runtime.NumCPU())
 	start := time.Now()
 	d := startChild(t, td)

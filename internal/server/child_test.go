@@ -105,23 +105,33 @@ func (w childLog) Write(p []byte) (int, error) {
 	return w.d.log.Write(p)
 }
 
-// startChild starts a daemon process on td's directory (see setup). It
+// startChild starts a daemon process on td's directory (see setup): the
+// test binary itself, or the compactd binary when td.served is set. It
 // does not wait for it to answer.
 func startChild(t testing.TB, td *testDaemon) *childDaemon {
 	t.Helper()
 	d := &childDaemon{t: t, socket: filepath.Join(td.dir, "s.sock"), done: make(chan struct{})}
-	d.cmd = exec.Command(os.Args[0], "-test.run=^$")
 	cache := td.childCache
 	if cache == "" {
 		cache = wasmbuild.TestCacheDir(t)
 	}
-	d.cmd.Env = append(os.Environ(), childDirEnv+"="+td.dir, childCacheEnv+"="+cache)
-	var names []string
-	for _, kv := range td.childEnv {
-		d.cmd.Env = append(d.cmd.Env, kv)
-		names = append(names, strings.SplitN(kv, "=", 2)[0])
+	if td.served {
+		// The daemon as users run it: `compactd serve` on the same
+		// directory, with nothing from the environment but PATH and
+		// td.childEnv.
+		d.cmd = exec.Command(wasmbuild.CompactdForTest(t), "serve", "--config", td.config, "--socket", d.socket,
+			"--plugins", td.plugins, "--state-dir", filepath.Join(td.dir, "state"), "--cache-dir", cache)
+		d.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + td.dir}, td.childEnv...)
+	} else {
+		d.cmd = exec.Command(os.Args[0], "-test.run=^$")
+		d.cmd.Env = append(os.Environ(), childDirEnv+"="+td.dir, childCacheEnv+"="+cache)
+		var names []string
+		for _, kv := range td.childEnv {
+			d.cmd.Env = append(d.cmd.Env, kv)
+			names = append(names, strings.SplitN(kv, "=", 2)[0])
+		}
+		d.cmd.Env = append(d.cmd.Env, childEnvEnv+"="+strings.Join(names, ","))
 	}
-	d.cmd.Env = append(d.cmd.Env, childEnvEnv+"="+strings.Join(names, ","))
 	d.cmd.Stderr = childLog{d}
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)

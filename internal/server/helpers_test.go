@@ -43,6 +43,10 @@ type testDaemon struct {
 	// childCache, if set, is the compilation cache of the daemons
 	// startChild starts (default: the tests' shared one).
 	childCache string
+	// served makes startChild run the real compactd binary, built
+	// without the race detector (wasmbuild.CompactdForTest), with
+	// `compactd serve` on the directory, instead of the test binary.
+	served bool
 	// childEnv are NAME=value pairs the daemon startChild starts reads
 	// from its environment (it sees no other variables).
 	childEnv []string

@@ -193,6 +193,7 @@ func responsesBody(items []json.RawMessage, extra string) []byte {
 }
 
 func TestProxyResponsesPassesThrough(t *testing.T) {
+	t.Parallel()
 	td, up := responsesDaemon(t, "")
 	body := responsesBody(codexSession(2, 100), `,"store":false,"prompt_cache_key":"pk-1","include":["reasoning.encrypted_content"]`)
 	resp, got := td.post(t, proxy.RouteResponses, body, nil)
@@ -224,6 +225,7 @@ func TestProxyResponsesPassesThrough(t *testing.T) {
 }
 
 func TestProxyResponsesCompacts(t *testing.T) {
+	t.Parallel()
 	td, up := responsesDaemon(t, "  context_window: 2000\n")
 	items := codexSession(12, 600)
 	body := responsesBody(items, `,"store":false,"prompt_cache_key":"pk-1","stream":true`)
@@ -310,6 +312,7 @@ func (td *testDaemon) metric(t *testing.T, series string) float64 {
 }
 
 func TestProxyNeverSilent(t *testing.T) {
+	t.Parallel()
 	td, up := responsesDaemon(t, "")
 	// previous_response_id: the history is the provider's.
 	body := []byte(`{"model":"gpt-4o","previous_response_id":"resp_0","input":[{"type":"function_call_output","call_id":"call_9","output":"ok"}]}`)
@@ -349,6 +352,7 @@ func TestProxyNeverSilent(t *testing.T) {
 }
 
 func TestNotFoundHintsAndAnthropicShape(t *testing.T) {
+	t.Parallel()
 	td, _ := proxyDaemon(t, "", pluginSliding)
 	// An Anthropic SDK without /v1 in its path: Anthropic's error shape,
 	// saying what to change.
@@ -381,6 +385,7 @@ func TestNotFoundHintsAndAnthropicShape(t *testing.T) {
 }
 
 func TestCompactResponsesFormat(t *testing.T) {
+	t.Parallel()
 	td := setup(t, "", pluginSliding).start(t)
 	items := codexSession(6, 200)
 	req := map[string]any{"format": "responses", "policy": "sliding", "config": map[string]any{"window_size": 4, "step": 1},
@@ -473,6 +478,7 @@ func TestProxyResponsesOwnAnswers(t *testing.T) {
 // TestProxyResponsesStringInput: a string input is one user message; its
 // stored request compacts to that message as an item.
 func TestProxyResponsesStringInput(t *testing.T) {
+	t.Parallel()
 	td, up := responsesDaemon(t, "")
 	body := []byte(`{"model":"gpt-4o","instructions":"Be brief.","input":"What is 2+2?","store":false}`)
 	resp, got := td.post(t, proxy.RouteResponses, body, map[string]string{proxy.HeaderConversation: "str-1"})

@@ -42,6 +42,7 @@ func (s *syncBuffer) String() string {
 // on the TCP listener) answers 403 forbidden and SIGHUP keeps the running
 // upstreams.
 func TestProxyUpstreamChangeAudit(t *testing.T) {
+	t.Parallel()
 	var log syncBuffer
 	td := setup(t, "", pluginSliding)
 	tokenFile := filepath.Join(td.dir, "token")
