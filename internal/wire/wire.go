@@ -182,3 +182,28 @@ func CountCacheControls(raw json.RawMessage) int {
 	}
 	return count(v)
 }
+
+// MarshalParts encodes content parts as a message's content (an empty
+// array for none), without HTML escaping.
+func MarshalParts(parts []abi.ContentPart) (abi.Content, error) {
+	if parts == nil {
+		parts = []abi.ContentPart{}
+	}
+	b, err := Marshal(parts)
+	if err != nil {
+		return abi.Content{}, err
+	}
+	return abi.RawContent(b), nil
+}
+
+// Marshal encodes v as JSON without HTML escaping (providers' bodies keep
+// "<", ">" and "&" as they are) and without a trailing newline.
+func Marshal(v any) (json.RawMessage, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}

@@ -83,7 +83,7 @@ func Convert(system json.RawMessage, messages []json.RawMessage) (*Conversation,
 	var raws []json.RawMessage
 	var msgs []abi.Message
 	add := func(m abi.Message, o place) error {
-		b, err := marshal(&m)
+		b, err := wire.Marshal(&m)
 		if err != nil {
 			return err
 		}
@@ -160,7 +160,7 @@ func systemMessage(system json.RawMessage) (abi.Message, bool, error) {
 	for i, b := range blocks {
 		parts[i] = part(b)
 	}
-	content, err := marshalParts(parts)
+	content, err := wire.MarshalParts(parts)
 	if err != nil {
 		return abi.Message{}, false, err
 	}
@@ -189,7 +189,7 @@ func (c *Conversation) convertAssistant(i int, blocks []wireBlock, add func(abi.
 		parts = append(parts, part(b))
 	}
 	if len(parts) > 0 {
-		content, err := marshalParts(parts)
+		content, err := wire.MarshalParts(parts)
 		if err != nil {
 			return err
 		}
@@ -223,7 +223,7 @@ func (c *Conversation) convertUser(i int, blocks []wireBlock, add func(abi.Messa
 	if len(rest) == 0 && len(blocks) > 0 {
 		return nil
 	}
-	content, err := marshalParts(parts)
+	content, err := wire.MarshalParts(parts)
 	if err != nil {
 		return err
 	}
@@ -248,7 +248,7 @@ func toolResultContent(raw json.RawMessage) (abi.Content, error) {
 	for i, b := range blocks {
 		parts[i] = part(b)
 	}
-	return marshalParts(parts)
+	return wire.MarshalParts(parts)
 }
 
 // part is a block as a chat content part: text blocks keep their text;
@@ -259,28 +259,6 @@ func part(b wireBlock) abi.ContentPart {
 		return abi.ContentPart{Type: "text", Text: b.Text}
 	}
 	return abi.ContentPart{Type: b.Type}
-}
-
-func marshalParts(parts []abi.ContentPart) (abi.Content, error) {
-	if parts == nil {
-		parts = []abi.ContentPart{}
-	}
-	b, err := marshal(parts)
-	if err != nil {
-		return abi.Content{}, err
-	}
-	return abi.RawContent(b), nil
-}
-
-// marshal encodes v without HTML escaping.
-func marshal(v any) (json.RawMessage, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
 }
 
 // ErrOrigin is returned by Back when origin does not describe out.
@@ -435,9 +413,9 @@ func newPiece(m *abi.Message) (piece, error) {
 	case abi.RoleTool:
 		content := m.Content.Raw()
 		if !m.Content.IsString() {
-			content, _ = marshal(m.Content.Text())
+			content, _ = wire.Marshal(m.Content.Text())
 		}
-		block, err := marshal(struct {
+		block, err := wire.Marshal(struct {
 			Type      string          `json:"type"`
 			ToolUseID string          `json:"tool_use_id"`
 			Content   json.RawMessage `json:"content"`
@@ -457,7 +435,7 @@ func newPiece(m *abi.Message) (piece, error) {
 			if len(input) == 0 || input[0] != '{' || !json.Valid(input) {
 				input = json.RawMessage("{}")
 			}
-			b, err := marshal(struct {
+			b, err := wire.Marshal(struct {
 				Type  string          `json:"type"`
 				ID    string          `json:"id"`
 				Name  string          `json:"name"`
@@ -476,7 +454,7 @@ func newPiece(m *abi.Message) (piece, error) {
 }
 
 func textBlock(text string) (json.RawMessage, error) {
-	return marshal(struct {
+	return wire.Marshal(struct {
 		Type string `json:"type"`
 		Text string `json:"text"`
 	}{"text", text})
@@ -645,7 +623,7 @@ func (p piece) contentBlocks() ([]json.RawMessage, error) {
 func wrap(role string, blocks []json.RawMessage) (json.RawMessage, error) {
 	var buf bytes.Buffer
 	buf.WriteString(`{"role":`)
-	r, err := marshal(role)
+	r, err := wire.Marshal(role)
 	if err != nil {
 		return nil, err
 	}
@@ -686,7 +664,7 @@ func FromChat(msgs []abi.Message) (system json.RawMessage, messages []json.RawMe
 		for _, s := range sys[1:] {
 			joined += "\n\n" + s
 		}
-		if system, err = marshal(joined); err != nil {
+		if system, err = wire.Marshal(joined); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -46,6 +46,7 @@ import (
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/chat"
+	"github.com/compactd/compactd/internal/wire"
 )
 
 // Name is the format's name: /v1/compact's "format", the proxy's provider
@@ -135,7 +136,7 @@ func Items(input json.RawMessage) ([]Item, error) {
 		if err := json.Unmarshal(in, &s); err != nil {
 			return nil, fmt.Errorf("%w: \"input\": %v", ErrMalformed, err)
 		}
-		raw, err := marshal(struct {
+		raw, err := wire.Marshal(struct {
 			Role    string          `json:"role"`
 			Content json.RawMessage `json:"content"`
 		}{abi.RoleUser, in})
@@ -313,7 +314,7 @@ func convert(instructions json.RawMessage, items []Item) (*Conversation, error) 
 	var raws []json.RawMessage
 	var msgs []abi.Message
 	add := func(m abi.Message, place []int) error {
-		b, err := marshal(&m)
+		b, err := wire.Marshal(&m)
 		if err != nil {
 			return err
 		}
@@ -410,7 +411,7 @@ func convert(instructions json.RawMessage, items []Item) (*Conversation, error) 
 				}
 				pending = nil
 			}
-			content, err := marshalParts([]abi.ContentPart{{Type: TypeCompaction}})
+			content, err := wire.MarshalParts([]abi.ContentPart{{Type: TypeCompaction}})
 			if err != nil {
 				return nil, err
 			}
@@ -464,7 +465,7 @@ func (c *Conversation) addPending(pending []int, add func(abi.Message, []int) er
 	for k, i := range pending {
 		parts[k] = abi.ContentPart{Type: c.Items[i].Type}
 	}
-	content, err := marshalParts(parts)
+	content, err := wire.MarshalParts(parts)
 	if err != nil {
 		return err
 	}
@@ -496,7 +497,7 @@ func messageContent(raw json.RawMessage) (abi.Content, error) {
 		}
 		out[k] = part(p)
 	}
-	return marshalParts(out)
+	return wire.MarshalParts(out)
 }
 
 // outputContent converts a tool output: a string, or parts as a
@@ -517,7 +518,7 @@ func outputContent(raw json.RawMessage) (abi.Content, error) {
 	for k, p := range parts {
 		out[k] = part(p)
 	}
-	return marshalParts(out)
+	return wire.MarshalParts(out)
 }
 
 func part(p wirePart) abi.ContentPart {
@@ -526,28 +527,6 @@ func part(p wirePart) abi.ContentPart {
 		return abi.ContentPart{Type: "text", Text: p.Text}
 	}
 	return abi.ContentPart{Type: p.Type}
-}
-
-func marshalParts(parts []abi.ContentPart) (abi.Content, error) {
-	if parts == nil {
-		parts = []abi.ContentPart{}
-	}
-	b, err := marshal(parts)
-	if err != nil {
-		return abi.Content{}, err
-	}
-	return abi.RawContent(b), nil
-}
-
-// marshal encodes v without HTML escaping.
-func marshal(v any) (json.RawMessage, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
 }
 
 // ErrOrigin is returned by Back when origin does not describe out.
@@ -624,7 +603,7 @@ func (c *Conversation) newItems(m *abi.Message) ([]json.RawMessage, error) {
 		if c.calls[m.ToolCallID] == TypeCustomToolCall {
 			typ = TypeCustomToolCallOutput
 		}
-		b, err := marshal(struct {
+		b, err := wire.Marshal(struct {
 			Type   string `json:"type"`
 			CallID string `json:"call_id"`
 			Output string `json:"output"`
@@ -643,14 +622,14 @@ func (c *Conversation) newItems(m *abi.Message) ([]json.RawMessage, error) {
 			var b json.RawMessage
 			var err error
 			if tc.Type == "custom" || c.calls[tc.ID] == TypeCustomToolCall {
-				b, err = marshal(struct {
+				b, err = wire.Marshal(struct {
 					Type   string `json:"type"`
 					CallID string `json:"call_id"`
 					Name   string `json:"name"`
 					Input  string `json:"input"`
 				}{TypeCustomToolCall, tc.ID, tc.Function.Name, tc.Function.Arguments})
 			} else {
-				b, err = marshal(struct {
+				b, err = wire.Marshal(struct {
 					Type      string `json:"type"`
 					CallID    string `json:"call_id"`
 					Name      string `json:"name"`
@@ -676,7 +655,7 @@ func messageItem(role, partType, text string) (json.RawMessage, error) {
 		Type string `json:"type"`
 		Text string `json:"text"`
 	}
-	return marshal(struct {
+	return wire.Marshal(struct {
 		Type    string     `json:"type"`
 		Role    string     `json:"role"`
 		Content []textPart `json:"content"`
