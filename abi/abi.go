@@ -250,6 +250,39 @@ type Context struct {
 	// State is the opaque JSON the plugin returned last time for this
 	// conversation (absent on the first call).
 	State json.RawMessage `json:"state,omitempty"`
+	// Compact, when set, says the host has decided this conversation must
+	// be compacted now: the policy compacts to fit Compact.TargetTokens
+	// and its own thresholds do not apply. Absent, the policy decides.
+	Compact *Decision `json:"compact,omitempty"`
+}
+
+// Reasons the host gives in Decision.Reason.
+const (
+	// ReasonUsage: the provider's reported usage of the last response
+	// reached the threshold (the deferred trigger).
+	ReasonUsage = "usage"
+	// ReasonPreflight: the host's own count of the request reached the
+	// threshold share of the context window.
+	ReasonPreflight = "preflight"
+	// ReasonTriggerTokens: the request reached proxy.trigger_tokens.
+	ReasonTriggerTokens = "trigger_tokens"
+	// ReasonOverflow: the upstream refused the request as too long; the
+	// host compacts and retries.
+	ReasonOverflow = "overflow"
+	// ReasonPrepare: background preparation ahead of the trigger.
+	ReasonPrepare = "prepare"
+	// ReasonManual: an operator or client asked for a compaction.
+	ReasonManual = "manual"
+)
+
+// Decision is the host's decision to compact, handed to the policy in
+// Context.Compact.
+type Decision struct {
+	// Reason is why the host decided (one of the Reason constants).
+	Reason string `json:"reason"`
+	// TargetTokens is the token budget the result should fit (0: none
+	// given; the policy compacts as it normally would when it compacts).
+	TargetTokens int `json:"target_tokens,omitempty"`
 }
 
 // CompactResult is the output of the compact export.

@@ -129,6 +129,10 @@ type Request struct {
 	// so the model an agent's request names never redirects the
 	// summarizer; a model a policy's config names still wins.
 	SummarizerModel string
+	// Decision, when set, is the host's decision to compact: each policy
+	// is told so in its context (abi.Context.Compact) and compacts to fit
+	// Decision.TargetTokens regardless of its own thresholds.
+	Decision *abi.Decision
 }
 
 // Stage reports one policy's run.
@@ -286,6 +290,7 @@ func (c *Compactor) Compact(ctx context.Context, req Request) (*Response, error)
 		stageStart := time.Now()
 		run := c.runStage(ctx, p, cur, plan.config, abi.Context{
 			Model: req.Model, Encoding: tok.Encoding(), ContextWindow: window, ConversationID: id,
+			Compact: req.Decision,
 		}, env, &st)
 		st.Duration = time.Since(stageStart)
 		resp.Warnings = append(resp.Warnings, run.warnings...)
