@@ -101,6 +101,13 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 	} else {
 		cut = countCut(msgs, pinned, cfg)
 	}
+	if d := req.Context.Compact; d != nil && d.TargetTokens > 0 && (cfg.MaxTokens == 0 || d.TargetTokens < cfg.MaxTokens) {
+		// The host decided to compact to a budget: the window also fits
+		// it, as in token mode.
+		budget := cfg
+		budget.MaxTokens = d.TargetTokens
+		cut = max(cut, tokenCut(msgs, pinned, budget))
+	}
 	if cfg.StartOn == "user" {
 		cut = startOnUser(msgs, cut)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -138,7 +139,15 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 	if limit == 0 {
 		limit = req.Context.ContextWindow
 	}
-	if limit > 0 {
+	// The host's decision turns layer 2 on for the conversation from then
+	// on (the state remembers it), so its results do not come back in
+	// full on the next turn.
+	forced := req.Context.Compact != nil || string(req.Context.State) == forcedState
+	var state json.RawMessage
+	if forced {
+		state = json.RawMessage(forcedState)
+	}
+	if limit > 0 || forced {
 		total := 0
 		for i := range msgs {
 			if text, ok := c.news[i]; ok {
@@ -147,7 +156,7 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 				total += chars(&msgs[i])
 			}
 		}
-		if float64(total) > cfg.GlobalThreshold*float64(limit) {
+		if forced || float64(total) > cfg.GlobalThreshold*float64(limit) {
 			for i := range msgs {
 				if _, done := c.news[i]; done {
 					continue
@@ -170,6 +179,7 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 	if len(c.news) == 0 {
 		res := cachemark.Unchanged(len(msgs), "no tool result to compress", stable)
 		res.Warnings = c.warnings()
+		res.State = state
 		return res, nil
 	}
 	items := make([]abi.Item, len(msgs))
@@ -195,8 +205,13 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 		Rewritten:         rewritten,
 		Warnings:          c.warnings(),
 		CacheBreakpoints:  cachemark.Marks(stable),
+		State:             state,
 	}, nil
 }
+
+// forcedState is the state of a conversation the host once decided to
+// compact: layer 2 stays on.
+const forcedState = `{"layer2":true}`
 
 // compressor holds one call's work.
 type compressor struct {
