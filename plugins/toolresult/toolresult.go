@@ -146,6 +146,7 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 	var state json.RawMessage
 	if forced {
 		state = json.RawMessage(forcedState)
+		c.forced = true
 	}
 	if limit > 0 || forced {
 		total := 0
@@ -221,6 +222,9 @@ type compressor struct {
 	msgs  []abi.Message
 	news  map[int]string // new contents by message index
 
+	// forced is set when the host decided to compact: layer 2 then
+	// keeps the head of a result it could not summarize, as layer 1 does.
+	forced   bool
 	calls    int
 	stopped  bool           // the budget ran out: no more LLM calls
 	failures map[string]int // "layer N: first error" → count
@@ -315,6 +319,10 @@ func (c *compressor) layer2(i int, text string) (string, bool) {
 	fmt.Fprintf(&p, "It called the tool %s with %s. Condense the tool's result below to about %d characters, keeping what the assistant needs for what it was trying to do.\n\n<result>\n%s\n</result>",
 		name, orNone(args), c.target(len(text)), text)
 	s, ok := c.complete(2, p.String(), len(text))
+	if !ok && c.forced {
+		head := prefix(text, c.cfg.FallbackChars)
+		s, ok = head+fmt.Sprintf("\n[… %d more characters not shown: summary unavailable]", len(text)-len(head)), true
+	}
 	if !ok {
 		return "", false
 	}
