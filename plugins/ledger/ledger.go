@@ -11,7 +11,7 @@ import (
 )
 
 // version is the plugin's version; bump it when behaviour changes.
-const version = "2.0.0"
+const version = "2.1.0"
 
 // config is the policy's config; its zero value is not the default (see
 // defaults).

@@ -11,7 +11,7 @@ import (
 )
 
 // version is the plugin's version; bump it when behaviour changes.
-const version = "1.2.0"
+const version = "1.3.0"
 
 // config is the policy's config; its zero value is not the default (see
 // defaults).
