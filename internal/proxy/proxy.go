@@ -484,7 +484,7 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 	x.forwarded = total
 	out := body
 	if reason != "" {
-		decision := &abi.Decision{Reason: why, TargetTokens: targetTokens(pc.Target, x.window, offset)}
+		decision := &abi.Decision{Reason: why, TargetTokens: targetTokens(pc, why, x.window, offset)}
 		out = x.compact(ctx, req, pipeline, reason, decision, &obs)
 	}
 	p.opts.Store.Observe(obs)
@@ -556,14 +556,22 @@ func (x *exchange) compact(ctx context.Context, req *request, pipeline []string,
 }
 
 // targetTokens is the token budget a compaction the proxy decided on aims
-// at, in compactd's count: target × window, less what the provider counted
-// beyond compactd last time (offset), at least 1 (as small as the policy
-// can). 0 when the window is unknown: no target.
-func targetTokens(target float64, window, offset int) int {
-	if window <= 0 {
+// at, in compactd's count: proxy.target of the window (the trigger at
+// proxy.threshold of it), or, when proxy.trigger_tokens fired, the same
+// share of those (target/threshold × trigger_tokens); less what the
+// provider counted beyond compactd last time (offset), at least 1 (as
+// small as the policy can). 0 when neither is known: no target.
+func targetTokens(pc *config.Proxy, why string, window, offset int) int {
+	var t float64
+	switch {
+	case why == abi.ReasonTriggerTokens && pc.TriggerTokens > 0:
+		t = pc.Target / pc.Threshold * float64(pc.TriggerTokens)
+	case window > 0:
+		t = pc.Target * float64(window)
+	default:
 		return 0
 	}
-	return max(int(target*float64(window))-offset, 1)
+	return max(int(t)-offset, 1)
 }
 
 // count returns each item's hash and token count, and their sum. Items of
