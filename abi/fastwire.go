@@ -31,6 +31,8 @@ import (
 //	  string name
 //	  string tool_call_id
 //	  u32    tool call count, then per call: string id, type, name, arguments
+//	optional, only to a plugin whose description sets "decision" (ABI 1.1):
+//	u8     1 (the host's decision follows), string reason, u32 target_tokens
 const (
 	fastMagic        = "CDF1"
 	fastMagicHeaders = "CDF2"
@@ -104,6 +106,22 @@ func AppendFastRequestView(dst []byte, config json.RawMessage, ctx *Context, msg
 		}
 	}
 	return dst
+}
+
+// fastDecisionTag opens the decision trailer of a fast request.
+const fastDecisionTag = 1
+
+// AppendFastDecision appends the host's decision to a fast request made
+// by AppendFastRequestView (nothing when d is nil). The host sends it
+// only to a plugin whose description sets Decision; a decoder that does
+// not know it would see trailing bytes.
+func AppendFastDecision(dst []byte, d *Decision) []byte {
+	if d == nil {
+		return dst
+	}
+	dst = append(dst, fastDecisionTag)
+	dst = appendString(dst, d.Reason)
+	return binary.LittleEndian.AppendUint32(dst, wireU32(d.TargetTokens))
 }
 
 // textSize returns the size of a string content's text without decoding
@@ -211,6 +229,13 @@ func DecodeFastRequest(b []byte, src ContentSource) (*CompactRequest, error) {
 				c := &m.ToolCalls[k]
 				c.ID, c.Type, c.Function.Name, c.Function.Arguments = r.str(), r.str(), r.str(), r.str()
 			}
+		}
+	}
+	if r.err == nil && r.off < len(b) && b[r.off] == fastDecisionTag {
+		r.off++
+		d := &Decision{Reason: r.str(), TargetTokens: int(r.u32())}
+		if r.err == nil {
+			c.Compact = d
 		}
 	}
 	if r.err == nil && r.off != len(b) {

@@ -178,3 +178,40 @@ func TestFastRequestSaturates(t *testing.T) {
 		t.Errorf("context %+v, tokens %d", got.Context, got.Messages[0].Tokens)
 	}
 }
+
+// TestFastDecision: the host's decision follows the messages, decodes back
+// to Context.Compact, and a truncated trailer is an error.
+func TestFastDecision(t *testing.T) {
+	t.Parallel()
+	msgs := []Message{{Role: RoleUser, Tokens: 3, Content: TextContent("hi")}}
+	ctx := &Context{Model: "gpt-4o"}
+	plain := AppendFastRequest(nil, json.RawMessage("{}"), ctx, msgs)
+	for _, tt := range []struct {
+		name string
+		d    *Decision
+	}{
+		{"none", nil},
+		{"usage", &Decision{Reason: ReasonUsage, TargetTokens: 64000}},
+		{"manual without a target", &Decision{Reason: ReasonManual}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := AppendFastDecision(append([]byte(nil), plain...), tt.d)
+			req, err := DecodeFastRequest(b, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := req.Context.Compact; (got == nil) != (tt.d == nil) || got != nil && *got != *tt.d {
+				t.Fatalf("decoded %+v, want %+v", got, tt.d)
+			}
+			for cut := len(plain) + 1; cut < len(b); cut++ {
+				if _, err := DecodeFastRequest(b[:cut], nil); err == nil {
+					t.Fatalf("a decision cut at byte %d of %d decoded", cut, len(b))
+				}
+			}
+		})
+	}
+	if _, err := DecodeFastRequest(append(append([]byte(nil), plain...), 2), nil); err == nil {
+		t.Fatal("a trailing byte other than the decision's tag decoded")
+	}
+}

@@ -11,10 +11,17 @@ import (
 var tokensKey = []byte(`"tokens"`)
 
 // encode encodes req for the plugin's path and view.
-func (p *Plugin) encode(req *Request) []byte { return encodeFor(p.Path(), p.view, req) }
+func (p *Plugin) encode(req *Request) []byte {
+	b := encodeFor(p.Path(), p.view, req)
+	if p.Path() == "fast" && p.desc.Decision {
+		b = abi.AppendFastDecision(b, req.Context.Compact)
+	}
+	return b
+}
 
 // encodeFor encodes req for a path and a view: the binary fast encoding
-// on the fast path (abi.AppendFastRequestView), JSON on the Extism path;
+// on the fast path (abi.AppendFastRequestView), JSON on the Extism path
+// (which carries context.compact, the host's decision, to every plugin);
 // a header view leaves contents out.
 func encodeFor(path, view string, req *Request) []byte {
 	if path != "fast" {

@@ -101,6 +101,9 @@ func (p *Policy) Describe() (abi.Description, error) {
 		Name:        p.Name,
 		Version:     p.Version,
 		Description: p.Description,
+		// The PDK decodes the host's decision on both paths
+		// (req.Context.Compact).
+		Decision: true,
 	}
 	if p.ConfigSchema != "" {
 		if !json.Valid([]byte(p.ConfigSchema)) {
