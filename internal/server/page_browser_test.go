@@ -267,7 +267,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if out == "" {
 		out = t.TempDir()
 	}
-	for name, u := range map[string]string{"status-page.png": base + "/?token=" + token, "status-page-conversation.png": url + "#changed"} {
+	for name, u := range map[string]string{"status-page.png": base + "/?token=" + token, "status-page-conversation.png": url + "#changed",
+		"status-page-search.png": base + "/?tag=nightly&token=" + token} {
 		path := filepath.Join(out, name)
 		browse(t, bin, u, path)
 		checkScreenshot(t, path)
