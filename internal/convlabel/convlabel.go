@@ -5,6 +5,8 @@
 package convlabel
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"unicode"
@@ -102,7 +104,7 @@ func Title(msgs []abi.Message) string {
 		if msgs[i].Role != abi.RoleUser {
 			continue
 		}
-		for line := range strings.Lines(msgs[i].Content.Text()) {
+		for line := range strings.Lines(leadingText(msgs[i].Content)) {
 			if t := strings.Join(strings.FieldsFunc(line, notPrintable), " "); t != "" {
 				return Cut(t, TitleLength)
 			}
@@ -110,6 +112,35 @@ func Title(msgs []abi.Message) string {
 		return ""
 	}
 	return ""
+}
+
+// prefixBytes is how much of a long string content leadingText decodes:
+// enough for a title's line, whatever the escapes.
+const prefixBytes = 16 * TitleLength
+
+// leadingText returns the content's text, or for a long JSON string only
+// its beginning: decoding a pasted file whole to read its first line took
+// milliseconds a request (BenchmarkTitle).
+func leadingText(c abi.Content) string {
+	raw := c.Raw()
+	if len(raw) <= prefixBytes+8 || raw[0] != '"' {
+		return c.Text()
+	}
+	head := raw[:prefixBytes]
+	// Cut before an escape the cut would split (an escape is at most 12
+	// bytes: a surrogate pair's two \uXXXX).
+	if k := bytes.LastIndexByte(head[len(head)-12:], '\\'); k >= 0 {
+		k += len(head) - 12
+		for k > 0 && head[k-1] == '\\' { // the start of a run of escaped backslashes
+			k--
+		}
+		head = head[:k]
+	}
+	var text string
+	if err := json.Unmarshal(append(append([]byte{}, head...), '"'), &text); err != nil {
+		return c.Text()
+	}
+	return text
 }
 
 func notPrintable(c rune) bool { return unicode.IsSpace(c) || !unicode.IsPrint(c) }

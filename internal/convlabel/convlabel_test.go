@@ -28,11 +28,30 @@ func TestTitle(t *testing.T) {
 		{"one long word cut mid-word", []abi.Message{msg("user", strings.Repeat("x", 100))}, strings.Repeat("x", 79) + "…"},
 		{"runes, not bytes", []abi.Message{msg("user", strings.Repeat("é", 90))}, strings.Repeat("é", 79) + "…"},
 		{"control characters dropped", []abi.Message{msg("user", "a\x00b\x1b[31mred")}, "a b [31mred"},
+		{"a long string content, its first line only", []abi.Message{{Role: abi.RoleUser, Content: abi.RawContent(longRaw(strings.Repeat(`a \\ "b" é`, 20) + "\nmore"))}}, Cut(strings.Repeat(`a \\ "b" é`, 20), TitleLength)},
 		{"no user message", []abi.Message{msg("system", "s"), msg("assistant", "hi")}, ""},
 		{"blank user message", []abi.Message{msg("user", "  \n "), msg("user", "later")}, ""},
 	} {
 		if got := Title(tt.msgs); got != tt.want {
 			t.Errorf("%s: Title = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+// longRaw is s and a long tail, as a JSON string (an escape falls across
+// every possible cut of the prefix leadingText decodes in one of the cases).
+func longRaw(s string) json.RawMessage {
+	raw, _ := json.Marshal(s + strings.Repeat("\\\"é\n", 2000))
+	return raw
+}
+
+func TestTitleCutsAcrossEscapes(t *testing.T) {
+	t.Parallel()
+	for pad := 0; pad < 16; pad++ {
+		text := strings.Repeat("x", pad) + " title\n" + strings.Repeat(`\"é😀`, 600)
+		raw, _ := json.Marshal(text)
+		if got := leadingText(abi.RawContent(raw)); !strings.HasPrefix(text, got) || len(got) < prefixBytes/4 {
+			t.Errorf("pad %d: leadingText is %d bytes, not a long prefix of the text", pad, len(got))
 		}
 	}
 }
@@ -56,6 +75,20 @@ func TestParse(t *testing.T) {
 	} {
 		if _, err := Parse(tt.title, tt.tags, tt.user, where); err == nil || err.Error() != tt.want {
 			t.Errorf("Parse(%q, %q, %q) error = %v, want %q", tt.title, tt.tags, tt.user, err, tt.want)
+		}
+	}
+}
+
+// BenchmarkTitle: a task whose first user message is 256 KiB of JSON
+// string (a pasted file), as /v1/compact and the proxy read it.
+func BenchmarkTitle(b *testing.B) {
+	text := "Fix the parser\n" + strings.Repeat("line of a pasted file with \"quotes\" and \\ slashes\n", 5000)
+	raw, _ := json.Marshal(text)
+	msgs := []abi.Message{msg("system", "s"), {Role: abi.RoleUser, Content: abi.RawContent(raw)}}
+	b.SetBytes(int64(len(raw)))
+	for b.Loop() {
+		if Title(msgs) != "Fix the parser" {
+			b.Fatal("wrong title")
 		}
 	}
 }
