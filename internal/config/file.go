@@ -223,7 +223,16 @@ type State struct {
 	// delays the answer of a healthy server too (250 ms was tripped under
 	// load). No effect on the embedded store.
 	Timeout Duration `yaml:"timeout,omitempty" json:"timeout"`
+	// Titles: false stops deriving a conversation's title from the first
+	// line of its task (its first user message), for deployments that
+	// keep no prompt text at all; a title sent with X-Compactd-Title (or
+	// /v1/compact's "title") is still kept. Default true.
+	Titles *bool `yaml:"titles,omitempty" json:"titles,omitempty"`
 }
+
+// DeriveTitles reports whether conversations get a title derived from
+// their task (state.titles, default true).
+func (s *State) DeriveTitles() bool { return s.Titles == nil || *s.Titles }
 
 // EnvStateURL overrides state.url.
 const EnvStateURL = "COMPACTD_STATE_URL"

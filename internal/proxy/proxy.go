@@ -58,6 +58,7 @@ import (
 	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/config"
+	"github.com/compactd/compactd/internal/convlabel"
 	"github.com/compactd/compactd/internal/models"
 	"github.com/compactd/compactd/internal/store"
 	"github.com/compactd/compactd/internal/tokens"
@@ -172,6 +173,12 @@ type Compaction struct {
 	Response *compactor.Response
 	Model    string
 	Pipeline []string
+	// Format is the request's wire format, and MessagesBefore and
+	// MessagesAfter count its messages (or items) in that format: an
+	// Anthropic request's tool results are messages of their own in
+	// Input, so the counts differ from Input's.
+	Format                        string
+	MessagesBefore, MessagesAfter int
 }
 
 // SetObserver sets Options.Observe (the daemon's metrics exist only once
@@ -304,6 +311,7 @@ type exchange struct {
 	addedUsage bool
 	tracked    bool        // the conversation is in the store and gets the usage
 	compaction *Compaction // the compaction run on the request, if any
+	labels     convlabel.Labels
 }
 
 func (x *exchange) warn(format string, args ...any) {
@@ -348,8 +356,14 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, prov wire.Format) 
 		p.writeError(w, prov, http.StatusBadRequest, "bad_request", fmt.Sprintf("%s must be at most %d bytes of printable UTF-8", HeaderConversation, maxConversationID))
 		return
 	}
+	labels, err := convlabel.Parse(r.Header.Get(convlabel.HeaderTitle), r.Header.Get(convlabel.HeaderTags), r.Header.Get(convlabel.HeaderUser),
+		func(l string) string { return "X-Compactd-" + strings.ToUpper(l[:1]) + l[1:] })
+	if err != nil {
+		p.writeError(w, prov, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
 	extendDeadline(w, cfg.Limits.RequestTimeout.D()+cfg.Proxy.Timeout.D())
-	x := &exchange{p: p, prov: prov, cfg: cfg, id: id, path: r.URL.Path}
+	x := &exchange{p: p, prov: prov, cfg: cfg, id: id, path: r.URL.Path, labels: labels}
 
 	limit := cfg.Limits.MaxBodyBytes
 	body, err := readBody(r, limit)
@@ -429,8 +443,9 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 		x.passThrough(PassProviderHistory, "%s: forwarded uncompacted", why)
 		return body
 	}
+	var lead []abi.Message
 	if x.id == "" {
-		lead, err := x.prov.Leading(req.system, req.messages)
+		lead, err = x.prov.Leading(req.system, req.messages)
 		if err != nil {
 			x.unreadable("the conversation", err)
 			return body
@@ -479,7 +494,10 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 	obs := store.Observation{
 		ConversationID: x.id, Model: req.model, Pipeline: pipeline, Provider: x.prov.Name(),
 		MessagesBefore: len(req.messages), TokensBefore: total, MessagesAfter: len(req.messages), TokensAfter: total,
-		ContextWindow: x.window,
+		ContextWindow: x.window, Title: x.labels.Title, Tags: x.labels.Tags, User: x.labels.User,
+	}
+	if obs.Title == "" && cfg.State.DeriveTitles() && (!known || status.Title == "") {
+		obs.DerivedTitle = x.title(req, lead)
 	}
 	x.forwarded = total
 	out := body
@@ -527,7 +545,8 @@ func (x *exchange) compact(ctx context.Context, req *request, pipeline []string,
 		obs.Failed = true
 		return req.body
 	}
-	x.compaction = &Compaction{Input: wc.Chat(), Response: resp, Model: req.model, Pipeline: pipeline}
+	x.compaction = &Compaction{Input: wc.Chat(), Response: resp, Model: req.model, Pipeline: pipeline,
+		Format: x.prov.Name(), MessagesBefore: obs.MessagesBefore, MessagesAfter: obs.MessagesBefore}
 	for _, w := range resp.Warnings {
 		x.warn("%s", w)
 	}
@@ -549,6 +568,7 @@ func (x *exchange) compact(ctx context.Context, req *request, pipeline []string,
 	n := len(list)
 	obs.Compacted, obs.MessagesAfter, obs.TokensAfter = true, n, resp.Stats.TokensAfter+tokens.ReplyPrimingTokens
 	x.compacted, x.forwarded = true, obs.TokensAfter
+	x.compaction.MessagesAfter = n
 	p.logger.Info("proxy: compacted", "provider", x.prov.Name(), "conversation", x.id, "reason", reason,
 		"messages", fmt.Sprintf("%d→%d", obs.MessagesBefore, n), "tokens", fmt.Sprintf("%d→%d", obs.TokensBefore, obs.TokensAfter),
 		"summary", resp.Summary)
@@ -851,4 +871,16 @@ func (p *Proxy) warnIfStoreDown(h http.Header) {
 	if p.opts.Store.Health().Degraded && !slices.Contains(h.Values(HeaderWarning), storeWarning) {
 		h.Add(HeaderWarning, storeWarning)
 	}
+}
+
+// title derives the conversation's title from the first line of its
+// task (convlabel.Title), from lead when the id's derivation read it.
+func (x *exchange) title(req *request, lead []abi.Message) string {
+	if lead == nil {
+		var err error
+		if lead, err = x.prov.Leading(req.system, req.messages); err != nil {
+			return "" // the compaction, if due, reports the unreadable conversation
+		}
+	}
+	return convlabel.Title(lead)
 }

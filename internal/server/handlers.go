@@ -104,7 +104,11 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
 		}
 		limit = n
 	}
-	writeJSON(w, http.StatusOK, s.status(limit))
+	f, err := filterOf(q)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, s.status(limit, f))
 	return nil
 }
 
@@ -130,8 +134,9 @@ func (s *Server) conversation(ctx context.Context, id string) (*client.Conversat
 	return &out, nil
 }
 
-// status is GET /v1/status's answer, with at most limit conversations.
-func (s *Server) status(limit int) client.Status {
+// status is GET /v1/status's answer, with at most limit conversations
+// (of those f matches).
+func (s *Server) status(limit int, f conversationFilter) client.Status {
 	cfg := s.opts.Config.Current()
 	st := client.Status{
 		Version: s.opts.Version, ABI: abi.Version.String(), StartedAt: s.started.UTC(),
@@ -149,7 +154,12 @@ func (s *Server) status(limit int) client.Status {
 	t := s.opts.Store.Totals()
 	st.Totals = client.Totals{Conversations: t.Conversations, Requests: t.Requests, Compactions: t.Compactions, Failures: t.Failures, TokensSaved: t.TokensSaved}
 	st.Proxy = s.proxyStatus(cfg)
-	convs := s.opts.Store.Conversations(limit)
+	var convs []store.Conversation
+	if f.empty() {
+		convs = s.opts.Store.Conversations(limit)
+	} else {
+		convs = f.apply(s.opts.Store.Conversations(0), limit)
+	}
 	st.Conversations = make([]client.Conversation, 0, len(convs))
 	for _, c := range convs {
 		st.Conversations = append(st.Conversations, conversationOf(c))
@@ -159,7 +169,8 @@ func (s *Server) status(limit int) client.Status {
 
 func conversationOf(c store.Conversation) client.Conversation {
 	out := client.Conversation{
-		ID: c.ID, Model: c.Model, Pipeline: c.Pipeline, Messages: c.Messages, Tokens: c.Tokens,
+		ID: c.ID, Title: c.Title, Tags: c.Tags, User: c.User, PeakTokens: c.PeakTokens,
+		Model: c.Model, Pipeline: c.Pipeline, Messages: c.Messages, Tokens: c.Tokens,
 		MessagesAfter: c.MessagesAfter, TokensAfter: c.TokensAfter, ContextWindow: c.ContextWindow, UsageRatio: c.UsageRatio,
 		Requests: c.Requests, Compactions: c.Compactions, Failures: c.Failures, TokensSaved: c.TokensSaved,
 		FirstSeen: c.FirstSeen, LastSeen: c.LastSeen, LastCompacted: c.LastCompacted,

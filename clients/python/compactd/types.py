@@ -186,6 +186,13 @@ class CompactionDetail:
     model: str = ""
     summary: str = ""
     truncated: bool = False
+    #: a proxied compaction's wire format (``anthropic``, ``responses``,
+    #: ``openai``); the wire counts are its messages in that format, as the
+    #: conversation's ``messages`` counts them, where ``messages_before``
+    #: and ``messages_after`` count the chat messages the policies saw
+    wire_format: str = ""
+    wire_messages_before: int = 0
+    wire_messages_after: int = 0
 
 
 @dataclass
@@ -230,6 +237,15 @@ class Conversation:
     #: the daemon that served the last request, when the replicas of a
     #: fleet share a store (``state.url``)
     replica: str = ""
+    #: X-Compactd-Title (or compact()'s ``title``), else the first line of
+    #: the conversation's task
+    title: str = ""
+    #: X-Compactd-Tags / X-Compactd-User (or compact()'s), as last sent
+    tags: List[str] = field(default_factory=list)
+    user: str = ""
+    #: the most tokens the conversation reached (a request before
+    #: compaction, or a response's usage)
+    peak_tokens: int = 0
 
 
 @dataclass

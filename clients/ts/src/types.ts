@@ -97,9 +97,21 @@ export interface CompactRequest {
    */
   system?: string | unknown[];
   /**
+   * labels to find the conversation by (GET /v1/status?tag=)
+   */
+  tags?: string[];
+  /**
    * a pipeline stops once the conversation is at most this many tokens
    */
   target_tokens?: number;
+  /**
+   * the conversation's title on the status page (printable text); default the first line of its task
+   */
+  title?: string;
+  /**
+   * who the conversation is for (GET /v1/status?user=)
+   */
+  user?: string;
 }
 
 export interface CompactResponse {
@@ -148,7 +160,13 @@ export interface CompactResponse {
  */
 export interface CompactionDetail {
   at: string;
+  /**
+   * chat messages the policies returned
+   */
   messages_after: number;
+  /**
+   * chat messages the policies were given (an Anthropic request converted: each tool result a message of its own, the system prompt one)
+   */
   messages_before: number;
   pipeline: string[];
   rows: CompactionRow[];
@@ -161,6 +179,12 @@ export interface CompactionDetail {
    * previews were shortened further to bound the record
    */
   truncated?: boolean;
+  /**
+   * for a proxied compaction, the request's wire format; wire_messages_before and wire_messages_after count its messages in that format, as the conversation's `messages` does
+   */
+  wire_format?: "openai" | "anthropic" | "responses";
+  wire_messages_after?: number;
+  wire_messages_before?: number;
 }
 
 export interface CompactionRow {
@@ -301,6 +325,10 @@ export interface Config {
      */
     timeout?: string;
     /**
+     * false: conversations get no title derived from the first line of their task (a title sent with X-Compactd-Title or "title" is still kept); default true
+     */
+    titles?: boolean;
+    /**
      * a Redis or Valkey server the replicas of a fleet share (redis://host:port/db, rediss://, unix:///path?db=N, or several comma-separated redis:// addresses for a Cluster); GET shows its password as "xxxxx", and a PUT that sends that value back keeps the running password (another URL with the redacted password is refused). Empty: the embedded bbolt store
      */
     url?: string;
@@ -383,7 +411,7 @@ export interface Conversation {
   id: string;
   last_seen: string;
   /**
-   * messages in the last request
+   * messages in the last request, as its client sent them: for a proxied conversation, in its `provider`'s format (Anthropic messages, Responses items); for /v1/compact, chat messages (after converting `format`)
    */
   messages: number;
   /**
@@ -418,6 +446,10 @@ export interface Conversation {
   last_usage?: Usage;
   model?: string;
   /**
+   * the most tokens the conversation reached: in a request before compaction, or in a response's usage (input + output)
+   */
+  peak_tokens?: number;
+  /**
    * the wire format of a conversation that came through the proxy (`responses`: the OpenAI Responses API)
    */
   provider?: "openai" | "anthropic" | "responses";
@@ -425,6 +457,18 @@ export interface Conversation {
    * the daemon that served the last request, when the replicas of a fleet share a store (state.url)
    */
   replica?: string;
+  /**
+   * X-Compactd-Tags (comma-separated) or /v1/compact's `tags`, as last sent
+   */
+  tags?: string[];
+  /**
+   * X-Compactd-Title (or /v1/compact's `title`), else the first line of the conversation's task (its first user message), cut to about 80 characters; no other prompt text is kept (state.titles: false turns the derived title off)
+   */
+  title?: string;
+  /**
+   * X-Compactd-User or /v1/compact's `user`, as last sent
+   */
+  user?: string;
 }
 
 /**
