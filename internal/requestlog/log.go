@@ -213,11 +213,16 @@ func (l *Log) appendStore(r Record) error {
 type Page struct {
 	Requests   []Record `json:"requests"`
 	NextCursor string   `json:"next_cursor,omitempty"`
+	// Warning says the store could not be read: the page holds this
+	// daemon's records only.
+	Warning string `json:"warning,omitempty"`
 }
 
 // List returns up to limit records older than cursor, newest first: one
 // conversation's (this daemon's and, with a store, every replica's), or
-// with conversation "" every record this daemon holds.
+// with conversation "" every record this daemon holds. The only error is
+// a cursor no listing returned; a store that cannot be read leaves the
+// page with this daemon's records and a Warning.
 func (l *Log) List(ctx context.Context, conversation string, limit int, cursor string) (Page, error) {
 	c, err := ParseCursor(cursor)
 	if err != nil {
@@ -237,10 +242,11 @@ func (l *Log) List(ctx context.Context, conversation string, limit int, cursor s
 		}
 	}
 	l.mu.Unlock()
+	var p Page
 	if conversation != "" && l.kv != nil {
 		b, err := l.kv.Get(ctx, []byte(conversation))
 		if err != nil {
-			return Page{}, fmt.Errorf("reading the store: %w", err)
+			p.Warning = fmt.Sprintf("the state store could not be read (%v): this daemon's records only", err)
 		}
 		var stored []Record
 		if b != nil && json.Unmarshal(b, &stored) == nil {
@@ -265,7 +271,6 @@ func (l *Log) List(ctx context.Context, conversation string, limit int, cursor s
 		recs = recs[:l.opts.PerConversation] // memory and store together: still the newest PerConversation
 	}
 	recs = slices.DeleteFunc(recs, func(r Record) bool { return !c.past(&r) })
-	var p Page
 	if len(recs) > limit {
 		recs = recs[:limit]
 		p.NextCursor = CursorOf(&recs[limit-1])
