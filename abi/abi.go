@@ -165,6 +165,15 @@ type Description struct {
 	// View is the view of the conversation the plugin reads (ABI 1.1):
 	// ViewFull (the default, also "") or ViewHeaders.
 	View string `json:"view,omitempty"`
+	// Decision says the plugin reads the host's decision to compact
+	// (Context.Compact) on the fast path (ABI 1.1): the host then appends
+	// it to the binary request (see AppendFastDecision). JSON requests
+	// carry context.compact whether or not this is set.
+	Decision bool `json:"decision,omitempty"`
+	// Hashes asks for each message's Hash on the fast path (ABI 1.1): a
+	// policy that recognises a history it has seen (a memo, a saved
+	// state) compares the host's hashes instead of hashing every text.
+	Hashes bool `json:"hashes,omitempty"`
 }
 
 // ValidName reports whether name is a valid policy name.

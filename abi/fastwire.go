@@ -31,6 +31,11 @@ import (
 //	  string name
 //	  string tool_call_id
 //	  u32    tool call count, then per call: string id, type, name, arguments
+//	optional, only to a plugin whose description sets "decision" (ABI 1.1):
+//	u8     1 (the host's decision follows), string reason, u32 target_tokens
+//	optional, only to a plugin whose description sets "hashes" (ABI 1.1):
+//	u8     2 (the messages' hashes follow), u32 count (= message count),
+//	       per message two u64 (Message.Hash)
 const (
 	fastMagic        = "CDF1"
 	fastMagicHeaders = "CDF2"
@@ -102,6 +107,38 @@ func AppendFastRequestView(dst []byte, config json.RawMessage, ctx *Context, msg
 			dst = appendString(dst, c.Function.Name)
 			dst = appendString(dst, c.Function.Arguments)
 		}
+	}
+	return dst
+}
+
+// fastDecisionTag opens the decision trailer of a fast request.
+const fastDecisionTag = 1
+
+// AppendFastDecision appends the host's decision to a fast request made
+// by AppendFastRequestView (nothing when d is nil). The host sends it
+// only to a plugin whose description sets Decision; a decoder that does
+// not know it would see trailing bytes.
+func AppendFastDecision(dst []byte, d *Decision) []byte {
+	if d == nil {
+		return dst
+	}
+	dst = append(dst, fastDecisionTag)
+	dst = appendString(dst, d.Reason)
+	return binary.LittleEndian.AppendUint32(dst, wireU32(d.TargetTokens))
+}
+
+// fastHashesTag opens the message hashes' trailer of a fast request.
+const fastHashesTag = 2
+
+// AppendFastHashes appends the messages' hashes (Message.Hash, one per
+// message, in order) to a fast request, after its decision if any. The
+// host sends them only to a plugin whose description sets Hashes.
+func AppendFastHashes(dst []byte, hashes [][2]uint64) []byte {
+	dst = append(dst, fastHashesTag)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(hashes)))
+	for _, h := range hashes {
+		dst = binary.LittleEndian.AppendUint64(dst, h[0])
+		dst = binary.LittleEndian.AppendUint64(dst, h[1])
 	}
 	return dst
 }
@@ -210,6 +247,25 @@ func DecodeFastRequest(b []byte, src ContentSource) (*CompactRequest, error) {
 			for k := range m.ToolCalls {
 				c := &m.ToolCalls[k]
 				c.ID, c.Type, c.Function.Name, c.Function.Arguments = r.str(), r.str(), r.str(), r.str()
+			}
+		}
+	}
+	if r.err == nil && r.off < len(b) && b[r.off] == fastDecisionTag {
+		r.off++
+		d := &Decision{Reason: r.str(), TargetTokens: int(r.u32())}
+		if r.err == nil {
+			c.Compact = d
+		}
+	}
+	if r.err == nil && r.off < len(b) && b[r.off] == fastHashesTag {
+		r.off++
+		if n := r.u32(); r.err == nil && int(n) != len(req.Messages) {
+			r.err = fmt.Errorf("%w: %d hashes for %d messages", ErrFastRequest, n, len(req.Messages))
+		}
+		if r.need(16 * len(req.Messages)) {
+			for i := range req.Messages {
+				req.Messages[i].Hash = [2]uint64{binary.LittleEndian.Uint64(b[r.off:]), binary.LittleEndian.Uint64(b[r.off+8:])}
+				r.off += 16
 			}
 		}
 	}

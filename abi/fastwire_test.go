@@ -178,3 +178,67 @@ func TestFastRequestSaturates(t *testing.T) {
 		t.Errorf("context %+v, tokens %d", got.Context, got.Messages[0].Tokens)
 	}
 }
+
+// TestFastDecision: the host's decision follows the messages, decodes back
+// to Context.Compact, and a truncated trailer is an error.
+func TestFastDecision(t *testing.T) {
+	t.Parallel()
+	msgs := []Message{{Role: RoleUser, Tokens: 3, Content: TextContent("hi")}}
+	ctx := &Context{Model: "gpt-4o"}
+	plain := AppendFastRequest(nil, json.RawMessage("{}"), ctx, msgs)
+	for _, tt := range []struct {
+		name string
+		d    *Decision
+	}{
+		{"none", nil},
+		{"usage", &Decision{Reason: ReasonUsage, TargetTokens: 64000}},
+		{"manual without a target", &Decision{Reason: ReasonManual}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := AppendFastDecision(append([]byte(nil), plain...), tt.d)
+			req, err := DecodeFastRequest(b, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := req.Context.Compact; (got == nil) != (tt.d == nil) || got != nil && *got != *tt.d {
+				t.Fatalf("decoded %+v, want %+v", got, tt.d)
+			}
+			for cut := len(plain) + 1; cut < len(b); cut++ {
+				if _, err := DecodeFastRequest(b[:cut], nil); err == nil {
+					t.Fatalf("a decision cut at byte %d of %d decoded", cut, len(b))
+				}
+			}
+		})
+	}
+	if _, err := DecodeFastRequest(append(append([]byte(nil), plain...), 2), nil); err == nil {
+		t.Fatal("a trailing byte other than the decision's tag decoded")
+	}
+}
+
+// TestFastHashes: the messages' hashes follow the decision (or the
+// messages), one per message, and decode into Message.Hash.
+func TestFastHashes(t *testing.T) {
+	t.Parallel()
+	msgs := []Message{{Role: RoleUser, Content: TextContent("a")}, {Role: RoleAssistant, Content: TextContent("b")}}
+	hashes := [][2]uint64{{1, 2}, {3, 4}}
+	for _, d := range []*Decision{nil, {Reason: ReasonPreflight, TargetTokens: 7}} {
+		b := AppendFastRequest(nil, json.RawMessage("{}"), &Context{}, msgs)
+		b = AppendFastDecision(b, d)
+		b = AppendFastHashes(b, hashes)
+		req, err := DecodeFastRequest(b, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if req.Messages[0].Hash != hashes[0] || req.Messages[1].Hash != hashes[1] || (req.Context.Compact == nil) != (d == nil) {
+			t.Fatalf("decoded %v %v, decision %+v", req.Messages[0].Hash, req.Messages[1].Hash, req.Context.Compact)
+		}
+		if _, err := DecodeFastRequest(b[:len(b)-1], nil); err == nil {
+			t.Fatal("a truncated hash decoded")
+		}
+	}
+	b := AppendFastHashes(AppendFastRequest(nil, json.RawMessage("{}"), &Context{}, msgs), hashes[:1])
+	if _, err := DecodeFastRequest(b, nil); err == nil {
+		t.Fatal("one hash for two messages decoded")
+	}
+}

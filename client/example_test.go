@@ -177,7 +177,7 @@ func ExampleClient_Policy() {
 		return
 	}
 	fmt.Println(p.Name, p.Version, p.Serving, p.Path)
-	// Output: lastn 0.3.0 true fast
+	// Output: lastn 0.4.0 true fast
 }
 
 func ExampleIsCode() {

@@ -26,6 +26,10 @@ type CompactRequest struct {
 	ContextWindow int `json:"context_window,omitempty"`
 	// TargetTokens stops a pipeline early once the conversation fits.
 	TargetTokens int `json:"target_tokens,omitempty"`
+	// Force compacts now: each policy is told the caller decided
+	// (context.compact with reason "manual" and TargetTokens as its
+	// target), so its own thresholds do not hold the compaction back.
+	Force bool `json:"force,omitempty"`
 	// CacheBreakpoints asks for the policy's prompt-cache breakpoints (up
 	// to 3 messages) as Anthropic's "cache_control": {"type": "ephemeral"}
 	// on the marked messages (on their last content block when the

@@ -814,8 +814,8 @@ func TestCloseReleasesMemory(t *testing.T) {
 		// One more version after the first: a Go plugin compiles for
 		// a minute and more under -race on a busy machine, and the leak
 		// was 20 MB a version, five times the limit.
-		{"fast", "plugins/sliding", "1.2.0", false, 1, 4 << 20},
-		{"extism", "plugins/lastn/lastn.c", "0.3.0", true, 20, 2 << 20},
+		{"fast", "plugins/sliding", "1.3.0", false, 1, 4 << 20},
+		{"extism", "plugins/lastn/lastn.c", "0.4.0", true, 20, 2 << 20},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			// No file cache: every version is new to it, and would stay

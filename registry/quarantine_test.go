@@ -103,7 +103,7 @@ func TestQuarantine(t *testing.T) {
 	os.Remove(bad)
 	waitFor(t, "the file to go", func() bool { return fileInfo(r, bad).File == "" })
 	os.WriteFile(bad, lastn, 0o644)
-	waitFor(t, "the file put back to serve", func() bool { return servingVersion(r, "lastn") == "0.3.0" })
+	waitFor(t, "the file put back to serve", func() bool { return servingVersion(r, "lastn") == "0.4.0" })
 }
 
 // TestSuspects: when the last daemon died with several loads in flight,

@@ -67,7 +67,7 @@ func withDescribe(t testing.TB, wasm []byte, key, value string) []byte {
 }
 
 // lastnVersion returns the lastn plugin describing itself as version v
-// (5 characters, like its own "0.3.0").
+// (5 characters, like its own "0.4.0").
 func lastnVersion(t testing.TB, v string) []byte {
 	return withDescribe(t, built(t, "plugins/lastn/lastn.c"), "version", v)
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/internal/compactor"
@@ -41,6 +42,7 @@ type compactFlags struct {
 	model    string
 	convID   string
 	target   int
+	force    bool
 	sets     setFlags
 	// breakpoints marks the policy's cache breakpoints (cache_control).
 	breakpoints bool
@@ -56,6 +58,7 @@ func runCompact(ctx context.Context, env *Env, args []string) int {
 	fs.StringVar(&f.model, "model", "", "the agent's `MODEL` (selects the tokenizer and context window)")
 	fs.StringVar(&f.convID, "conversation-id", "", "conversation `ID` (default: derived from the system messages and first user message)")
 	fs.IntVar(&f.target, "target-tokens", 0, "pipelines: stop once the conversation fits in `N` tokens")
+	fs.BoolVar(&f.force, "force", false, "compact now: the policy is told the caller decided (its own thresholds do not apply), aiming at --target-tokens")
 	fs.BoolVar(&f.breakpoints, "cache-breakpoints", false, "mark the policy's prompt-cache breakpoints with Anthropic's \"cache_control\" (up to 3 messages)")
 	fs.Var(&f.sets, "set", "config override `KEY=VALUE` (repeatable; policy.key=value in a pipeline)")
 	pos, code, ok := fs.parse(env, args)
@@ -126,6 +129,7 @@ func runCompact(ctx context.Context, env *Env, args []string) int {
 	resp, err := c.Compact(ctx, compactor.Request{
 		Conversation: conv, Pipeline: names, Overrides: overrides,
 		Model: f.model, ConversationID: f.convID, TargetTokens: f.target,
+		Decision: forceDecision(f.force, f.target),
 	})
 	if err != nil {
 		return env.fail(exitFor(err), err)
@@ -139,11 +143,19 @@ func runCompact(ctx context.Context, env *Env, args []string) int {
 	return writeCompacted(env, out, localSummary(resp.Stats), resp.Warnings, time.Since(start))
 }
 
+// forceDecision is --force as the host's decision (reason manual).
+func forceDecision(force bool, target int) *abi.Decision {
+	if !force {
+		return nil
+	}
+	return &abi.Decision{Reason: abi.ReasonManual, TargetTokens: target}
+}
+
 // compactRemote sends the conversation to the daemon (POST /v1/compact).
 func compactRemote(ctx context.Context, env *Env, f *compactFlags, names []string, overrides map[string]map[string]any, conv *chat.Conversation) int {
 	c := f.daemon.client()
 	defer c.Close()
-	req := &client.CompactRequest{Model: f.model, ConversationID: f.convID, TargetTokens: f.target, CacheBreakpoints: f.breakpoints, Messages: conv.Raw}
+	req := &client.CompactRequest{Model: f.model, ConversationID: f.convID, TargetTokens: f.target, Force: f.force, CacheBreakpoints: f.breakpoints, Messages: conv.Raw}
 	switch {
 	case len(names) == 1 && f.pipeline == "":
 		req.Policy = names[0]

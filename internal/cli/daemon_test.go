@@ -63,7 +63,7 @@ func TestDaemonCommands(t *testing.T) {
 	t.Run("compact --daemon finds the socket as serve does", func(t *testing.T) {
 		want := run(t, string(body), "compact", "--plugins", plugins, "--pipeline", "sliding,lastn", "--set", "lastn.n=4", "--set", "lastn.step=1", "-")
 		r := runEnv(t, []string{"COMPACTD_SOCKET=" + sock}, string(body), "compact", "--daemon", "--pipeline", "sliding,lastn", "--set", "lastn.n=4", "--set", "lastn.step=1", "-")
-		if r.code != 0 || want.code != 0 || r.stdout != want.stdout || !strings.HasPrefix(r.stderr, "sliding@1.2.0 → lastn@") {
+		if r.code != 0 || want.code != 0 || r.stdout != want.stdout || !strings.HasPrefix(r.stderr, "sliding@1.3.0 → lastn@") {
 			t.Fatalf("exit %d (local %d), same output %v, stderr %q", r.code, want.code, r.stdout == want.stdout, r.stderr)
 		}
 	})

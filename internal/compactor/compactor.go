@@ -135,6 +135,18 @@ type Request struct {
 	Decision *abi.Decision
 }
 
+// target is the token count a pipeline stops at: TargetTokens, else the
+// host's decision's target (0: none).
+func (r *Request) target() int {
+	if r.TargetTokens > 0 {
+		return r.TargetTokens
+	}
+	if r.Decision != nil {
+		return r.Decision.TargetTokens
+	}
+	return 0
+}
+
 // Stage reports one policy's run.
 type Stage struct {
 	Policy            string        `json:"policy"`
@@ -282,8 +294,8 @@ func (c *Compactor) Compact(ctx context.Context, req Request) (*Response, error)
 		p := plan.plugin
 		st := Stage{Policy: p.Name(), Version: p.Version(), Path: p.Path(), TokensBefore: cur.TotalTokens(), MessagesBefore: cur.Len()}
 		st.TokensAfter, st.MessagesAfter = st.TokensBefore, st.MessagesBefore
-		if req.TargetTokens > 0 && st.TokensBefore <= req.TargetTokens {
-			st.Skipped = fmt.Sprintf("fits the target of %d tokens", req.TargetTokens)
+		if target := req.target(); target > 0 && st.TokensBefore <= target {
+			st.Skipped = fmt.Sprintf("fits the target of %d tokens", target)
 			resp.Stats.Stages = append(resp.Stats.Stages, st)
 			continue
 		}
@@ -445,7 +457,9 @@ func (c *Compactor) runStage(ctx context.Context, p *host.Plugin, in *chat.Conve
 		actx.State = state
 	}
 	req := &host.Request{Conversation: in, Config: cfg, Context: actx, Env: env}
-	if p.HasShouldCompact() {
+	// The host's decision overrules the policy's own judgement, so
+	// should_compact is not asked then.
+	if p.HasShouldCompact() && actx.Compact == nil {
 		should, err := p.ShouldCompact(ctx, req)
 		if err != nil {
 			st.Error = err.Error()
@@ -480,6 +494,9 @@ func (c *Compactor) runStage(ctx context.Context, p *host.Plugin, in *chat.Conve
 	}
 	st.Compacted, st.Summary, st.EntriesSummarized = out.Compacted, res.Summary, res.EntriesSummarized
 	st.Dropped, st.Rewritten = out.Dropped, res.Rewritten
+	if !out.Compacted && actx.Compact != nil {
+		warnings = append(warnings, fmt.Sprintf("%s kept the conversation although the host decided to compact it (%s): %s", p.Name(), actx.Compact.Reason, res.Summary))
+	}
 	run := stageRun{ok: true, marks: res.CacheBreakpoints, warnings: warnings}
 	if !out.Compacted {
 		return run

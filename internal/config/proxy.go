@@ -29,6 +29,12 @@ type Proxy struct {
 	// (the deferred trigger) or the pre-flight count of a request
 	// (default 0.8; 0 < threshold <= 1).
 	Threshold float64 `yaml:"threshold,omitempty" json:"threshold"`
+	// Target is the share of the context window a compaction the proxy
+	// decides on aims at: the policy is handed the host's decision with
+	// target_tokens = target × window, less what the provider counted
+	// beyond compactd's own count last time (default 0.5; above 0 and at
+	// most threshold, which it is lowered to when above).
+	Target float64 `yaml:"target,omitempty" json:"target"`
 	// TriggerTokens, if > 0, also triggers a compaction at this many
 	// tokens, whatever the window (for models whose window is unknown).
 	TriggerTokens int `yaml:"trigger_tokens,omitempty" json:"trigger_tokens,omitempty"`
@@ -89,6 +95,7 @@ const (
 // Proxy defaults and bounds (docs/configuration.md documents them).
 const (
 	DefaultProxyThreshold      = 0.8
+	DefaultProxyTarget         = 0.5
 	DefaultProxyTimeout        = 10 * time.Minute
 	DefaultProxyReadTimeout    = 5 * time.Minute
 	DefaultProxyMaxEventBytes  = 16 << 20
@@ -110,6 +117,10 @@ func (p Proxy) withDefaults(getenv func(string) string) Proxy {
 	if p.Threshold == 0 {
 		p.Threshold = DefaultProxyThreshold
 	}
+	if p.Target == 0 {
+		p.Target = DefaultProxyTarget
+	}
+	p.Target = min(p.Target, p.Threshold)
 	if p.Timeout == 0 {
 		p.Timeout = Duration(DefaultProxyTimeout)
 	}

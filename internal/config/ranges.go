@@ -170,6 +170,9 @@ func (p *Proxy) checkRanges() error {
 	if t := p.Threshold; t != 0 && !(t > 0 && t <= 1) {
 		return &RangeError{Key: "proxy.threshold", Value: strconv.FormatFloat(t, 'g', -1, 64), Allowed: "a ratio above 0 and at most 1"}
 	}
+	if t := p.Target; t != 0 && !(t > 0 && t <= 1) {
+		return &RangeError{Key: "proxy.target", Value: strconv.FormatFloat(t, 'g', -1, 64), Allowed: "a ratio above 0 and at most 1 (lowered to proxy.threshold when above it)"}
+	}
 	for _, err := range []error{
 		intRange("proxy.trigger_tokens", p.TriggerTokens, 1, abi.MaxTokenCount),
 		intRange("proxy.context_window", p.ContextWindow, 1, MaxProxyContextWindow),

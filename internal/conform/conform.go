@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/chat"
@@ -153,7 +154,84 @@ func Run(ctx context.Context, p *host.Plugin, tok *tokens.Tokenizer, extra []*ch
 		}
 		r.add("compact: "+names[i], nil)
 	}
+	r.add("the host's decision is obeyed", checkDecision(ctx, p, tok, cfg, env))
 	return r
+}
+
+// decisionSample is a conversation every policy can shrink: a system
+// prompt, the task, then turns of a question, a tool call, a large tool
+// result and an answer.
+func decisionSample(tok *tokens.Tokenizer) (*chat.Conversation, error) {
+	type call struct {
+		ID       string            `json:"id"`
+		Type     string            `json:"type"`
+		Function map[string]string `json:"function"`
+	}
+	type message struct {
+		Role       string `json:"role"`
+		Content    string `json:"content"`
+		ToolCalls  []call `json:"tool_calls,omitempty"`
+		ToolCallID string `json:"tool_call_id,omitempty"`
+	}
+	msgs := []message{{Role: "system", Content: "You are a coding agent."},
+		{Role: "user", Content: "Find why the nightly build of service-7 fails and fix it."}}
+	for i := 0; i < 10; i++ {
+		id := fmt.Sprintf("call_%d", i)
+		var log strings.Builder
+		for k := 0; log.Len() < 6000; k++ {
+			fmt.Fprintf(&log, "step %d log line %d: compiling pkg/step%d/file%d.go ok\n", i, k, i, k)
+		}
+		msgs = append(msgs,
+			message{Role: "user", Content: fmt.Sprintf("Check step %d of the build.", i)},
+			message{Role: "assistant", Content: fmt.Sprintf("Running step %d.", i), ToolCalls: []call{{ID: id, Type: "function",
+				Function: map[string]string{"name": "bash", "arguments": fmt.Sprintf(`{"cmd":"make step%d"}`, i)}}}},
+			message{Role: "tool", ToolCallID: id, Content: log.String()},
+			message{Role: "assistant", Content: fmt.Sprintf("Step %d builds.", i)})
+	}
+	b, err := json.Marshal(msgs)
+	if err != nil {
+		return nil, err
+	}
+	c, err := chat.Parse(b)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	tok.CountMessages(c.Messages)
+	return c, nil
+}
+
+// checkDecision: told that the host decided to compact (context.compact,
+// ABI 1.1) with a target of a third of the conversation, the policy with
+// its default config compacts a conversation it can shrink, to fewer
+// tokens, and does so the same way twice.
+func checkDecision(ctx context.Context, p *host.Plugin, tok *tokens.Tokenizer, cfg json.RawMessage, env host.CallEnv) error {
+	c, err := decisionSample(tok)
+	if err != nil {
+		return err
+	}
+	before := c.TotalTokens()
+	req := &host.Request{Conversation: c, Config: cfg, Env: env,
+		Context: abi.Context{Model: "gpt-4o", ConversationID: "conform-decision",
+			Compact: &abi.Decision{Reason: abi.ReasonManual, TargetTokens: before / 3}}}
+	first, err := p.Compact(ctx, req)
+	if err != nil {
+		return err
+	}
+	if !first.Compacted || first.Conversation.TotalTokens() >= before {
+		return fmt.Errorf("with the host's decision (target %d of %d tokens) the policy kept the conversation (%d tokens): %s",
+			before/3, before, first.Conversation.TotalTokens(), first.Result.Summary)
+	}
+	second, err := p.Compact(ctx, req)
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(first.Conversation.Encode(), second.Conversation.Encode()) {
+		return fmt.Errorf("two identical calls with the host's decision returned different conversations")
+	}
+	return nil
 }
 
 // checkMarks checks a result's cache breakpoints as a caller that asked

@@ -484,14 +484,14 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 
 	status, known := p.opts.Store.Conversation(x.id)
 	pc := &cfg.Proxy
-	reason := ""
+	reason, why := "", ""
 	switch {
 	case known && status.NeedsCompaction:
-		reason = "the last response's usage reached the threshold"
+		reason, why = "the last response's usage reached the threshold", abi.ReasonUsage
 	case x.window > 0 && float64(estimate) >= pc.Threshold*float64(x.window):
-		reason = fmt.Sprintf("%d tokens are %.0f%% of the %d-token window", estimate, 100*float64(estimate)/float64(x.window), x.window)
+		reason, why = fmt.Sprintf("%d tokens are %.0f%% of the %d-token window", estimate, 100*float64(estimate)/float64(x.window), x.window), abi.ReasonPreflight
 	case pc.TriggerTokens > 0 && estimate >= pc.TriggerTokens:
-		reason = fmt.Sprintf("%d tokens reach proxy.trigger_tokens", estimate)
+		reason, why = fmt.Sprintf("%d tokens reach proxy.trigger_tokens", estimate), abi.ReasonTriggerTokens
 	}
 
 	pipeline := cfg.ProxyPipeline()
@@ -507,7 +507,8 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 	x.forwarded = total
 	out := body
 	if reason != "" {
-		out = x.compact(ctx, req, pipeline, reason, &obs)
+		decision := &abi.Decision{Reason: why, TargetTokens: targetTokens(pc.Target, x.window, offset)}
+		out = x.compact(ctx, req, pipeline, reason, decision, &obs)
 	}
 	p.opts.Store.Observe(obs)
 	p.observe(x.compaction)
@@ -526,7 +527,7 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 
 // compact runs the proxy's pipeline on the request and returns the body
 // to forward (the input body when anything fails). It fills obs.
-func (x *exchange) compact(ctx context.Context, req *request, pipeline []string, reason string, obs *store.Observation) []byte {
+func (x *exchange) compact(ctx context.Context, req *request, pipeline []string, reason string, decision *abi.Decision, obs *store.Observation) []byte {
 	p, cfg := x.p, x.cfg
 	if len(pipeline) == 0 {
 		x.warn("compaction is due (%s) but no policy is configured (proxy.policy, or the config's policy): forwarded uncompacted", reason)
@@ -543,7 +544,7 @@ func (x *exchange) compact(ctx context.Context, req *request, pipeline []string,
 	defer cancel()
 	resp, err := p.opts.Compactor.Compact(cctx, compactor.Request{
 		Conversation: wc.Chat(), Pipeline: pipeline, Model: req.model, ConversationID: x.id, ContextWindow: cfg.Proxy.ContextWindow,
-		SummarizerModel: cfg.LLMModel(),
+		SummarizerModel: cfg.LLMModel(), Decision: decision,
 	})
 	if err != nil {
 		x.warn("compaction failed (%v): forwarded uncompacted", err)
@@ -579,6 +580,17 @@ func (x *exchange) compact(ctx context.Context, req *request, pipeline []string,
 		"messages", fmt.Sprintf("%d→%d", obs.MessagesBefore, n), "tokens", fmt.Sprintf("%d→%d", obs.TokensBefore, obs.TokensAfter),
 		"summary", resp.Summary)
 	return req.withList(list)
+}
+
+// targetTokens is the token budget a compaction the proxy decided on aims
+// at, in compactd's count: target × window, less what the provider counted
+// beyond compactd last time (offset), at least 1 (as small as the policy
+// can). 0 when the window is unknown: no target.
+func targetTokens(target float64, window, offset int) int {
+	if window <= 0 {
+		return 0
+	}
+	return max(int(target*float64(window))-offset, 1)
 }
 
 // count returns each item's hash and token count, and their sum. Items of

@@ -88,8 +88,8 @@ func BenchmarkReload(b *testing.B) {
 	cases := []struct {
 		name, rel, version string
 	}{
-		{"lastn-C", pluginLastn, "0.3.0"},
-		{"sliding-Go", pluginSliding, "1.2.0"},
+		{"lastn-C", pluginLastn, "0.4.0"},
+		{"sliding-Go", pluginSliding, "1.3.0"},
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {

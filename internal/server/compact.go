@@ -102,6 +102,7 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) (err erro
 	resp, err := s.opts.Compactor.Compact(ctx, compactor.Request{
 		Conversation: conv, Pipeline: pipeline, Overrides: overrides, Model: req.Model,
 		ConversationID: req.ConversationID, ContextWindow: req.ContextWindow, TargetTokens: req.TargetTokens,
+		Decision: manualDecision(req),
 	})
 	if err != nil {
 		return err
@@ -266,6 +267,8 @@ func decodeCompactRequest(data []byte, mem *chat.Memory) (*client.CompactRequest
 			req.ContextWindow, err = s.ReadInt("context_window")
 		case "target_tokens":
 			req.TargetTokens, err = s.ReadInt("target_tokens")
+		case "force":
+			req.Force, err = s.ReadBool("force")
 		case "pipeline":
 			req.Pipeline, err = s.ReadStrings("pipeline")
 		case "config":
@@ -442,6 +445,16 @@ func configField(s *jsonscan.Scanner, dst *map[string]any) error {
 	dec := json.NewDecoder(bytes.NewReader(s.Data()[start:end]))
 	dec.UseNumber()
 	return dec.Decode(dst)
+}
+
+// manualDecision is the caller's decision to compact (force), handed to
+// the policies as the host's (reason manual); nil when the caller leaves
+// it to the policies.
+func manualDecision(req *client.CompactRequest) *abi.Decision {
+	if !req.Force {
+		return nil
+	}
+	return &abi.Decision{Reason: abi.ReasonManual, TargetTokens: req.TargetTokens}
 }
 
 // choosePipeline returns the policies to run.

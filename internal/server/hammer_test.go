@@ -17,7 +17,7 @@ import (
 )
 
 // lastnVersion returns the C lastn plugin describing itself as version v
-// (5 characters, the length of its own "0.3.0"): the describe document is
+// (5 characters, the length of its own "0.4.0"): the describe document is
 // a string literal in the module's data, so replacing the version there
 // gives a real, different module (another hash, another version) without
 // another build.

@@ -185,6 +185,14 @@ typedef struct {
 	uint32_t context_window, total_tokens;
 	cd_str conversation_id;
 	cd_str state; /* context.state as JSON; empty when absent */
+	/* context.compact (ABI 1.1): the host has decided to compact. When
+	 * has_decision is set the policy compacts now, whatever its own
+	 * thresholds say, to fit target_tokens (0: no target given) as well
+	 * as it can. On the fast path the host sends it only to a plugin whose
+	 * describe says "decision": true. */
+	int has_decision;
+	cd_str decision_reason; /* usage, preflight, trigger_tokens, overflow, prepare, manual */
+	uint32_t target_tokens;
 	size_t n_messages;
 	cd_message *messages;
 } cd_request;
@@ -1023,6 +1031,13 @@ CD_API int cd_decode_fast(const char *in, size_t n, cd_request *req, cd_arena *a
 			}
 		}
 	}
+	/* The host's decision, after the messages (ABI 1.1). */
+	if (!bad && off < n && in[off] == 1) {
+		off++;
+		CD__STR(req->decision_reason);
+		CD__U32(req->target_tokens);
+		req->has_decision = !bad;
+	}
 #undef CD__STR
 #undef CD__U32
 	if (bad || off != n)
@@ -1068,6 +1083,11 @@ CD_API void cd_encode_fast(const cd_request *req, cd_buf *out)
 			CD__PUTS(m->tool_calls[k].name);
 			CD__PUTS(m->tool_calls[k].arguments);
 		}
+	}
+	if (req->has_decision) {
+		cd_buf_byte(out, 1);
+		CD__PUTS(req->decision_reason);
+		CD__PUT32(req->target_tokens);
 	}
 #undef CD__PUTS
 #undef CD__PUT32
@@ -1287,6 +1307,21 @@ CD_API int cd_decode_json(const char *in, size_t n, cd_request *req, cd_arena *a
 					req->total_tokens = (uint32_t)num;
 				else if (cd_json_key_is(ck, "state"))
 					req->state = cd__is_null(cv) ? (cd_str){NULL, 0} : cv;
+				else if (cd_json_key_is(ck, "compact") && !cd__is_null(cv)) {
+					cd_json_iter dt;
+					cd_str dk, dv;
+					if (cd_json_iter_init(&dt, cv) < 0 || !dt.object)
+						CD__FAIL("context.compact is not an object");
+					req->has_decision = 1;
+					while (cd_json_next(&dt, &dk, &dv) == 1) {
+						if (cd_json_key_is(dk, "reason"))
+							got = cd__jstr(dv, &req->decision_reason, arena);
+						else if (cd_json_key_is(dk, "target_tokens") && cd_json_int(dv, &num) == 1 && num >= 0 && num <= UINT32_MAX)
+							req->target_tokens = (uint32_t)num;
+						if (got < 0)
+							CD__OOM();
+					}
+				}
 				if (got < 0)
 					CD__OOM();
 			}

@@ -5,11 +5,12 @@ import (
 	"github.com/compactd/compactd/convo"
 	"github.com/compactd/compactd/pdk"
 	"github.com/compactd/compactd/plugins/internal/cachemark"
+	"github.com/compactd/compactd/plugins/internal/decision"
 	"github.com/compactd/compactd/plugins/internal/steps"
 )
 
 // version is the plugin's version; bump it when behaviour changes.
-const version = "1.2.0"
+const version = "1.3.0"
 
 // config is the policy's config; its zero value is not the default (see
 // defaults).
@@ -72,9 +73,19 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 	msgs := req.Messages
 	pinned := convo.Pinned(msgs, cfg.KeepTask)
 	entries := steps.Entries(msgs, pinned, len(msgs))
-	cut := summarized(len(entries), cfg)
+	forced := decision.LoadForced(req.Context.State, len(entries))
+	cut := summarizedForced(len(entries), cfg, forced)
+	if decision.Due(req) && len(entries)-cfg.PreserveLastN > cut {
+		// The host decided: a step now (the newest preserve_last_n
+		// entries stay), remembered in the state for the next turns.
+		forced = append(forced, len(entries))
+		cut = summarizedForced(len(entries), cfg, forced)
+	}
+	state := decision.WithForced(nil, forced)
 	if cut == 0 {
-		return cachemark.Unchanged(len(msgs), "nothing to summarize", pinned), nil
+		res := cachemark.Unchanged(len(msgs), "nothing to summarize", pinned)
+		res.State = state
+		return res, nil
 	}
 	old := entries[:cut]
 	summary := steps.DeterministicSummary(old, steps.SummaryOptions{
@@ -108,6 +119,7 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 		Compacted:         true,
 		Summary:           summary,
 		EntriesSummarized: cut,
+		State:             state,
 	}, nil
 }
 
@@ -121,9 +133,18 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 // stateful compactor would have done, so the summary (and the prompt
 // prefix) stays byte-identical between recomputations.
 func summarized(n int, cfg config) int {
+	return summarizedForced(n, cfg, nil)
+}
+
+// summarizedForced is summarized with the steps the host's decision
+// forced: after k entries for each k in forced, the summary covers all
+// but the newest preserve_last_n, whatever max_entries and step say.
+func summarizedForced(n int, cfg config, forced []int) int {
 	cut := 0
 	for k := 1; k <= n; k++ {
 		switch {
+		case decision.Contains(forced, k) && k-cfg.PreserveLastN > cut:
+			cut = k - cfg.PreserveLastN
 		case cut == 0 && k > cfg.MaxEntries:
 			cut = max(0, k-cfg.PreserveLastN)
 		case cut > 0 && k-cut >= cfg.PreserveLastN+cfg.Step:

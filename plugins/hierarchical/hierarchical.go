@@ -10,11 +10,12 @@ import (
 	"github.com/compactd/compactd/convo"
 	"github.com/compactd/compactd/pdk"
 	"github.com/compactd/compactd/plugins/internal/cachemark"
+	"github.com/compactd/compactd/plugins/internal/decision"
 	"github.com/compactd/compactd/plugins/internal/steps"
 )
 
 // version is the plugin's version; bump it when behaviour changes.
-const version = "1.2.0"
+const version = "1.3.0"
 
 // config is the policy's config; its zero value is not the default (see
 // defaults).
@@ -132,6 +133,14 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 			cycle(&st, msgs, entries[first:next], entries[next], cfg)
 			first = next
 		}
+	}
+	// The host decided to compact: a cycle now, whatever
+	// compress_threshold says, when entries beyond the recent window are
+	// kept in full. The state remembers it like any other cycle.
+	if decision.Due(req) && len(entries)-first > cfg.RecentWindow {
+		next := len(entries) - cfg.RecentWindow
+		cycle(&st, msgs, entries[first:next], entries[next], cfg)
+		first = next
 	}
 
 	reset := cfg.Reset && (len(st.Summaries) > 0 || st.OldSteps > 0)

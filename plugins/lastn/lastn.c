@@ -1,5 +1,5 @@
 /*
- * lastn: a compactd policy in C (ABI 1.0), written with the C kit
+ * lastn: a compactd policy in C (ABI 1.1), written with the C kit
  * (kits/c/compactd.h).
  *
  * Keeps the leading system/developer messages, the task (the first user
@@ -20,7 +20,7 @@
 #define MAX_N 0x7fffffff /* larger values of n are clamped: they keep all */
 
 static const char DESCRIPTION[] =
-	"{\"abi\":\"1.1\",\"name\":\"lastn\",\"version\":\"0.3.0\","
+	"{\"abi\":\"1.1\",\"name\":\"lastn\",\"version\":\"0.4.0\",\"decision\":true,"
 	"\"description\":\"Keeps the leading system/developer messages, the task (the first user message) "
 	"and the last n messages, moving the cut in steps so the prompt-cache prefix stays stable between cuts; "
 	"the kept tail never starts inside a tool-call unit, and the kept prefix is marked as a cache breakpoint.\","
@@ -69,6 +69,23 @@ static size_t unit_start(const cd_request *req, size_t i, size_t floor)
 	return i;
 }
 
+/* forced_cut returns the newest length at which the host's decision cut
+ * the tail back, as the state remembers it ({"forced":[len]}; 0: none). */
+static size_t forced_cut(const cd_request *req, size_t total)
+{
+	cd_str v, k, item;
+	cd_json_iter it;
+	int64_t num;
+	size_t last = 0;
+	if (req->state.len == 0 || cd_json_get(req->state, "forced", &v) != 1 ||
+	    cd_json_iter_init(&it, v) < 0 || it.object)
+		return 0;
+	while (cd_json_next(&it, &k, &item) == 1)
+		if (cd_json_int(item, &num) == 1 && num > 0 && (uint64_t)num <= total && (size_t)num > last)
+			last = (size_t)num;
+	return last;
+}
+
 static int compact(const cd_request *req, cd_result *res, cd_error *err)
 {
 	int64_t n = DEFAULT_N, step = DEFAULT_STEP;
@@ -102,12 +119,35 @@ static int compact(const cd_request *req, cd_result *res, cd_error *err)
 	 * byte-identical, so the provider's prompt cache keeps hitting. */
 	size_t start = pinned;
 	uint64_t trigger = (uint64_t)n + (uint64_t)step;
+	/* A cut the host's decision forced (ABI 1.1 context.compact) is taken
+	 * at its length whatever step says; only the newest one matters, as
+	 * cuts only move the start forward. */
+	size_t forced = forced_cut(req, total);
 	for (size_t len = pinned + 1; len <= total; len++) {
-		if ((uint64_t)(len - start) < trigger)
+		if (len != forced && (uint64_t)(len - start) < trigger)
+			continue;
+		if ((uint64_t)(len - start) <= (uint64_t)n)
 			continue;
 		size_t next = unit_start(req, len - (size_t)n, pinned);
 		if (next > start)
 			start = next;
+	}
+	/* The host decided to compact: cut back to the last n now, and
+	 * remember it so the next requests replay the same cut. */
+	if (req->has_decision && (uint64_t)(total - start) > (uint64_t)n && total > pinned) {
+		size_t next = unit_start(req, total - (size_t)n, pinned);
+		if (next > start) {
+			start = next;
+			forced = total;
+		}
+	}
+	if (forced > 0) {
+		cd_buf st = {0};
+		cd_buf_lit(&st, "{\"forced\":[");
+		cd_buf_int(&st, (int64_t)forced);
+		cd_buf_lit(&st, "]}");
+		cd_set_state(res, (cd_str){st.ptr, st.len});
+		cd_buf_free(&st);
 	}
 	for (size_t i = 0; i < total; i++)
 		if (i < pinned || i >= start)

@@ -7,10 +7,11 @@ import (
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
 	"github.com/compactd/compactd/pdk"
+	"github.com/compactd/compactd/plugins/internal/decision"
 )
 
 // version is the plugin's version; bump it when behaviour changes.
-const version = "2.0.0"
+const version = "2.1.0"
 
 // config is the policy's config; its zero value is not the default (see
 // defaults).
@@ -78,6 +79,8 @@ func policy() pdk.Policy {
 		ConfigSchema: schema,
 		Defaults:     defaults,
 		Compact:      compact,
+		// The memo keys hash the host's message hashes when it sends them.
+		ContentHashes: true,
 	}
 }
 
@@ -109,12 +112,22 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 		units[i].Start += pinned
 		units[i].End += pinned
 	}
-	plan := replay(msgs, pinned, units, cfg)
+	forced := decision.LoadForced(req.Context.State, len(units)-1)
+	plan := replay(msgs, pinned, units, cfg, forced)
+	if decision.Due(req) && len(units) > 0 && plan.folded < len(units)-1 {
+		// The host decided: a jump now, whatever min_tokens, min_turns
+		// and fold_tokens say. It is remembered in the state, so the
+		// next turns replay the same ledger.
+		forced = append(forced, len(units)-1)
+		plan = replay(msgs, pinned, units, cfg, forced)
+	}
+	state := decision.WithForced(nil, forced)
 	if len(plan.groups) == 0 {
 		res := abi.Unchanged(len(msgs), fmt.Sprintf("%d turns after the task: nothing folded yet", len(units)))
 		if pinned > 0 {
 			res.CacheBreakpoints = []int{pinned - 1}
 		}
+		res.State = state
 		return res, nil
 	}
 	texts := render(msgs, pinned, units, plan, cfg)
@@ -140,6 +153,7 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 		Summary:           fmt.Sprintf("folded %d of %d turns into a ledger of %d chunk(s); %d turn(s) verbatim", plan.folded, len(units), len(texts), len(units)-plan.folded),
 		EntriesSummarized: tail - pinned,
 		CacheBreakpoints:  marks,
+		State:             state,
 	}, nil
 }
 
@@ -160,8 +174,9 @@ type plan struct {
 // hold fold_tokens, they become one chunk (a jump) and only the newest
 // unit stays verbatim. When a jump makes more than max_chunks groups, all
 // but the newest merge_keep merge into one.
-func replay(msgs []abi.Message, pinned int, units []convo.Unit, cfg config) plan {
+func replay(msgs []abi.Message, pinned int, units []convo.Unit, cfg config, forced []int) plan {
 	var p plan
+	next := 0 // forced[next] is the next forced jump
 	total := 0
 	for i := 0; i < pinned; i++ {
 		total += msgs[i].Tokens
@@ -174,7 +189,11 @@ func replay(msgs []abi.Message, pinned int, units []convo.Unit, cfg config) plan
 			tail += unitTokens(msgs, units[k-1])
 		}
 		total += unitTokens(msgs, u)
-		if total < cfg.MinTokens || k < cfg.MinTurns || tail < cfg.FoldTokens || k == p.folded {
+		force := next < len(forced) && forced[next] == k
+		if force {
+			next++
+		}
+		if !force && (total < cfg.MinTokens || k < cfg.MinTurns || tail < cfg.FoldTokens) || k == p.folded {
 			continue
 		}
 		p.chunks = append(p.chunks, [2]int{p.folded, k})

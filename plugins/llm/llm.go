@@ -8,11 +8,12 @@ import (
 	"github.com/compactd/compactd/convo"
 	"github.com/compactd/compactd/pdk"
 	"github.com/compactd/compactd/plugins/internal/cachemark"
+	"github.com/compactd/compactd/plugins/internal/decision"
 	"github.com/compactd/compactd/plugins/internal/steps"
 )
 
 // version is the plugin's version; bump it when behaviour changes.
-const version = "1.2.0"
+const version = "1.3.0"
 
 // config is the policy's config; its zero value is not the default (see
 // defaults).
@@ -158,7 +159,7 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 		return nil, err
 	}
 	msgs := req.Messages
-	sched := schedule(msgs, cfg, req.Context.ContextWindow)
+	sched, forced := plan(req, cfg)
 	pinned := convo.Pinned(msgs, true)
 	if len(sched) == 0 {
 		return cachemark.Unchanged(len(msgs), "no trigger fired with a span to summarize", pinned), nil
@@ -169,9 +170,18 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 	}
 	lead := convo.LeadingSystem(msgs)
 	sum := summarize(h, msgs, lead, sched, cfg, model, req.Context.State)
+	if len(forced) > 0 {
+		// The forced steps are remembered with the summaries (or, when
+		// no new state was made, with the last one).
+		if len(sum.state) == 0 {
+			sum.state = req.Context.State
+		}
+		sum.state = decision.WithForced(sum.state, forced)
+	}
 	if len(sum.runs) == 0 {
 		res := cachemark.Unchanged(len(msgs), "no summary could be made; conversation kept as it is", pinned)
 		res.Warnings = sum.warnings
+		res.State = sum.state
 		return res, nil
 	}
 

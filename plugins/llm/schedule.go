@@ -3,6 +3,7 @@ package main
 import (
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
+	"github.com/compactd/compactd/plugins/internal/decision"
 )
 
 // summaryAllowance is the token count the schedule assumes for the summary
@@ -47,7 +48,15 @@ type step struct {
 // towards the message and turn triggers: they can never be compacted, so
 // counting them would fire a trigger on every message forever.
 func schedule(msgs []abi.Message, cfg config, window int) []step {
+	return scheduleForced(msgs, cfg, window, nil)
+}
+
+// scheduleForced is schedule with steps the host's decision forced: at
+// each n in forced (ascending), a step is taken whether or not a trigger
+// fires, and min_batch does not hold it back.
+func scheduleForced(msgs []abi.Message, cfg config, window int, forced []int) []step {
 	lead := convo.LeadingSystem(msgs)
+	next := 0  // forced[next] is the next forced step
 	fixed := 0 // tokens of the system messages and the kept region
 	for i := 0; i < lead; i++ {
 		fixed += msgs[i].Tokens
@@ -76,7 +85,11 @@ func schedule(msgs []abi.Message, cfg config, window int) []step {
 		if task >= 0 && task < n {
 			entries-- // rlm-code's history holds the steps, the task beside it
 		}
-		if !fires(cfg, window, total, count, liveUsers, entries) {
+		for next < len(forced) && forced[next] < n {
+			next++
+		}
+		force := next < len(forced) && forced[next] == n
+		if !force && !fires(cfg, window, total, count, liveUsers, entries) {
 			continue
 		}
 		// The span ends at a unit start that leaves retention_window
@@ -86,7 +99,7 @@ func schedule(msgs []abi.Message, cfg config, window int) []step {
 		if !cfg.SummarizeToolLoop && lastUser >= 0 {
 			end = min(end, lastUser)
 		}
-		if end-cut < cfg.MinBatch || !compactible(msgs[cut:end]) {
+		if end <= cut || !force && end-cut < cfg.MinBatch || !compactible(msgs[cut:end]) {
 			continue
 		}
 		for i := cut; i < end; i++ {
@@ -189,4 +202,22 @@ func compactible(span []abi.Message) bool {
 		}
 	}
 	return false
+}
+
+// plan is the schedule of a compact call: the steps the triggers and the
+// forced steps of the state make and, when the host has decided to
+// compact, one more step forced now if one can be taken. It returns the
+// forced steps to remember.
+func plan(req *abi.CompactRequest, cfg config) ([]step, []int) {
+	msgs := req.Messages
+	forced := decision.LoadForced(req.Context.State, len(msgs))
+	sched := scheduleForced(msgs, cfg, req.Context.ContextWindow, forced)
+	if !decision.Due(req) || len(msgs) == 0 || len(sched) > 0 && sched[len(sched)-1].at == len(msgs) {
+		return sched, forced
+	}
+	try := append(forced[:len(forced):len(forced)], len(msgs))
+	if s := scheduleForced(msgs, cfg, req.Context.ContextWindow, try); len(s) > 0 && s[len(s)-1].at == len(msgs) {
+		return s, try
+	}
+	return sched, forced
 }

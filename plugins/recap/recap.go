@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -8,11 +9,12 @@ import (
 	"github.com/compactd/compactd/convo"
 	"github.com/compactd/compactd/pdk"
 	"github.com/compactd/compactd/plugins/internal/cachemark"
+	"github.com/compactd/compactd/plugins/internal/decision"
 	"github.com/compactd/compactd/plugins/internal/steps"
 )
 
 // version is the plugin's version; bump it when behaviour changes.
-const version = "1.2.0"
+const version = "1.3.0"
 
 // config is the policy's config; its zero value is not the default (see
 // defaults).
@@ -96,7 +98,19 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 			assistants++
 		}
 	}
+	// The host's decision compacts every assistant message but the
+	// preserved ones, batch or not; the state remembers how many, so the
+	// next turns keep them compacted.
 	k := batched(assistants, cfg)
+	var state json.RawMessage
+	if f := decision.LoadForced(req.Context.State, assistants); len(f) > 0 {
+		k = max(k, f[len(f)-1])
+		state = req.Context.State
+	}
+	if over := assistants - cfg.MinPreservedAssistantMessages; decision.Due(req) && over > k {
+		k = over
+		state = decision.WithForced(nil, []int{k})
+	}
 	if k == 0 {
 		return cachemark.Unchanged(len(msgs), fmt.Sprintf("%d assistant messages: fewer than %d+%d, nothing to compact", assistants, cfg.MinPreservedAssistantMessages, cfg.BatchSize), pinned), nil
 	}
@@ -149,7 +163,9 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 		i++
 	}
 	if len(rewritten) == 0 && removed == 0 {
-		return cachemark.Unchanged(len(msgs), fmt.Sprintf("the %d oldest assistant messages have no recap line and no user message precedes them", k), pinned), nil
+		res := cachemark.Unchanged(len(msgs), fmt.Sprintf("the %d oldest assistant messages have no recap line and no user message precedes them", k), pinned)
+		res.State = state
+		return res, nil
 	}
 	return &abi.CompactResult{
 		Messages:          items,
@@ -161,6 +177,7 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 		// compacted, and then only after its old end: marking it lets
 		// that request read what it shares with this one.
 		CacheBreakpoints: cachemark.Marks(stable, compactedEnd),
+		State:            state,
 	}, nil
 }
 

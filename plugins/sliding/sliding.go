@@ -11,7 +11,7 @@ import (
 )
 
 // version is the plugin's version; bump it when behaviour changes.
-const version = "1.2.0"
+const version = "1.3.0"
 
 // config is the policy's config; its zero value is not the default (see
 // defaults).
@@ -100,6 +100,13 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 		cut = tokenCut(msgs, pinned, cfg)
 	} else {
 		cut = countCut(msgs, pinned, cfg)
+	}
+	if d := req.Context.Compact; d != nil && d.TargetTokens > 0 && (cfg.MaxTokens == 0 || d.TargetTokens < cfg.MaxTokens) {
+		// The host decided to compact to a budget: the window also fits
+		// it, as in token mode.
+		budget := cfg
+		budget.MaxTokens = d.TargetTokens
+		cut = max(cut, tokenCut(msgs, pinned, budget))
 	}
 	if cfg.StartOn == "user" {
 		cut = startOnUser(msgs, cut)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -14,7 +15,7 @@ import (
 )
 
 // version is the plugin's version; bump it when behaviour changes.
-const version = "1.2.0"
+const version = "1.3.0"
 
 // config is the policy's config; its zero value is not the default (see
 // defaults). Sizes are in characters, counted as bytes of UTF-8 text
@@ -138,7 +139,16 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 	if limit == 0 {
 		limit = req.Context.ContextWindow
 	}
-	if limit > 0 {
+	// The host's decision turns layer 2 on for the conversation from then
+	// on (the state remembers it), so its results do not come back in
+	// full on the next turn.
+	forced := req.Context.Compact != nil || string(req.Context.State) == forcedState
+	var state json.RawMessage
+	if forced {
+		state = json.RawMessage(forcedState)
+		c.forced = true
+	}
+	if limit > 0 || forced {
 		total := 0
 		for i := range msgs {
 			if text, ok := c.news[i]; ok {
@@ -147,7 +157,7 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 				total += chars(&msgs[i])
 			}
 		}
-		if float64(total) > cfg.GlobalThreshold*float64(limit) {
+		if forced || float64(total) > cfg.GlobalThreshold*float64(limit) {
 			for i := range msgs {
 				if _, done := c.news[i]; done {
 					continue
@@ -170,6 +180,7 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 	if len(c.news) == 0 {
 		res := cachemark.Unchanged(len(msgs), "no tool result to compress", stable)
 		res.Warnings = c.warnings()
+		res.State = state
 		return res, nil
 	}
 	items := make([]abi.Item, len(msgs))
@@ -195,8 +206,13 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 		Rewritten:         rewritten,
 		Warnings:          c.warnings(),
 		CacheBreakpoints:  cachemark.Marks(stable),
+		State:             state,
 	}, nil
 }
+
+// forcedState is the state of a conversation the host once decided to
+// compact: layer 2 stays on.
+const forcedState = `{"layer2":true}`
 
 // compressor holds one call's work.
 type compressor struct {
@@ -206,6 +222,9 @@ type compressor struct {
 	msgs  []abi.Message
 	news  map[int]string // new contents by message index
 
+	// forced is set when the host decided to compact: layer 2 then
+	// keeps the head of a result it could not summarize, as layer 1 does.
+	forced   bool
 	calls    int
 	stopped  bool           // the budget ran out: no more LLM calls
 	failures map[string]int // "layer N: first error" → count
@@ -300,6 +319,10 @@ func (c *compressor) layer2(i int, text string) (string, bool) {
 	fmt.Fprintf(&p, "It called the tool %s with %s. Condense the tool's result below to about %d characters, keeping what the assistant needs for what it was trying to do.\n\n<result>\n%s\n</result>",
 		name, orNone(args), c.target(len(text)), text)
 	s, ok := c.complete(2, p.String(), len(text))
+	if !ok && c.forced {
+		head := prefix(text, c.cfg.FallbackChars)
+		s, ok = head+fmt.Sprintf("\n[… %d more characters not shown: summary unavailable]", len(text)-len(head)), true
+	}
 	if !ok {
 		return "", false
 	}

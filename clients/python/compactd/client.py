@@ -141,6 +141,7 @@ class Client:
         conversation_id: Optional[str] = None,
         context_window: Optional[int] = None,
         target_tokens: Optional[int] = None,
+        force: Optional[bool] = None,
         cache_breakpoints: Optional[bool] = None,
         format: Optional[str] = None,
         system: Any = None,
@@ -151,7 +152,9 @@ class Client:
         default); ``config`` overrides its settings, with a pipeline one
         object per policy name. ``cache_breakpoints=True`` returns the
         policy's prompt-cache breakpoints as Anthropic ``cache_control``
-        markers (do not send them to OpenAI). When a plugin fails the answer
+        markers (do not send them to OpenAI). ``force=True`` compacts now:
+        the policy is told the caller decided (its own thresholds do not
+        apply) and aims at ``target_tokens``. When a plugin fails the answer
         holds the input unchanged and the failure in ``warnings``: messages
         are never lost.
 
@@ -171,6 +174,7 @@ class Client:
             conversation_id=conversation_id,
             context_window=context_window,
             target_tokens=target_tokens,
+            force=force,
             cache_breakpoints=cache_breakpoints,
             format=format,
             system=system,
@@ -276,7 +280,7 @@ def compact(
 
     It talks to the daemon on the default socket unless ``client`` is
     given; ``options`` are Client.compact's (pipeline, config, model,
-    conversation_id, context_window, target_tokens, cache_breakpoints, format,
+    conversation_id, context_window, target_tokens, force, cache_breakpoints, format,
     system). A policy that fails returns the messages unchanged, as the
     daemon does.
 

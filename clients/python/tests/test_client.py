@@ -3,6 +3,7 @@
 import dataclasses
 import os
 import threading
+import uuid
 
 import pytest
 
@@ -113,6 +114,19 @@ def test_pipeline_and_target(client):
     assert [s.policy for s in resp.stats.stages] == ["lastn", "sliding"]
     assert resp.stats.stages[0].skipped.startswith("fits the target")
     assert resp.messages == chat(6)
+
+
+def test_force(client):
+    # lastn waits for n+step messages before it cuts; told the caller
+    # decided (force), it cuts back to the last n now, and the policy's
+    # state keeps that cut for the conversation's later requests.
+    msgs = chat(6)
+    opts = {"policy": "lastn", "config": {"n": 3, "step": 50}, "conversation_id": "py-force-" + uuid.uuid4().hex}
+    assert not client.compact(msgs, **opts).compacted
+    resp = client.compact(msgs, force=True, **opts)
+    assert resp.compacted and len(resp.messages) < len(msgs)
+    assert resp.messages[-3:] == msgs[-3:]
+    assert client.compact(msgs, **opts).messages == resp.messages
 
 
 def test_plugin_failure_keeps_the_input(client):

@@ -62,6 +62,14 @@ export interface CompactRequest {
    */
   conversation_id?: string;
   /**
+   * true: compact now. Each policy is told the caller decided
+   * (ABI 1.1 `context.compact` with reason `manual` and
+   * `target_tokens` as its target), so its own thresholds (ledger's
+   * `min_tokens`, llm's `token_threshold`, …) do not hold the
+   * compaction back.
+   */
+  force?: boolean;
+  /**
    * the conversation's format: `openai` (the default; chat messages),
    * `anthropic` (Messages API messages and `system`) or `responses`
    * (the OpenAI Responses API: `messages` are its `input` items,
@@ -264,6 +272,10 @@ export interface Config {
      * what a proxied compaction runs (else pipeline, else the config's default)
      */
     policy?: string;
+    /**
+     * the share of the window a compaction the proxy decides on aims at: the target_tokens handed to the policy (default 0.5; at most threshold)
+     */
+    target?: number;
     /**
      * also trigger at this many tokens, whatever the window (absent: off)
      */

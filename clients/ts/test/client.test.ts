@@ -96,6 +96,19 @@ describe("compact", () => {
     assert.deepEqual(resp.messages, chat(6));
   });
 
+  test("force compacts below the policy's own trigger", async () => {
+    // lastn waits for n+step messages before it cuts; told the caller
+    // decided (force), it cuts back to the last n now, and the policy's
+    // state keeps that cut for the conversation's later requests.
+    const opts = { policy: "lastn", config: { n: 3, step: 50 }, conversation_id: `ts-force-${Math.random().toString(36).slice(2)}` };
+    assert.equal((await client.compact(chat(6), opts)).compacted, false);
+    const resp = await client.compact(chat(6), { ...opts, force: true });
+    assert.equal(resp.compacted, true);
+    assert.ok(resp.messages.length < chat(6).length);
+    assert.deepEqual(resp.messages.slice(-3), chat(6).slice(-3));
+    assert.deepEqual((await client.compact(chat(6), opts)).messages, resp.messages);
+  });
+
   test("a failing plugin keeps the input", async () => {
     const resp = await client.compact(chat(2), { policy: "gohostile", config: { mode: "exit" } });
     assert.deepEqual(resp.messages, chat(2));

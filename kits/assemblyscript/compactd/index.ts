@@ -186,6 +186,16 @@ export class Request {
   conversationId: string = "";
   /** What the plugin returned as state last time, JSON; null the first time. */
   state: string | null = null;
+  /** context.compact (ABI 1.1): the host has decided to compact. When
+   * hasDecision is set, the policy compacts now, whatever its own
+   * thresholds say, to fit targetTokens (0: none given) as well as it can.
+   * On the fast path the host sends it only to a plugin whose description
+   * says "decision": true. */
+  hasDecision: bool = false;
+  /** Why the host decided: usage, preflight, trigger_tokens, overflow, prepare or manual. */
+  decisionReason: string = "";
+  /** The token budget the result should fit; 0 when none is given. */
+  targetTokens: u32 = 0;
   messages: Message[] = [];
   /** The first error a config reader met; return it with CompactResult.failed. */
   error: PolicyError | null = null;
@@ -349,6 +359,12 @@ export function decodeFast(buf: ArrayBuffer, len: i32, req: Request): PolicyErro
     for (let k: u32 = 0; k < calls; k++) m.toolCalls.push(new ToolCall(r.str(), r.str(), r.str(), r.str()));
     msgs[i] = m;
   }
+  // The host's decision, after the messages (ABI 1.1).
+  if (!r.bad && r.off < len && r.u8() == 1) {
+    req.decisionReason = r.str();
+    req.targetTokens = r.u32();
+    req.hasDecision = !r.bad;
+  }
   if (r.bad || r.off != len) return new PolicyError(Code.InvalidRequest, "fast request: malformed");
   req.messages = msgs;
   return null;
@@ -385,6 +401,12 @@ export function decodeJSON(input: Uint8Array, req: Request): PolicyError | null 
     req.conversationId = strField(ctx, "conversation_id");
     const st = ctx.get("state");
     req.state = st == null || st.isNull ? null : stringify(st);
+    const dv = ctx.get("compact");
+    if (dv != null && dv.isObj) {
+      req.hasDecision = true;
+      req.decisionReason = strField(<JSON.Obj>dv, "reason");
+      req.targetTokens = intField(<JSON.Obj>dv, "target_tokens");
+    }
   }
   const mv = o.get("messages");
   if (mv == null || !mv.isArr) return new PolicyError(Code.InvalidRequest, "the request has no messages array");

@@ -56,6 +56,11 @@ export function encodeFast(req) {
       str((c.function && c.function.arguments) || "");
     }
   }
+  if (ctx.compact) {
+    parts.push(Uint8Array.of(1));
+    str(ctx.compact.reason || "");
+    u32(ctx.compact.target_tokens || 0);
+  }
   const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
   let off = 0;
   for (const p of parts) {

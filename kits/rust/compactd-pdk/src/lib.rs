@@ -101,7 +101,21 @@ pub struct Request<'a> {
     pub conversation_id: Cow<'a, str>,
     /// What the plugin returned as `state` last time, JSON; `None` the first time.
     pub state: Option<Cow<'a, str>>,
+    /// `context.compact` (ABI 1.1): the host has decided to compact. When
+    /// set, the policy compacts now, whatever its own thresholds say, to
+    /// fit `target_tokens` as well as it can. On the fast path the host
+    /// sends it only to a plugin whose description says `"decision": true`.
+    pub decision: Option<Decision<'a>>,
     pub messages: Vec<Message<'a>>,
+}
+
+/// The host's decision to compact (`context.compact`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision<'a> {
+    /// Why: usage, preflight, trigger_tokens, overflow, prepare or manual.
+    pub reason: Cow<'a, str>,
+    /// The token budget the result should fit; 0 when none is given.
+    pub target_tokens: u32,
 }
 
 impl<'a> Request<'a> {
@@ -354,6 +368,12 @@ pub fn decode_fast(b: &[u8]) -> Result<Request<'_>, Error> {
         }
         messages.push(Message { role, tokens, content, name, tool_call_id, tool_calls });
     }
+    // The host's decision, after the messages (ABI 1.1).
+    let mut decision = None;
+    if r.off < b.len() && b[r.off] == 1 {
+        r.off += 1;
+        decision = Some(Decision { reason: r.str()?, target_tokens: r.u32()? });
+    }
     if r.off != b.len() {
         return Err(Error::invalid_request("fast request: trailing bytes"));
     }
@@ -365,6 +385,7 @@ pub fn decode_fast(b: &[u8]) -> Result<Request<'_>, Error> {
         total_tokens,
         conversation_id,
         state: if state.is_empty() { None } else { Some(state) },
+        decision,
         messages,
     })
 }
@@ -439,6 +460,11 @@ pub fn encode_fast(req: &Request) -> Vec<u8> {
             put_str(&mut out, &c.arguments);
         }
     }
+    if let Some(d) = &req.decision {
+        out.push(1);
+        put_str(&mut out, &d.reason);
+        put_u32(&mut out, d.target_tokens);
+    }
     out
 }
 
@@ -499,6 +525,10 @@ pub fn decode_json(input: &[u8]) -> Result<Request<'static>, Error> {
         total_tokens: u(field("total_tokens")),
         conversation_id: s(field("conversation_id")),
         state,
+        decision: match field("compact") {
+            Some(d @ Value::Object(_)) => Some(Decision { reason: s(d.get("reason")), target_tokens: u(d.get("target_tokens")) }),
+            _ => None,
+        },
         messages,
     })
 }
@@ -859,6 +889,20 @@ mod tests {
         for cut in 0..bin.len() {
             assert!(decode_fast(&bin[..cut]).is_err(), "truncated at {} accepted", cut);
         }
+    }
+
+    #[test]
+    fn decision_both_paths() {
+        let json = br#"{"config":{},"context":{"compact":{"reason":"usage","target_tokens":900}},"messages":[{"role":"user","content":"hi"}]}"#;
+        let req = decode_json(json).unwrap();
+        assert_eq!(req.decision, Some(Decision { reason: "usage".into(), target_tokens: 900 }));
+        let bin = encode_fast(&req);
+        let back = decode_fast(&bin).unwrap();
+        assert_eq!(back, req);
+        for cut in 0..bin.len() {
+            assert!(decode_fast(&bin[..cut]).is_err() || cut < bin.len() && decode_fast(&bin[..cut]).unwrap().decision.is_none(), "truncated at {} decoded a decision", cut);
+        }
+        assert_eq!(decode_json(br#"{"messages":[]}"#).unwrap().decision, None);
     }
 
     #[test]
