@@ -100,7 +100,7 @@ func New(opts Options) (*Log, error) {
 			return nil, fmt.Errorf("request log: opening the store bucket: %w", err)
 		}
 		l.kv, l.queue, l.done = kv, make(chan queued, storeQueue), make(chan struct{})
-		go l.writeStore()
+		go l.writeStore(l.queue)
 	}
 	return l, nil
 }
@@ -167,9 +167,9 @@ func (l *Log) drop(conv string, cl []entry) {
 	l.total--
 }
 
-func (l *Log) writeStore() {
+func (l *Log) writeStore(queue <-chan queued) {
 	defer close(l.done)
-	for q := range l.queue {
+	for q := range queue {
 		if q.ack != nil {
 			close(q.ack)
 			continue
