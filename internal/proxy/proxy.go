@@ -60,6 +60,7 @@ import (
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/convlabel"
 	"github.com/compactd/compactd/internal/models"
+	"github.com/compactd/compactd/internal/requestlog"
 	"github.com/compactd/compactd/internal/store"
 	"github.com/compactd/compactd/internal/tokens"
 	"github.com/compactd/compactd/internal/wire"
@@ -126,6 +127,9 @@ type Options struct {
 	// Logger receives one line per compaction and per failure; never a
 	// header. Discarded if nil.
 	Logger hclog.Logger
+	// RequestLog, if set, gets one record per request served on a
+	// format's route, once its answer has gone (SetRequestLog).
+	RequestLog func(requestlog.Record)
 }
 
 // Proxy forwards provider API requests through the request and response
@@ -312,6 +316,16 @@ type exchange struct {
 	tracked    bool        // the conversation is in the store and gets the usage
 	compaction *Compaction // the compaction run on the request, if any
 	labels     convlabel.Labels
+
+	// For the request log.
+	clock        timing
+	pipeline     []string
+	reason       string // why a compaction ran
+	notCompacted string // why the request went on as it came
+	tokensBefore int
+	status       int
+	upstream     bool
+	usageSeen    *store.Usage
 }
 
 func (x *exchange) warn(format string, args ...any) {
@@ -326,6 +340,7 @@ func (x *exchange) warn(format string, args ...any) {
 func (x *exchange) passThrough(reason, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	x.warnings = append(x.warnings, msg)
+	x.notCompacted = reason
 	if x.p.passed.note(x.path, reason, x.id) {
 		x.p.logger.Warn("proxy: "+msg, "provider", x.prov.Name(), "conversation", x.id, "path", x.path,
 			"note", "logged once per conversation; compactd_proxy_uncompacted_total counts every one")
@@ -343,8 +358,12 @@ func (x *exchange) unreadable(what string, err error) {
 }
 
 func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, prov wire.Format) {
+	x := &exchange{p: p, prov: prov, path: r.URL.Path, clock: timing{start: time.Now()}, notCompacted: NotCompactedError}
+	defer x.logged()
 	p.warnIfStoreDown(w.Header())
 	cfg := p.opts.Config.Current()
+	x.cfg = cfg
+	w = statusWriter{w, x}
 	base, env := upstreamOf(&cfg.Proxy, prov)
 	if base == "" {
 		p.writeError(w, prov, http.StatusNotFound, "proxy_off",
@@ -363,7 +382,7 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, prov wire.Format) 
 		return
 	}
 	extendDeadline(w, cfg.Limits.RequestTimeout.D()+cfg.Proxy.Timeout.D())
-	x := &exchange{p: p, prov: prov, cfg: cfg, id: id, path: r.URL.Path, labels: labels}
+	x.id, x.notCompacted, x.labels = id, "", labels
 
 	limit := cfg.Limits.MaxBodyBytes
 	body, err := readBody(r, limit)
@@ -491,6 +510,10 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 	}
 
 	pipeline := cfg.ProxyPipeline()
+	x.tokensBefore, x.reason = total, reason
+	if reason != "" {
+		x.pipeline = pipeline
+	}
 	obs := store.Observation{
 		ConversationID: x.id, Model: req.model, Pipeline: pipeline, Provider: x.prov.Name(),
 		MessagesBefore: len(req.messages), TokensBefore: total, MessagesAfter: len(req.messages), TokensAfter: total,
@@ -526,6 +549,7 @@ func (x *exchange) compact(ctx context.Context, req *request, pipeline []string,
 	p, cfg := x.p, x.cfg
 	if len(pipeline) == 0 {
 		x.warn("compaction is due (%s) but no policy is configured (proxy.policy, or the config's policy): forwarded uncompacted", reason)
+		x.notCompacted = NotCompactedNoPolicy
 		return req.body
 	}
 	wc, err := x.prov.Convert(req.system, req.messages)
@@ -543,6 +567,7 @@ func (x *exchange) compact(ctx context.Context, req *request, pipeline []string,
 	if err != nil {
 		x.warn("compaction failed (%v): forwarded uncompacted", err)
 		obs.Failed = true
+		x.notCompacted = NotCompactedFailed
 		return req.body
 	}
 	x.compaction = &Compaction{Input: wc.Chat(), Response: resp, Model: req.model, Pipeline: pipeline,
@@ -557,12 +582,14 @@ func (x *exchange) compact(ctx context.Context, req *request, pipeline []string,
 	}
 	if !resp.Compacted {
 		p.logger.Debug("proxy: compaction due, policy kept the conversation", "conversation", x.id, "reason", reason)
+		x.notCompacted = NotCompactedPolicyKept
 		return req.body
 	}
 	list, err := req.back(x.prov, wc, resp)
 	if err != nil {
 		x.warn("the compacted conversation could not be written back (%v): forwarded uncompacted", err)
 		obs.Failed = true
+		x.notCompacted = NotCompactedFailed
 		return req.body
 	}
 	n := len(list)
@@ -660,6 +687,7 @@ func (x *exchange) usage(u wire.Usage, ok bool, refused []string) {
 
 // responseFilter is handed the usage of a successful response.
 func (x *exchange) responseFilter(u store.Usage) {
+	x.noteUsage(u)
 	if !x.tracked {
 		return
 	}
@@ -732,6 +760,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, cfg *config.Conf
 		Transport: p.transport,
 		ModifyResponse: func(resp *http.Response) error {
 			headers.Stop()
+			if x != nil {
+				x.clock.firstByte, x.status, x.upstream = time.Now(), resp.StatusCode, true
+			}
 			resp.Header.Set(HeaderUpstream, prov.Provider())
 			if resp.StatusCode == http.StatusSwitchingProtocols {
 				return nil // an upgraded connection is the two ends' own
@@ -767,6 +798,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, cfg *config.Conf
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
+			if x != nil {
+				x.upstream = false // compactd's own answer replaces the upstream's
+			}
 			switch cause := context.Cause(ctx); {
 			case errors.Is(cause, errHeaderTimeout):
 				p.fault(prov, FaultTimeout)
@@ -789,6 +823,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, cfg *config.Conf
 			}
 		},
 		ErrorLog: p.logger.Named("reverseproxy").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	}
+	if x != nil {
+		x.clock.sent = time.Now()
 	}
 	rp.ServeHTTP(w, r.WithContext(ctx))
 }

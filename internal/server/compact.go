@@ -21,6 +21,7 @@ import (
 	"github.com/compactd/compactd/internal/convlabel"
 	"github.com/compactd/compactd/internal/models"
 	"github.com/compactd/compactd/internal/proxy"
+	"github.com/compactd/compactd/internal/requestlog"
 	"github.com/compactd/compactd/internal/store"
 	"github.com/compactd/compactd/internal/wire"
 	"github.com/compactd/compactd/internal/wire/formats"
@@ -56,7 +57,9 @@ type compactTail struct {
 }
 
 // handleCompact serves POST /v1/compact.
-func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) (err error) {
+	rec := requestlog.Record{Kind: requestlog.KindCompact, Time: time.Now()}
+	defer func() { s.logCompact(&rec, err) }()
 	s.warnIfStoreDown(w)
 	cfg := s.opts.Config.Current()
 	ctx, cancel := context.WithTimeout(r.Context(), cfg.Limits.RequestTimeout.D())
@@ -73,8 +76,9 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	rec.ConversationID, rec.Format, rec.Model = req.ConversationID, req.Format, req.Model
 	if conv == nil && req.Messages == nil {
-		return s.compactStored(ctx, w, req, cfg)
+		return s.compactStored(ctx, w, req, cfg, &rec)
 	}
 	wc, err := requestConversation(req, conv)
 	if err != nil {
@@ -106,6 +110,7 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	}
 	chat.Remember(conv, resp.Stats.Encoding)
 	s.record(req, pipeline, conv, resp)
+	fillCompactRecord(&rec, resp, pipeline, req.ContextWindow)
 
 	// The result in the request's format: the cache breakpoints written
 	// when asked for (the request's tools are not sent to /v1/compact:

@@ -382,6 +382,8 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) error {
 	writeGauge(&b, "compactd_plugins_loading", "Plugin files being loaded.", float64(rc.Loading))
 	writePluginFileMetrics(&b, s.opts.Registry.Policies())
 	m.configReloads.write(&b)
+	s.upstream.write(&b)
+	s.overhead.write(&b)
 	sh := s.opts.Store.Health()
 	writeGauge(&b, "compactd_store_degraded", "1 while the state store cannot be reached (requests are served from themselves alone).", boolGauge(sh.Degraded))
 	writeCounter(&b, "compactd_store_writes_dropped_total", "State store writes given up because the store was unreachable.", sh.DroppedWrites)

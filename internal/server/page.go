@@ -64,6 +64,8 @@ func parsePages() *template.Template {
 			return float64(n) / float64(window)
 		},
 		"unit": messageUnit,
+		"usd":  formatUSD,
+		"ms":   func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) + " ms" },
 	}
 	return template.Must(template.New("page").Funcs(funcs).ParseFS(pageFiles, "page/*.html"))
 }
@@ -188,6 +190,7 @@ func (s *Server) handleOverviewPage(w http.ResponseWriter, r *http.Request) erro
 type conversationPage struct {
 	Conversation *client.Conversation
 	Detail       *client.CompactionDetail
+	Timeline     *timeline
 }
 
 func (s *Server) handleConversationPage(w http.ResponseWriter, r *http.Request) error {
@@ -203,7 +206,7 @@ func (s *Server) handleConversationPage(w http.ResponseWriter, r *http.Request) 
 	if err != nil {
 		return err
 	}
-	return s.render(w, http.StatusOK, "conversation", conversationPage{Conversation: c, Detail: c.LastCompaction})
+	return s.render(w, http.StatusOK, "conversation", conversationPage{Conversation: c, Detail: c.LastCompaction, Timeline: s.timelineOf(r.Context(), id)})
 }
 
 // render executes a page template into a buffer first, so a template

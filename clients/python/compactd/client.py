@@ -14,6 +14,7 @@ from .errors import DaemonUnavailable, error_for
 from .types import (
     CompactResponse,
     ConfigDocument,
+    RequestsPage,
     Conversation,
     Health,
     Message,
@@ -320,6 +321,19 @@ class Client:
         _want_str("conversation()'s conversation_id", conversation_id)
         path = "/v1/status?" + urlencode({"conversation_id": conversation_id})
         return from_dict(Conversation, self.request("GET", path))
+
+    def requests(
+        self, *, conversation: Optional[str] = None, limit: Optional[int] = None, cursor: Optional[str] = None
+    ) -> RequestsPage:
+        """The request log, newest first (GET /v1/requests): one
+        conversation's records with ``conversation``, else every record
+        the daemon holds; ``limit`` per page (the daemon's default is 50),
+        ``cursor`` the previous page's ``next_cursor``."""
+        query = {k: v for k, v in (("conversation", conversation), ("limit", limit), ("cursor", cursor)) if v is not None}
+        path = "/v1/requests"
+        if query:
+            path += "?" + urlencode(query)
+        return from_dict(RequestsPage, self.request("GET", path))
 
     def config(self) -> ConfigDocument:
         """The running config and its problems (GET /v1/config)."""

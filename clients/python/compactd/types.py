@@ -314,6 +314,70 @@ class Status:
 
 
 @dataclass
+class RequestUsage:
+    """The upstream's usage for one proxied request."""
+
+    input_tokens: int
+    """Prompt tokens, cached ones included."""
+    output_tokens: int
+    cached_tokens: int = 0
+
+
+@dataclass
+class RequestRecord:
+    """One request in the request log (GET /v1/requests): what compactd
+    did, what the upstream answered and billed, and how long each part
+    took. No prompt content and no header is recorded."""
+
+    id: str
+    time: _dt.datetime
+    kind: str
+    """"proxy" or "compact"."""
+    compacted: bool
+    compactd_ms: float
+    conversation_id: str = ""
+    format: str = ""
+    model: str = ""
+    pipeline: List[str] = field(default_factory=list)
+    reason: str = ""
+    not_compacted: str = ""
+    tokens_before: int = 0
+    tokens_after: int = 0
+    context_window: int = 0
+    usage: Optional[RequestUsage] = None
+    status: int = 0
+    upstream: bool = False
+    upstream_ms: float = 0.0
+    first_byte_ms: float = 0.0
+    cost_usd: Optional[float] = None
+    full_cost_usd: Optional[float] = None
+    warnings: List[str] = field(default_factory=list)
+
+
+@dataclass
+class Money:
+    """What listed requests cost at the models.dev catalog's prices, and
+    what sending everything would have cost."""
+
+    paid_usd: float
+    full_usd: float
+    priced: int
+    unpriced: int
+    unpriced_models: List[str] = field(default_factory=list)
+
+
+@dataclass
+class RequestsPage:
+    """The answer to GET /v1/requests: newest first; pass ``next_cursor``
+    back as ``cursor`` for the next page."""
+
+    requests: List[RequestRecord]
+    money: Money
+    next_cursor: str = ""
+    warning: str = ""
+
+
+@dataclass
 class ConfigDocument:
     """The answer to GET and PUT /v1/config; ``config`` is the running
     config, defaults filled in."""

@@ -270,6 +270,25 @@ def test_wrong_arguments_are_type_errors(client, call):
         call(client)
 
 
+def test_requests(client):
+    conv = "py-requests-" + uuid.uuid4().hex  # unique: the daemon may outlive one run of the suite
+    for turn in (3, 4, 5):
+        client.compact(chat(turn), policy="lastn", config={"n": 2, "step": 1}, conversation_id=conv, model="gpt-4o")
+    page = client.requests(conversation=conv, limit=2)
+    assert isinstance(page, compactd.RequestsPage) and len(page.requests) == 2 and page.next_cursor
+    first = page.requests[0]
+    assert isinstance(first, compactd.RequestRecord) and first.kind == "compact" and first.compacted
+    assert first.conversation_id == conv and first.pipeline == ["lastn"] and first.tokens_after < first.tokens_before
+    rest = client.requests(conversation=conv, limit=2, cursor=page.next_cursor)
+    assert len(rest.requests) == 1 and not rest.next_cursor and rest.requests[0].time <= first.time
+    assert isinstance(rest.money, compactd.Money) and rest.money.priced == 0  # /v1/compact has no upstream usage
+    assert len(client.requests().requests) >= 3
+    with pytest.raises(compactd.BadRequest):
+        client.requests(cursor="not-a-cursor")
+    with pytest.raises(TypeError):
+        client.requests(conv)  # keyword-only
+
+
 def test_config(client):
     doc = client.config()
     assert isinstance(doc.config, dict) and doc.config["limits"]["max_messages"] == 10000 and doc.file

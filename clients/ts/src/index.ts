@@ -27,6 +27,7 @@ import type {
   ResponsesItem,
   Policy,
   PolicyList,
+  RequestsPage,
   Status,
 } from "./types.js";
 import { ERROR_CODE_STATUS } from "./types.js";
@@ -309,6 +310,22 @@ export class Client {
   async conversation(id: string): Promise<Conversation> {
     wantString("conversation()'s id", id);
     return this.request<Conversation>("GET", `/v1/status?conversation_id=${encodeURIComponent(id)}`);
+  }
+
+  /**
+   * The request log, newest first (GET /v1/requests): one conversation's
+   * records with `conversation`, else every record the daemon holds;
+   * `limit` per page (the daemon's default is 50), `cursor` the previous
+   * page's `next_cursor`.
+   */
+  requests(options: { conversation?: string; limit?: number; cursor?: string } = {}): Promise<RequestsPage> {
+    const query = new URLSearchParams();
+    for (const key of ["conversation", "limit", "cursor"] as const) {
+      const value = options[key];
+      if (value !== undefined) query.set(key, String(value));
+    }
+    const qs = query.toString();
+    return this.request<RequestsPage>("GET", qs ? `/v1/requests?${qs}` : "/v1/requests");
   }
 
   /** The running config and its problems (GET /v1/config). */

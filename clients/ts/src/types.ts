@@ -355,6 +355,31 @@ export interface Config {
    * the LLM provider block (docs/configuration.md, "The LLM provider")
    */
   llm?: Record<string, unknown> | null;
+  /**
+   * the request log (GET /v1/requests) and its JSON-lines access file
+   */
+  log?: {
+    /**
+     * a file that gets every record as a JSON line (empty: none); read when the daemon starts
+     */
+    access_file?: string;
+    /**
+     * rotated files kept (default 3)
+     */
+    access_keep?: number;
+    /**
+     * the access file is rotated (renamed to FILE.1, FILE.1 to FILE.2, ...) when a record would take it past this size (default 100 MiB)
+     */
+    access_max_bytes?: number;
+    /**
+     * records held in memory (default 10000)
+     */
+    requests?: number;
+    /**
+     * one conversation's records, in memory and in the state store (default 500)
+     */
+    requests_per_conversation?: number;
+  };
   pipeline?: string[];
   /**
    * each policy's config, checked against its plugin's `config_schema` (integers within 64 bits)
@@ -709,6 +734,23 @@ export interface MessagePreview {
 }
 
 /**
+ * what the listed requests cost at the models.dev catalog's prices, and what sending everything (nothing compacted away, as uncached input) would have cost
+ */
+export interface Money {
+  full_usd: number;
+  paid_usd: number;
+  /**
+   * requests with usage and a catalog price
+   */
+  priced: number;
+  /**
+   * requests with usage whose model the catalog does not price
+   */
+  unpriced: number;
+  unpriced_models?: string[];
+}
+
+/**
  * An OpenAI Chat Completions request, forwarded byte for byte unless
  * compactd compacts its `messages` or adds `stream_options`. compactd
  * reads `model` (tokenizer and context window), `messages`, `stream`
@@ -903,6 +945,96 @@ export interface RefusalPart {
   refusal: string;
   type: "refusal";
   [key: string]: unknown;
+}
+
+export interface RequestRecord {
+  /**
+   * compactd's own time: reading, counting, compacting
+   */
+  compactd_ms: number;
+  compacted: boolean;
+  /**
+   * unique in a fleet: the daemon's instance and a sequence
+   */
+  id: string;
+  /**
+   * a proxied provider request, or POST /v1/compact
+   */
+  kind: "proxy" | "compact";
+  /**
+   * when the request arrived
+   */
+  time: string;
+  context_window?: number;
+  conversation_id?: string;
+  /**
+   * the usage at the catalog's price (absent for an unpriced model)
+   */
+  cost_usd?: number;
+  /**
+   * from sending the request upstream to its answer's headers
+   */
+  first_byte_ms?: number;
+  /**
+   * wire format: openai, anthropic or responses
+   */
+  format?: string;
+  /**
+   * the same with the tokens compaction removed sent as uncached input
+   */
+  full_cost_usd?: number;
+  model?: string;
+  /**
+   * why the request went on as it came: below_threshold, no_policy, policy_kept, failed, error (compactd answered with an error), or a pass-through reason (path, unreadable, unsupported, previous_response_id, too_large)
+   */
+  not_compacted?: string;
+  /**
+   * the policies a compaction ran
+   */
+  pipeline?: string[];
+  /**
+   * why a compaction ran
+   */
+  reason?: string;
+  /**
+   * the answer's HTTP status: the upstream's when upstream is true, else compactd's own
+   */
+  status?: number;
+  /**
+   * the tokens sent on (compactd's count)
+   */
+  tokens_after?: number;
+  tokens_before?: number;
+  upstream?: boolean;
+  /**
+   * from sending the request upstream to the end of its answer
+   */
+  upstream_ms?: number;
+  /**
+   * the upstream's usage, when its answer reported one
+   */
+  usage?: {
+    /**
+     * cached ones included
+     */
+    input_tokens: number;
+    output_tokens: number;
+    cached_tokens?: number;
+  };
+  warnings?: string[];
+}
+
+export interface RequestsPage {
+  money: Money;
+  requests: RequestRecord[];
+  /**
+   * set when older records remain: pass it as cursor
+   */
+  next_cursor?: string;
+  /**
+   * the state store could not be read: this daemon's records only
+   */
+  warning?: string;
 }
 
 /**

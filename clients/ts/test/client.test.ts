@@ -278,6 +278,25 @@ describe("status and config", () => {
     }
   });
 
+  test("requests", async () => {
+    const conv = `ts requests/é ${Date.now()}-${Math.random()}`; // unique: the daemon may outlive one run
+    for (const turn of [3, 4, 5]) {
+      await client.compact(chat(turn), { policy: "lastn", config: { n: 2, step: 1 }, conversation_id: conv, model: "gpt-4o" });
+    }
+    const page = await client.requests({ conversation: conv, limit: 2 });
+    assert.equal(page.requests.length, 2);
+    assert.ok(page.next_cursor);
+    const first = page.requests[0]!;
+    assert.ok(first.kind === "compact" && first.compacted && first.conversation_id === conv);
+    assert.deepEqual(first.pipeline, ["lastn"]);
+    const rest = await client.requests({ conversation: conv, limit: 2, cursor: page.next_cursor });
+    assert.equal(rest.requests.length, 1);
+    assert.equal(rest.next_cursor, undefined);
+    assert.equal(rest.money.priced, 0); // /v1/compact has no upstream usage
+    assert.ok((await client.requests()).requests.length >= 3);
+    await rejectsWith(client.requests({ cursor: "not-a-cursor" }), "bad_request", 400);
+  });
+
   test("config", async () => {
     const doc = await client.config();
     assert.equal(doc.config.limits.max_messages, 10000);
