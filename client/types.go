@@ -246,19 +246,22 @@ type StoreDescriptor struct {
 
 // Conversation is one tracked conversation's status.
 type Conversation struct {
-	ID            string    `json:"id"`
-	Model         string    `json:"model,omitempty"`
-	Pipeline      []string  `json:"pipeline"`
-	Messages      int       `json:"messages"`
-	Tokens        int       `json:"tokens"`
-	MessagesAfter int       `json:"messages_after"`
-	TokensAfter   int       `json:"tokens_after"`
-	ContextWindow int       `json:"context_window,omitempty"`
-	UsageRatio    float64   `json:"usage_ratio"`
-	Requests      int64     `json:"requests"`
-	Compactions   int64     `json:"compactions"`
-	Failures      int64     `json:"failures"`
-	TokensSaved   int64     `json:"tokens_saved"`
+	ID            string   `json:"id"`
+	Model         string   `json:"model,omitempty"`
+	Pipeline      []string `json:"pipeline"`
+	Messages      int      `json:"messages"`
+	Tokens        int      `json:"tokens"`
+	MessagesAfter int      `json:"messages_after"`
+	TokensAfter   int      `json:"tokens_after"`
+	ContextWindow int      `json:"context_window,omitempty"`
+	UsageRatio    float64  `json:"usage_ratio"`
+	Requests      int64    `json:"requests"`
+	Compactions   int64    `json:"compactions"`
+	Failures      int64    `json:"failures"`
+	TokensSaved   int64    `json:"tokens_saved"`
+	// Recoveries counts the proxy's compactions after the upstream
+	// refused a request as too long (overflow recovery).
+	Recoveries    int64     `json:"recoveries,omitempty"`
 	FirstSeen     time.Time `json:"first_seen"`
 	LastSeen      time.Time `json:"last_seen"`
 	LastCompacted time.Time `json:"last_compacted,omitzero"`

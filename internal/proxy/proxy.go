@@ -137,6 +137,7 @@ type Proxy struct {
 	transport http.RoundTripper
 	faults    faults
 	passed    passthroughs
+	rec       recoveries
 }
 
 // New returns a Proxy.
@@ -304,6 +305,12 @@ type exchange struct {
 	addedUsage bool
 	tracked    bool        // the conversation is in the store and gets the usage
 	compaction *Compaction // the compaction run on the request, if any
+	// For overflow recovery (recover.go): the request as read, the
+	// pipeline, compactd's count of it, and whether it was retried.
+	req      *request
+	pipeline []string
+	total    int
+	retried  bool
 }
 
 func (x *exchange) warn(format string, args ...any) {
@@ -441,6 +448,7 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 	if x.window <= 0 {
 		x.window = models.ContextWindow(req.model)
 	}
+	x.window = p.windowFor(req.model, x.window) // lowered to a limit an upstream stated
 
 	// The pre-flight count: only messages not in the previous request are
 	// tokenized.
@@ -482,6 +490,7 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 		ContextWindow: x.window,
 	}
 	x.forwarded = total
+	x.req, x.pipeline, x.total = req, pipeline, total
 	out := body
 	if reason != "" {
 		decision := &abi.Decision{Reason: why, TargetTokens: targetTokens(pc.Target, x.window, offset)}
@@ -703,6 +712,11 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, cfg *config.Conf
 		},
 		Transport: p.transport,
 		ModifyResponse: func(resp *http.Response) error {
+			if x.recoverable(resp) {
+				if err := x.recoverOverflow(ctx, resp, w.Header(), headers); err != nil {
+					return err
+				}
+			}
 			headers.Stop()
 			resp.Header.Set(HeaderUpstream, prov.Provider())
 			if resp.StatusCode == http.StatusSwitchingProtocols {

@@ -18,6 +18,7 @@ const (
 	fRequests, fCompactions, fFailures, fSaved    = "requests", "compactions", "failures", "tokens_saved"
 	fFirst, fLast, fLastCompacted, fProvider      = "first_seen", "last_seen", "last_compacted", "provider"
 	fNeeds, fUsage, fReplica                      = "needs_compaction", "last_usage", "replica"
+	fRecoveries                                   = "recoveries"
 )
 
 // Observe implements store.Backend: one pipelined round trip that adds to
@@ -55,6 +56,9 @@ func (s *Store) Observe(o store.Observation) {
 			}
 			if o.Failed {
 				p.HIncrBy(ctx, key, fFailures, 1)
+			}
+			if o.Recovery {
+				p.HIncrBy(ctx, key, fRecoveries, 1)
 			}
 			if saved := o.TokensBefore - o.TokensAfter; saved > 0 {
 				p.HIncrBy(ctx, key, fSaved, int64(saved))
@@ -204,7 +208,7 @@ func decodeConversation(id string, m map[string]string) store.Conversation {
 		ID: id, Model: m[fModel], Messages: i(fMessages), Tokens: i(fTokens),
 		MessagesAfter: i(fMessagesAfter), TokensAfter: i(fTokensAfter), ContextWindow: i(fWindow),
 		Requests: i64(fRequests), Compactions: i64(fCompactions), Failures: i64(fFailures), TokensSaved: i64(fSaved),
-		FirstSeen: t(fFirst), LastSeen: t(fLast), LastCompacted: t(fLastCompacted),
+		Recoveries: i64(fRecoveries), FirstSeen: t(fFirst), LastSeen: t(fLast), LastCompacted: t(fLastCompacted),
 		Provider: m[fProvider], NeedsCompaction: m[fNeeds] == "1", Replica: m[fReplica],
 	}
 	c.UsageRatio, _ = strconv.ParseFloat(m[fRatio], 64)
