@@ -170,6 +170,10 @@ type Description struct {
 	// it to the binary request (see AppendFastDecision). JSON requests
 	// carry context.compact whether or not this is set.
 	Decision bool `json:"decision,omitempty"`
+	// Hashes asks for each message's Hash on the fast path (ABI 1.1): a
+	// policy that recognises a history it has seen (a memo, a saved
+	// state) compares the host's hashes instead of hashing every text.
+	Hashes bool `json:"hashes,omitempty"`
 }
 
 // ValidName reports whether name is a valid policy name.

@@ -33,6 +33,9 @@ import (
 //	  u32    tool call count, then per call: string id, type, name, arguments
 //	optional, only to a plugin whose description sets "decision" (ABI 1.1):
 //	u8     1 (the host's decision follows), string reason, u32 target_tokens
+//	optional, only to a plugin whose description sets "hashes" (ABI 1.1):
+//	u8     2 (the messages' hashes follow), u32 count (= message count),
+//	       per message two u64 (Message.Hash)
 const (
 	fastMagic        = "CDF1"
 	fastMagicHeaders = "CDF2"
@@ -122,6 +125,22 @@ func AppendFastDecision(dst []byte, d *Decision) []byte {
 	dst = append(dst, fastDecisionTag)
 	dst = appendString(dst, d.Reason)
 	return binary.LittleEndian.AppendUint32(dst, wireU32(d.TargetTokens))
+}
+
+// fastHashesTag opens the message hashes' trailer of a fast request.
+const fastHashesTag = 2
+
+// AppendFastHashes appends the messages' hashes (Message.Hash, one per
+// message, in order) to a fast request, after its decision if any. The
+// host sends them only to a plugin whose description sets Hashes.
+func AppendFastHashes(dst []byte, hashes [][2]uint64) []byte {
+	dst = append(dst, fastHashesTag)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(hashes)))
+	for _, h := range hashes {
+		dst = binary.LittleEndian.AppendUint64(dst, h[0])
+		dst = binary.LittleEndian.AppendUint64(dst, h[1])
+	}
+	return dst
 }
 
 // textSize returns the size of a string content's text without decoding
@@ -236,6 +255,18 @@ func DecodeFastRequest(b []byte, src ContentSource) (*CompactRequest, error) {
 		d := &Decision{Reason: r.str(), TargetTokens: int(r.u32())}
 		if r.err == nil {
 			c.Compact = d
+		}
+	}
+	if r.err == nil && r.off < len(b) && b[r.off] == fastHashesTag {
+		r.off++
+		if n := r.u32(); r.err == nil && int(n) != len(req.Messages) {
+			r.err = fmt.Errorf("%w: %d hashes for %d messages", ErrFastRequest, n, len(req.Messages))
+		}
+		if r.need(16 * len(req.Messages)) {
+			for i := range req.Messages {
+				req.Messages[i].Hash = [2]uint64{binary.LittleEndian.Uint64(b[r.off:]), binary.LittleEndian.Uint64(b[r.off+8:])}
+				r.off += 16
+			}
 		}
 	}
 	if r.err == nil && r.off != len(b) {

@@ -215,3 +215,30 @@ func TestFastDecision(t *testing.T) {
 		t.Fatal("a trailing byte other than the decision's tag decoded")
 	}
 }
+
+// TestFastHashes: the messages' hashes follow the decision (or the
+// messages), one per message, and decode into Message.Hash.
+func TestFastHashes(t *testing.T) {
+	t.Parallel()
+	msgs := []Message{{Role: RoleUser, Content: TextContent("a")}, {Role: RoleAssistant, Content: TextContent("b")}}
+	hashes := [][2]uint64{{1, 2}, {3, 4}}
+	for _, d := range []*Decision{nil, {Reason: ReasonPreflight, TargetTokens: 7}} {
+		b := AppendFastRequest(nil, json.RawMessage("{}"), &Context{}, msgs)
+		b = AppendFastDecision(b, d)
+		b = AppendFastHashes(b, hashes)
+		req, err := DecodeFastRequest(b, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if req.Messages[0].Hash != hashes[0] || req.Messages[1].Hash != hashes[1] || (req.Context.Compact == nil) != (d == nil) {
+			t.Fatalf("decoded %v %v, decision %+v", req.Messages[0].Hash, req.Messages[1].Hash, req.Context.Compact)
+		}
+		if _, err := DecodeFastRequest(b[:len(b)-1], nil); err == nil {
+			t.Fatal("a truncated hash decoded")
+		}
+	}
+	b := AppendFastHashes(AppendFastRequest(nil, json.RawMessage("{}"), &Context{}, msgs), hashes[:1])
+	if _, err := DecodeFastRequest(b, nil); err == nil {
+		t.Fatal("one hash for two messages decoded")
+	}
+}

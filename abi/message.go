@@ -31,6 +31,14 @@ type Message struct {
 	// Tokens is the host's token count for the whole message (content,
 	// tool calls and per-message overhead). Set on input; ignored on output.
 	Tokens int `json:"tokens,omitempty"`
+	// Hash is the host's 128-bit hash of the message's bytes as the caller
+	// sent them, on the fast path to a plugin whose description sets
+	// Hashes (ABI 1.1); zero otherwise. Two messages of one request, or of
+	// requests to one plugin instance, with the same Hash are the same
+	// message (role, content, name, tool calls and every other field).
+	// The hash is keyed per daemon process: compare hashes only within
+	// one instance's memory, never across restarts.
+	Hash [2]uint64 `json:"-"`
 }
 
 // IsSystem reports whether the message is a system or developer message.

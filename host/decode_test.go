@@ -2,6 +2,7 @@ package host
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/chat"
 )
 
 func TestParseResult(t *testing.T) {
@@ -107,4 +109,43 @@ func FuzzParseResult(f *testing.F) {
 			t.Fatalf("parsed %+v, encoding/json %+v", got, want)
 		}
 	})
+}
+
+// TestMessageHashesOnTheWire: a fast-path plugin that asks for hashes gets
+// one per message, equal for byte-identical messages and different
+// otherwise; one that does not ask gets none.
+func TestMessageHashesOnTheWire(t *testing.T) {
+	t.Parallel()
+	e, err := NewEngine(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	conv, err := chat.Parse([]byte(`[{"role":"user","content":"hi"},{"role":"assistant","content":"yo"},{"role":"user","content":"hi"}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &Request{Conversation: conv, Config: json.RawMessage("{}")}
+	for _, asks := range []bool{true, false} {
+		p := &Plugin{engine: e, lazyPath: "fast", view: abi.ViewFull, desc: abi.Description{Hashes: asks}}
+		got, err := abi.DecodeFastRequest(p.encode(req), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := func(i int) [2]uint64 { return got.Messages[i].Hash }
+		if !asks {
+			if h(0) != ([2]uint64{}) {
+				t.Fatalf("hashes sent to a plugin that did not ask: %v", h(0))
+			}
+			continue
+		}
+		if h(0) == ([2]uint64{}) || h(0) != h(2) || h(0) == h(1) {
+			t.Fatalf("hashes %v %v %v: want equal for the same bytes, different otherwise, never zero", h(0), h(1), h(2))
+		}
+		for _, m := range conv.Messages {
+			if m.Hash != ([2]uint64{}) {
+				t.Fatal("the request's own messages were written")
+			}
+		}
+	}
 }

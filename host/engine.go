@@ -19,6 +19,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"path/filepath"
 	"runtime/debug"
 	"sync"
@@ -77,6 +78,16 @@ const (
 	DefaultAdmitWait = 2 * time.Second
 )
 
+// messageHash is a message's 128-bit hash (abi.Message.Hash): two
+// maphash sums of its bytes under the engine's seeds, never zero.
+func (e *Engine) messageHash(raw []byte) [2]uint64 {
+	h := [2]uint64{maphash.Bytes(e.hashSeeds[0], raw), maphash.Bytes(e.hashSeeds[1], raw)}
+	if h == [2]uint64{} {
+		h[0] = 1
+	}
+	return h
+}
+
 // Engine compiles and loads plugins. It is safe for concurrent use.
 type Engine struct {
 	cfg    Config
@@ -98,6 +109,9 @@ type Engine struct {
 	// minStartTimeout is MinStartTimeout (tests shorten it to see the
 	// wall-clock backstop at work).
 	minStartTimeout time.Duration
+	// hashSeeds key the messages' hashes (abi.Message.Hash) for the
+	// engine's life.
+	hashSeeds [2]maphash.Seed
 
 	// The memory budget (Config.MaxTotalMemory) and the plugins whose
 	// idle instances it may close.
@@ -118,7 +132,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("host limits: %w", err)
 	}
 	e := &Engine{cfg: cfg, logger: cfg.Logger, logs: map[string]*logLimiter{}, compileSlot: make(chan struct{}, 1), done: make(chan struct{}),
-		minStartTimeout: MinStartTimeout}
+		minStartTimeout: MinStartTimeout, hashSeeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}}
 	if e.logger == nil {
 		e.logger = hclog.NewNullLogger()
 	}

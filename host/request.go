@@ -13,8 +13,21 @@ var tokensKey = []byte(`"tokens"`)
 // encode encodes req for the plugin's path and view.
 func (p *Plugin) encode(req *Request) []byte {
 	b := encodeFor(p.Path(), p.view, req)
-	if p.Path() == "fast" && p.desc.Decision {
+	if p.Path() != "fast" {
+		return b
+	}
+	if p.desc.Decision {
 		b = abi.AppendFastDecision(b, req.Context.Compact)
+	}
+	if p.desc.Hashes && p.engine != nil {
+		// The conversation may be shared with other calls: the hashes go
+		// on the wire, not into its messages.
+		raw := req.Conversation.Raw
+		hashes := make([][2]uint64, len(raw))
+		for i, r := range raw {
+			hashes[i] = p.engine.messageHash(r)
+		}
+		b = abi.AppendFastHashes(b, hashes)
 	}
 	return b
 }

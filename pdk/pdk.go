@@ -92,6 +92,12 @@ type Policy struct {
 	// none). Content.Len and Omitted tell a left-out content's size and
 	// kind without fetching it.
 	View string
+	// ContentHashes asks the host for each message's hash (abi.Message.Hash,
+	// ABI 1.1) on the fast path: a policy that memoizes by its messages
+	// compares those instead of hashing every text. Hashes are zero on the
+	// Extism path and in native tests, so such a policy must work without
+	// them.
+	ContentHashes bool
 }
 
 // Describe returns the policy's description as the describe export sends it.
@@ -104,6 +110,7 @@ func (p *Policy) Describe() (abi.Description, error) {
 		// The PDK decodes the host's decision on both paths
 		// (req.Context.Compact).
 		Decision: true,
+		Hashes:   p.ContentHashes,
 	}
 	if p.ConfigSchema != "" {
 		if !json.Valid([]byte(p.ConfigSchema)) {

@@ -79,6 +79,8 @@ func policy() pdk.Policy {
 		ConfigSchema: schema,
 		Defaults:     defaults,
 		Compact:      compact,
+		// The memo keys hash the host's message hashes when it sends them.
+		ContentHashes: true,
 	}
 }
 

@@ -325,23 +325,57 @@ func pinnedHashes(msgs []abi.Message, key [2]uint64, cfg config) []uint64 {
 // settings their items depend on.
 func unitsKey(msgs []abi.Message, units []convo.Unit, cfg config) [2]uint64 {
 	var h fingerprint.Hash
-	h.Str("compactd-ledger-chunk-v2")
+	hashed := len(units) > 0 && hostHashed(msgs[units[0].Start:units[len(units)-1].End])
+	if hashed {
+		h.Str("compactd-ledger-chunk-v3-host")
+	} else {
+		h.Str("compactd-ledger-chunk-v2")
+	}
 	h.Word(uint64(cfg.UserChars))
 	for _, u := range units {
 		for i := u.Start; i < u.End; i++ {
-			h.Message(&msgs[i])
+			message(&h, &msgs[i], hashed)
 		}
 	}
 	return h.Sum128()
 }
 
+// hostHashed reports whether the host sent every message's hash
+// (abi.Message.Hash: the fast path, ABI 1.1). Then the memo keys hash
+// those, 16 bytes a message, instead of every text: hashing the folded
+// messages' texts was most of a memo hit's time.
+func hostHashed(msgs []abi.Message) bool {
+	for i := range msgs {
+		if msgs[i].Hash == [2]uint64{} {
+			return false
+		}
+	}
+	return true
+}
+
+// message adds a message to a memo key: the host's hash of it when
+// hashed, else what identifies it.
+func message(h *fingerprint.Hash, m *abi.Message, hashed bool) {
+	if hashed {
+		h.Word(m.Hash[0])
+		h.Word(m.Hash[1])
+		return
+	}
+	h.Message(m)
+}
+
 // pinnedKey is the memo key of the pinned messages' hashes.
 func pinnedKey(msgs []abi.Message, cfg config) [2]uint64 {
 	var h fingerprint.Hash
-	h.Str("compactd-ledger-pinned-v2")
+	hashed := hostHashed(msgs)
+	if hashed {
+		h.Str("compactd-ledger-pinned-v3-host")
+	} else {
+		h.Str("compactd-ledger-pinned-v2")
+	}
 	h.Word(uint64(cfg.UserChars))
 	for i := range msgs {
-		h.Message(&msgs[i])
+		message(&h, &msgs[i], hashed)
 	}
 	return h.Sum128()
 }
