@@ -53,6 +53,8 @@ func TestProxyRecoversFromContextOverflow(t *testing.T) {
 		if st.Recoveries != 1 || st.LastUsage == nil || st.NeedsCompaction {
 			t.Fatalf("%s: status after the recovery: %+v", c.name, st)
 		}
+		t.Logf("%s: refused at %d bytes (limit 150 tokens), retried with %d bytes; status: %d→%d messages, %d→%d tokens, provider's usage %d input tokens, recoveries %d",
+			c.name, len(body), len(up.Last().Body), st.Messages, st.MessagesAfter, st.Tokens, st.TokensAfter, st.LastUsage.InputTokens, st.Recoveries)
 	}
 	// OpenAI's error stated 150: the next chat request of that model is
 	// compacted by the pre-flight count against the learned window.
