@@ -269,11 +269,14 @@ type Conversation struct {
 	UsageRatio    float64  `json:"usage_ratio"`
 	// PeakTokens is the most tokens the conversation reached (a request
 	// before compaction, or a response's usage).
-	PeakTokens    int       `json:"peak_tokens,omitempty"`
-	Requests      int64     `json:"requests"`
-	Compactions   int64     `json:"compactions"`
-	Failures      int64     `json:"failures"`
-	TokensSaved   int64     `json:"tokens_saved"`
+	PeakTokens  int   `json:"peak_tokens,omitempty"`
+	Requests    int64 `json:"requests"`
+	Compactions int64 `json:"compactions"`
+	Failures    int64 `json:"failures"`
+	TokensSaved int64 `json:"tokens_saved"`
+	// Recoveries counts the proxy's compactions after the upstream
+	// refused a request as too long (overflow recovery).
+	Recoveries    int64     `json:"recoveries,omitempty"`
 	FirstSeen     time.Time `json:"first_seen"`
 	LastSeen      time.Time `json:"last_seen"`
 	LastCompacted time.Time `json:"last_compacted,omitzero"`

@@ -142,6 +142,7 @@ type Proxy struct {
 	transport http.RoundTripper
 	faults    faults
 	passed    passthroughs
+	rec       recoveries
 }
 
 // New returns a Proxy.
@@ -326,6 +327,12 @@ type exchange struct {
 	status       int
 	upstream     bool
 	usageSeen    *store.Usage
+
+	// For overflow recovery (recover.go): the request as read, the
+	// pipeline, compactd's count of it, and whether it was retried.
+	req     *request
+	total   int
+	retried bool
 }
 
 func (x *exchange) warn(format string, args ...any) {
@@ -475,6 +482,7 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 	if x.window <= 0 {
 		x.window = models.ContextWindow(req.model)
 	}
+	x.window = p.windowFor(req.model, x.window) // lowered to a limit an upstream stated
 
 	// The pre-flight count: only messages not in the previous request are
 	// tokenized.
@@ -523,6 +531,7 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 		obs.DerivedTitle = x.title(req, lead)
 	}
 	x.forwarded = total
+	x.req, x.pipeline, x.total = req, pipeline, total
 	out := body
 	if reason != "" {
 		decision := &abi.Decision{Reason: why, TargetTokens: targetTokens(pc, why, x.window, offset)}
@@ -759,6 +768,11 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, cfg *config.Conf
 		},
 		Transport: p.transport,
 		ModifyResponse: func(resp *http.Response) error {
+			if x.recoverable(resp) {
+				if err := x.recoverOverflow(ctx, resp, w.Header(), headers); err != nil {
+					return err
+				}
+			}
 			headers.Stop()
 			if x != nil {
 				x.clock.firstByte, x.status, x.upstream = time.Now(), resp.StatusCode, true

@@ -173,7 +173,7 @@ func conversationOf(c store.Conversation) client.Conversation {
 		Model: c.Model, Pipeline: c.Pipeline, Messages: c.Messages, Tokens: c.Tokens,
 		MessagesAfter: c.MessagesAfter, TokensAfter: c.TokensAfter, ContextWindow: c.ContextWindow, UsageRatio: c.UsageRatio,
 		Requests: c.Requests, Compactions: c.Compactions, Failures: c.Failures, TokensSaved: c.TokensSaved,
-		FirstSeen: c.FirstSeen, LastSeen: c.LastSeen, LastCompacted: c.LastCompacted,
+		Recoveries: c.Recoveries, FirstSeen: c.FirstSeen, LastSeen: c.LastSeen, LastCompacted: c.LastCompacted,
 		Provider: c.Provider, NeedsCompaction: c.NeedsCompaction, Replica: c.Replica,
 	}
 	if u := c.LastUsage; u != nil {
@@ -417,6 +417,11 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) error {
 			passed.add(p.Count, p.Path, p.Reason)
 		}
 		passed.write(&b)
+		recovered := newCounterVec("compactd_proxy_overflow_recoveries_total", "Proxied requests an upstream refused as too long (context-length error or 413), compacted and retried once, by provider and outcome (recovered, retry_failed, not_compacted).", "provider", "outcome")
+		for _, r := range s.opts.Proxy.Recoveries() {
+			recovered.add(r.Count, r.Provider, r.Outcome)
+		}
+		recovered.write(&b)
 	}
 	writeGauge(&b, "compactd_start_time_seconds", "When the daemon started (Unix time).", float64(s.started.UnixNano())/1e9)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")

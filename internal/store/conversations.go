@@ -38,10 +38,13 @@ type Conversation struct {
 	// Requests counts compaction requests, Compactions those that changed
 	// the conversation, Failures those where a stage failed (the input was
 	// kept), TokensSaved the tokens removed over all requests.
-	Requests      int64     `json:"requests"`
-	Compactions   int64     `json:"compactions"`
-	Failures      int64     `json:"failures"`
-	TokensSaved   int64     `json:"tokens_saved"`
+	Requests    int64 `json:"requests"`
+	Compactions int64 `json:"compactions"`
+	Failures    int64 `json:"failures"`
+	TokensSaved int64 `json:"tokens_saved"`
+	// Recoveries counts the proxy's compactions after the upstream
+	// refused a request as too long (overflow recovery; each retried once).
+	Recoveries    int64     `json:"recoveries,omitempty"`
 	FirstSeen     time.Time `json:"first_seen"`
 	LastSeen      time.Time `json:"last_seen"`
 	LastCompacted time.Time `json:"last_compacted,omitzero"`
@@ -93,6 +96,8 @@ type Observation struct {
 	Title, DerivedTitle string
 	Tags                []string
 	User                string
+	// Recovery marks the proxy's compaction after a context-length error.
+	Recovery bool
 }
 
 // Observe records a compaction request in the conversation's status. It
@@ -123,6 +128,9 @@ func (s *Store) Observe(o Observation) {
 	}
 	if o.Failed {
 		c.Failures++
+	}
+	if o.Recovery {
+		c.Recoveries++
 	}
 	if saved := o.TokensBefore - o.TokensAfter; saved > 0 {
 		c.TokensSaved += int64(saved)

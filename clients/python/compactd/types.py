@@ -230,6 +230,7 @@ class Conversation:
     needs_compaction: bool
     model: str = ""
     context_window: int = 0
+    recoveries: int = 0
     last_compacted: Optional[_dt.datetime] = None
     last_compaction: Optional[CompactionDetail] = None
     provider: str = ""

@@ -297,6 +297,10 @@ export interface Config {
      */
     policy?: string;
     /**
+     * when an upstream refuses a proxied request as too long (context_length_exceeded, "prompt is too long", a 413), compact it with the proxy's pipeline, ignoring the trigger, and send it once more (default true)
+     */
+    recover_overflow?: boolean;
+    /**
      * the share of the window a compaction the proxy decides on aims at: the target_tokens handed to the policy (default 0.5; at most threshold)
      */
     target?: number;
@@ -478,6 +482,10 @@ export interface Conversation {
    * the wire format of a conversation that came through the proxy (`responses`: the OpenAI Responses API)
    */
   provider?: "openai" | "anthropic" | "responses";
+  /**
+   * the proxy's compactions after the upstream refused a request as too long (overflow recovery, each retried once; absent: none)
+   */
+  recoveries?: number;
   /**
    * the daemon that served the last request, when the replicas of a fleet share a store (state.url)
    */

@@ -19,6 +19,7 @@ const (
 	fFirst, fLast, fLastCompacted, fProvider      = "first_seen", "last_seen", "last_compacted", "provider"
 	fNeeds, fUsage, fReplica                      = "needs_compaction", "last_usage", "replica"
 	fTitle, fTags, fUser, fPeak                   = "title", "tags", "user", "peak_tokens"
+	fRecoveries                                   = "recoveries"
 )
 
 // setMax sets a hash field to ARGV[2] if that is more than its value
@@ -77,6 +78,9 @@ func (s *Store) Observe(o store.Observation) {
 			}
 			if o.Failed {
 				p.HIncrBy(ctx, key, fFailures, 1)
+			}
+			if o.Recovery {
+				p.HIncrBy(ctx, key, fRecoveries, 1)
 			}
 			if saved := o.TokensBefore - o.TokensAfter; saved > 0 {
 				p.HIncrBy(ctx, key, fSaved, int64(saved))
@@ -235,7 +239,7 @@ func decodeConversation(id string, m map[string]string) store.Conversation {
 		ID: id, Model: m[fModel], Messages: i(fMessages), Tokens: i(fTokens),
 		MessagesAfter: i(fMessagesAfter), TokensAfter: i(fTokensAfter), ContextWindow: i(fWindow),
 		Requests: i64(fRequests), Compactions: i64(fCompactions), Failures: i64(fFailures), TokensSaved: i64(fSaved),
-		FirstSeen: t(fFirst), LastSeen: t(fLast), LastCompacted: t(fLastCompacted),
+		Recoveries: i64(fRecoveries), FirstSeen: t(fFirst), LastSeen: t(fLast), LastCompacted: t(fLastCompacted),
 		Provider: m[fProvider], NeedsCompaction: m[fNeeds] == "1", Replica: m[fReplica],
 		Title: m[fTitle], User: m[fUser], PeakTokens: i(fPeak),
 	}
