@@ -279,6 +279,22 @@ func (s *Server) handlePutConfig(w http.ResponseWriter, r *http.Request) error {
 // and how to clear them. All are 200: the daemon itself is alive. It
 // waits for nothing.
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, http.StatusOK, s.health())
+	return nil
+}
+
+// handleBareHealth answers /healthz on the TCP listener without the
+// token: the status alone (ok, starting or degraded), no detail, so
+// ordinary uptime checks work and nothing about the daemon leaks.
+func (s *Server) handleBareHealth(w http.ResponseWriter, r *http.Request) {
+	s.metrics.requests.add(1, "healthz", "200")
+	writeJSON(w, http.StatusOK, struct {
+		Status string `json:"status"`
+	}{s.health().Status})
+}
+
+// health is /healthz's answer.
+func (s *Server) health() client.Health {
 	rc := s.opts.Registry.Counters()
 	h := client.Health{Status: "ok", Policies: rc.Serving, Loading: rc.Loading}
 	if rc.Serving == 0 && !s.opts.Registry.Starting() {
@@ -298,8 +314,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
 	case len(h.Problems) > 0:
 		h.Status = "degraded"
 	}
-	writeJSON(w, http.StatusOK, h)
-	return nil
+	return h
 }
 
 // defaultPolicyProblems says which policies of the default pipeline (the

@@ -296,6 +296,10 @@ func (s *Server) TokenHandler(token string) http.Handler {
 			s.mux.ServeHTTP(w, r)
 			return
 		}
+		if r.URL.Path == "/healthz" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			s.handleBareHealth(w, r)
+			return
+		}
 		if !proxied {
 			if handled, ok := s.pageAuth(w, r, token, sessions); handled || ok {
 				if ok {

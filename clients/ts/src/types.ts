@@ -577,11 +577,12 @@ export interface FilePart {
   [key: string]: unknown;
 }
 
+/**
+ * On the Unix socket, and on the TCP listener with the token, every
+ * field; on the TCP listener without a token, `status` alone (for
+ * uptime checks: nothing else about the daemon is told).
+ */
 export interface Health {
-  /**
-   * policies serving
-   */
-  policies: number;
   /**
    * "starting" while the plugin files are tried for the first time (policies serve as they load); "degraded" while no policy is loaded, or a policy of the default pipeline cannot load, or the shared state store (state.url) cannot be reached (see problems and store): the daemon is up (still 200)
    */
@@ -590,6 +591,10 @@ export interface Health {
    * plugin files being loaded; absent when none
    */
   loading?: number;
+  /**
+   * policies serving
+   */
+  policies?: number;
   /**
    * what makes the daemon degraded, and how to clear it (e.g. `compactd plugins retry ledger`)
    */
