@@ -534,7 +534,7 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 	x.req, x.pipeline, x.total = req, pipeline, total
 	out := body
 	if reason != "" {
-		decision := &abi.Decision{Reason: why, TargetTokens: targetTokens(pc, why, x.window, offset)}
+		decision := &abi.Decision{Reason: why, TargetTokens: targetTokens(pc, why, x.window, extraCount(status, known, offset))}
 		out = x.compact(ctx, req, pipeline, reason, decision, &obs)
 	}
 	p.opts.Store.Observe(obs)
@@ -609,6 +609,18 @@ func (x *exchange) compact(ctx context.Context, req *request, pipeline []string,
 		"messages", fmt.Sprintf("%d→%d", obs.MessagesBefore, n), "tokens", fmt.Sprintf("%d→%d", obs.TokensBefore, obs.TokensAfter),
 		"summary", resp.Summary)
 	return req.withList(list)
+}
+
+// extraCount is what the provider counted beyond compactd for the
+// conversation's last request: from the shared status (its usage less
+// compactd's count of what was forwarded) when it holds a usage, so every
+// replica of a fleet aims a decision at the same target; else what this
+// process remembers (memOffset).
+func extraCount(status store.Conversation, known bool, memOffset int) int {
+	if known && status.LastUsage != nil && status.TokensAfter > 0 {
+		return max(status.LastUsage.InputTokens-status.TokensAfter, 0)
+	}
+	return memOffset
 }
 
 // targetTokens is the token budget a compaction the proxy decided on aims

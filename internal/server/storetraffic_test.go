@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/compactd/compactd/internal/requestlog"
 	"github.com/compactd/compactd/internal/store/redisstore"
 	"github.com/compactd/compactd/internal/store/redisstore/redistest"
 	"github.com/redis/go-redis/v9"
@@ -21,6 +23,19 @@ type roundTrips struct {
 	trips    int
 	commands int
 	names    []string
+	// logTrips are the request log's copy of its records (the bucket
+	// requestlog.BucketName), written off the request path: counted apart.
+	logTrips int
+}
+
+// logCommand reports whether cmd touches the request log's bucket.
+func logCommand(cmd redis.Cmder) bool {
+	for _, a := range cmd.Args() {
+		if s, ok := a.(string); ok && strings.Contains(s, ":b:"+requestlog.BucketName+":") {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -29,6 +44,12 @@ func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if cmd.Name() == "hello" {
 			return next(ctx, cmd) // a new connection's handshake
+		}
+		if logCommand(cmd) {
+			r.mu.Lock()
+			r.logTrips++
+			r.mu.Unlock()
+			return next(ctx, cmd)
 		}
 		r.mu.Lock()
 		r.trips++
@@ -41,6 +62,14 @@ func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if logCommand(c) {
+				r.mu.Lock()
+				r.logTrips++
+				r.mu.Unlock()
+				return next(ctx, cmds)
+			}
+		}
 		r.mu.Lock()
 		r.trips++
 		r.commands += len(cmds)
@@ -57,6 +86,15 @@ func (r *roundTrips) take() (trips, commands int, names []string) {
 	trips, commands, names = r.trips, r.commands, r.names
 	r.trips, r.commands, r.names = 0, 0, nil
 	return
+}
+
+// takeLog returns the request log's round trips since the last call.
+func (r *roundTrips) takeLog() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.logTrips
+	r.logTrips = 0
+	return n
 }
 
 // TestStoreRoundTripsPerRequest: a compaction's traffic to the shared
@@ -101,8 +139,15 @@ func TestStoreRoundTripsPerRequest(t *testing.T) {
 		id := "rt-" + policy
 		perLength := map[int]int{}
 		for _, turns := range []int{4, 15, 30, 60} {
+			td.waitLogged(t, 0)
 			hook.take()
+			hook.takeLog()
+			held := td.Daemon.requests.Stats().Held
 			compact(policy, id, turns)
+			td.waitLogged(t, held+1)
+			if n := hook.takeLog(); n > 3 {
+				t.Errorf("%s, %d messages: the request log's copy took %d round trips, want at most 3", policy, 2*turns, n)
+			}
 			trips, commands, names := hook.take()
 			t.Logf("%s, %d messages: %d round trips, %d commands: %v", policy, 2*turns, trips, commands, names)
 			perLength[turns] = trips
@@ -117,4 +162,14 @@ func TestStoreRoundTripsPerRequest(t *testing.T) {
 	rs.Flush()
 	trips, commands, _ := hook.take()
 	t.Logf("flush of the pending last-compaction records: %d round trips, %d commands", trips, commands)
+}
+
+// waitLogged waits until the request log holds n records in memory (no
+// store traffic) and has copied what it holds to the store.
+func (td *testDaemon) waitLogged(t testing.TB, n int) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%d records in the request log", n), 2*time.Minute, func() bool {
+		return td.Daemon.requests.Stats().Held >= n
+	})
+	td.Daemon.requests.Flush()
 }
