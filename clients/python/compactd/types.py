@@ -414,7 +414,8 @@ class Health:
     pipeline cannot load: ``problems`` says why and how to clear it)."""
 
     status: str
-    policies: int
+    #: policies serving (0 in the tokenless answer on the TCP listener)
+    policies: int = 0
     #: plugin files being loaded
     loading: int = 0
     problems: List[str] = field(default_factory=list)

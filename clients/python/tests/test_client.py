@@ -321,8 +321,11 @@ def test_tcp_with_token(tcp, token):
     assert len(c.compact(chat(3), policy="lastn", config={"n": 1, "step": 1}).messages) == 3
     for bad in (None, "wrong"):
         with pytest.raises(compactd.Unauthorized) as info:
-            compactd.Client(tcp=tcp, token=bad).health()
+            compactd.Client(tcp=tcp, token=bad).policies()
         assert info.value.status == 401
+        # /healthz answers without the token, with its status alone
+        h = compactd.Client(tcp=tcp, token=bad).health()
+        assert h.status == "ok" and h.policies == 0 and h.problems == []
 
 
 def test_socket_discovery(socket_path, monkeypatch, tmp_path):
