@@ -137,6 +137,7 @@ type Proxy struct {
 	transport http.RoundTripper
 	faults    faults
 	passed    passthroughs
+	prep      *preparer
 }
 
 // New returns a Proxy.
@@ -161,6 +162,7 @@ func New(opts Options) *Proxy {
 		}
 	}
 	p.mem = newMemory(opts.Config.Current().Proxy.MaxStoredBytes)
+	p.prep = newPreparer(opts.Config.Current().Proxy.PrepareWorkers)
 	return p
 }
 
@@ -188,8 +190,10 @@ func (p *Proxy) observe(c *Compaction) {
 // a reload or update).
 func (p *Proxy) ConfigChanged(c *config.Config) { p.mem.setLimit(c.Proxy.MaxStoredBytes) }
 
-// Close releases idle upstream connections.
+// Close cancels the background preparations, waits for them to end, and
+// releases idle upstream connections.
 func (p *Proxy) Close() {
+	p.prep.close()
 	if t, ok := p.transport.(interface{ CloseIdleConnections() }); ok {
 		t.CloseIdleConnections()
 	}
@@ -299,11 +303,14 @@ type exchange struct {
 	warnings []string
 	// forwarded is compactd's count of the prompt sent upstream, to
 	// calibrate the next pre-flight count against the provider's usage.
-	forwarded  int
-	compacted  bool
-	addedUsage bool
-	tracked    bool        // the conversation is in the store and gets the usage
-	compaction *Compaction // the compaction run on the request, if any
+	forwarded int
+	compacted bool
+	// fromPrepared: the request was sent as its conversation's prepared
+	// compaction plus its new messages (prepare.go).
+	fromPrepared bool
+	addedUsage   bool
+	tracked      bool        // the conversation is in the store and gets the usage
+	compaction   *Compaction // the compaction run on the request, if any
 }
 
 func (x *exchange) warn(format string, args ...any) {
@@ -484,9 +491,14 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 	x.forwarded = total
 	out := body
 	if reason != "" {
-		decision := &abi.Decision{Reason: why, TargetTokens: targetTokens(pc.Target, x.window, offset)}
-		out = x.compact(ctx, req, pipeline, reason, decision, &obs)
+		if b, ok := x.usePrepared(ctx, req, hashes, counts, pipeline, &obs); ok {
+			out = b
+		} else {
+			decision := &abi.Decision{Reason: why, TargetTokens: targetTokens(pc.Target, x.window, offset)}
+			out = x.compact(ctx, req, pipeline, reason, decision, &obs)
+		}
 	}
+	x.maybePrepare(req, hashes, estimate, pipeline, offset)
 	p.opts.Store.Observe(obs)
 	p.observe(x.compaction)
 	x.tracked = true
