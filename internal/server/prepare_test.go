@@ -58,7 +58,7 @@ func (g *gatedSummarizer) set(open chan struct{}, refusing bool) {
 // prepareConversation is a recorded agent session cut where no tool call
 // is pending: the whole (full) and a prefix of it holding about three
 // quarters of its tokens, with their counts.
-func prepareConversation(t *testing.T) (full []json.RawMessage, k, prefixTokens, fullTokens int) {
+func prepareConversation(t testing.TB) (full []json.RawMessage, k, prefixTokens, fullTokens int) {
 	t.Helper()
 	path, err := dataset.Fixture("mini_swe_agent_deepseek_swebench.jsonl")
 	if err != nil {
