@@ -229,9 +229,41 @@ func (c *Client) RetryPolicy(ctx context.Context, name string) (*Policy, error) 
 // Status returns the daemon's status and its most recently seen
 // conversations, at most limit of them (0: the daemon's default, 100).
 func (c *Client) Status(ctx context.Context, limit int) (*Status, error) {
+	return c.StatusWith(ctx, StatusOptions{Limit: max(limit, 0)})
+}
+
+// StatusOptions choose the conversations StatusWith lists: at most Limit
+// (0: the daemon's default, 100) of those matching Q (found in the id,
+// title, user, model, tags or pipeline, case-insensitively), carrying
+// every tag in Tags, and of User (both exact; empty: any).
+type StatusOptions struct {
+	Limit int
+	Q     string
+	Tags  []string
+	User  string
+}
+
+// StatusWith is Status with a search: GET /v1/status?q=&tag=&user=.
+func (c *Client) StatusWith(ctx context.Context, o StatusOptions) (*Status, error) {
+	if o.Limit < 0 {
+		return nil, errors.New("compactd: StatusOptions.Limit is negative; want 0 (the default) or more")
+	}
+	q := url.Values{}
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	if o.Q != "" {
+		q.Set("q", o.Q)
+	}
+	for _, t := range o.Tags {
+		q.Add("tag", t)
+	}
+	if o.User != "" {
+		q.Set("user", o.User)
+	}
 	path := "/v1/status"
-	if limit > 0 {
-		path += "?limit=" + strconv.Itoa(limit)
+	if len(q) > 0 {
+		path += "?" + q.Encode()
 	}
 	var out Status
 	if err := c.do(ctx, http.MethodGet, path, nil, &out); err != nil {

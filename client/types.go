@@ -22,6 +22,12 @@ type CompactRequest struct {
 	// empty the daemon derives a stable one from the leading system
 	// messages and the first user message.
 	ConversationID string `json:"conversation_id,omitempty"`
+	// Title, Tags and User label the conversation on the status page and
+	// in GET /v1/status (searchable there); Title defaults to the first
+	// line of its task.
+	Title string   `json:"title,omitempty"`
+	Tags  []string `json:"tags,omitempty"`
+	User  string   `json:"user,omitempty"`
 	// ContextWindow overrides the model's known context window.
 	ContextWindow int `json:"context_window,omitempty"`
 	// TargetTokens stops a pipeline early once the conversation fits.
@@ -246,19 +252,31 @@ type StoreDescriptor struct {
 
 // Conversation is one tracked conversation's status.
 type Conversation struct {
-	ID            string    `json:"id"`
-	Model         string    `json:"model,omitempty"`
-	Pipeline      []string  `json:"pipeline"`
-	Messages      int       `json:"messages"`
-	Tokens        int       `json:"tokens"`
-	MessagesAfter int       `json:"messages_after"`
-	TokensAfter   int       `json:"tokens_after"`
-	ContextWindow int       `json:"context_window,omitempty"`
-	UsageRatio    float64   `json:"usage_ratio"`
-	Requests      int64     `json:"requests"`
-	Compactions   int64     `json:"compactions"`
-	Failures      int64     `json:"failures"`
-	TokensSaved   int64     `json:"tokens_saved"`
+	ID string `json:"id"`
+	// Title names the conversation for people: the X-Compactd-Title
+	// header (or CompactRequest.Title), else the first line of its task.
+	// Tags and User are the last sent X-Compactd-Tags and X-Compactd-User.
+	Title         string   `json:"title,omitempty"`
+	Tags          []string `json:"tags,omitempty"`
+	User          string   `json:"user,omitempty"`
+	Model         string   `json:"model,omitempty"`
+	Pipeline      []string `json:"pipeline"`
+	Messages      int      `json:"messages"`
+	Tokens        int      `json:"tokens"`
+	MessagesAfter int      `json:"messages_after"`
+	TokensAfter   int      `json:"tokens_after"`
+	ContextWindow int      `json:"context_window,omitempty"`
+	UsageRatio    float64  `json:"usage_ratio"`
+	// PeakTokens is the most tokens the conversation reached (a request
+	// before compaction, or a response's usage).
+	PeakTokens  int   `json:"peak_tokens,omitempty"`
+	Requests    int64 `json:"requests"`
+	Compactions int64 `json:"compactions"`
+	Failures    int64 `json:"failures"`
+	TokensSaved int64 `json:"tokens_saved"`
+	// Recoveries counts the proxy's compactions after the upstream
+	// refused a request as too long (overflow recovery).
+	Recoveries    int64     `json:"recoveries,omitempty"`
 	FirstSeen     time.Time `json:"first_seen"`
 	LastSeen      time.Time `json:"last_seen"`
 	LastCompacted time.Time `json:"last_compacted,omitzero"`
@@ -285,17 +303,24 @@ type Conversation struct {
 // Texts are previews and the record is bounded (Truncated says when its
 // previews were shortened further to stay small).
 type CompactionDetail struct {
-	At             time.Time       `json:"at"`
-	Model          string          `json:"model,omitempty"`
-	Pipeline       []string        `json:"pipeline"`
-	Summary        string          `json:"summary,omitempty"`
-	TokensBefore   int             `json:"tokens_before"`
-	TokensAfter    int             `json:"tokens_after"`
-	MessagesBefore int             `json:"messages_before"`
-	MessagesAfter  int             `json:"messages_after"`
-	Stages         []Stage         `json:"stages"`
-	Rows           []CompactionRow `json:"rows"`
-	Truncated      bool            `json:"truncated,omitempty"`
+	At             time.Time `json:"at"`
+	Model          string    `json:"model,omitempty"`
+	Pipeline       []string  `json:"pipeline"`
+	Summary        string    `json:"summary,omitempty"`
+	TokensBefore   int       `json:"tokens_before"`
+	TokensAfter    int       `json:"tokens_after"`
+	MessagesBefore int       `json:"messages_before"`
+	MessagesAfter  int       `json:"messages_after"`
+	// WireFormat is a proxied request's format; WireMessagesBefore and
+	// WireMessagesAfter count its messages in that format (Conversation's
+	// Messages counts the same way), where MessagesBefore and
+	// MessagesAfter count the chat messages the policies saw.
+	WireFormat         string          `json:"wire_format,omitempty"`
+	WireMessagesBefore int             `json:"wire_messages_before,omitempty"`
+	WireMessagesAfter  int             `json:"wire_messages_after,omitempty"`
+	Stages             []Stage         `json:"stages"`
+	Rows               []CompactionRow `json:"rows"`
+	Truncated          bool            `json:"truncated,omitempty"`
 }
 
 // Kinds of CompactionRow.

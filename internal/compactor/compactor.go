@@ -131,20 +131,9 @@ type Request struct {
 	SummarizerModel string
 	// Decision, when set, is the host's decision to compact: each policy
 	// is told so in its context (abi.Context.Compact) and compacts to fit
-	// Decision.TargetTokens regardless of its own thresholds.
+	// Decision.TargetTokens regardless of its own thresholds. Its target
+	// is the policies' aim; only TargetTokens skips stages.
 	Decision *abi.Decision
-}
-
-// target is the token count a pipeline stops at: TargetTokens, else the
-// host's decision's target (0: none).
-func (r *Request) target() int {
-	if r.TargetTokens > 0 {
-		return r.TargetTokens
-	}
-	if r.Decision != nil {
-		return r.Decision.TargetTokens
-	}
-	return 0
 }
 
 // Stage reports one policy's run.
@@ -294,8 +283,8 @@ func (c *Compactor) Compact(ctx context.Context, req Request) (*Response, error)
 		p := plan.plugin
 		st := Stage{Policy: p.Name(), Version: p.Version(), Path: p.Path(), TokensBefore: cur.TotalTokens(), MessagesBefore: cur.Len()}
 		st.TokensAfter, st.MessagesAfter = st.TokensBefore, st.MessagesBefore
-		if target := req.target(); target > 0 && st.TokensBefore <= target {
-			st.Skipped = fmt.Sprintf("fits the target of %d tokens", target)
+		if req.TargetTokens > 0 && st.TokensBefore <= req.TargetTokens {
+			st.Skipped = fmt.Sprintf("fits the target of %d tokens", req.TargetTokens)
 			resp.Stats.Stages = append(resp.Stats.Stages, st)
 			continue
 		}

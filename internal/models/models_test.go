@@ -1,6 +1,9 @@
 package models
 
-import "testing"
+import (
+	"math"
+	"testing"
+)
 
 func TestContextWindow(t *testing.T) {
 	tests := []struct {
@@ -46,5 +49,32 @@ func TestCatalog(t *testing.T) {
 		if n <= 0 || id != Normalize(id) {
 			t.Fatalf("entry %q: %d", id, n)
 		}
+	}
+}
+
+func TestPriceOf(t *testing.T) {
+	t.Parallel()
+	gpt, ok := PriceOf("gpt-4o")
+	if !ok || gpt.Input <= 0 || gpt.Output <= gpt.Input || gpt.CachedInput <= 0 || gpt.CachedInput >= gpt.Input {
+		t.Fatalf("gpt-4o: %+v, %v; want input < output, cached < input, all > 0", gpt, ok)
+	}
+	for _, name := range []string{"openai/GPT-4o", "gpt-4o-2024-08-06", "gpt-4o:latest"} {
+		if p, ok := PriceOf(name); !ok || p != gpt {
+			t.Errorf("PriceOf(%q) = %+v, %v; want gpt-4o's %+v", name, p, ok, gpt)
+		}
+	}
+	for _, name := range []string{"", "my-local-model"} {
+		if p, ok := PriceOf(name); ok {
+			t.Errorf("PriceOf(%q) = %+v; want no price", name, p)
+		}
+	}
+	// 1M input of which 400k cached, 100k output.
+	p := Price{Input: 2, CachedInput: 0.5, Output: 8}
+	if got, want := p.Cost(1_000_000, 400_000, 100_000), 600_000*2e-6+400_000*0.5e-6+100_000*8e-6; math.Abs(got-want) > 1e-9 {
+		t.Errorf("Cost = %v, want %v", got, want)
+	}
+	// No cached price: cached input at the input price; cached past input is capped.
+	if got, want := (Price{Input: 2, Output: 8}).Cost(1000, 5000, 0), 1000*2e-6; math.Abs(got-want) > 1e-12 {
+		t.Errorf("Cost without a cached price = %v, want %v", got, want)
 	}
 }

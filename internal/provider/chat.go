@@ -285,6 +285,9 @@ func (p *Provider) chatCompletions(w http.ResponseWriter, r *http.Request, body 
 	}
 	rep := p.decide(v, func() string { return p.newID("call_") })
 	prompt := p.promptTokens(v, toolsLen(body))
+	if e := p.overflow(r, APIChat, prompt); e != nil {
+		return e
+	}
 	completion := p.completionTokens(rep)
 	usage := map[string]any{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
 		"prompt_tokens_details":     map[string]int{"cached_tokens": 0, "audio_tokens": 0},

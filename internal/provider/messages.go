@@ -347,6 +347,9 @@ func (p *Provider) messages(w http.ResponseWriter, r *http.Request, body []byte)
 	}
 	rep := p.decide(v, func() string { return p.newID("toolu_") })
 	input := p.promptTokens(v, toolsLen(body))
+	if e := p.overflow(r, APIMessages, input); e != nil {
+		return e
+	}
 	output := p.completionTokens(rep)
 	// A tenth of the prompt is "read from the cache", so cache fields are
 	// exercised; input_tokens is the rest, as Anthropic reports it.

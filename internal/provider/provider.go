@@ -27,7 +27,10 @@
 // Fault-injection headers (which compactd's proxy passes through):
 // X-Upstream-Status: 503 answers that status with an error body,
 // X-Upstream-Delay: 2s waits before answering, X-Upstream-Cut: 3 ends a
-// stream after 3 events without finishing it.
+// stream after 3 events without finishing it, X-Upstream-Context-Limit:
+// 5000 answers a prompt past 5000 tokens with the API's context-length
+// error, X-Upstream-Max-Bytes: 20000 a body past 20000 bytes with a 413
+// (overflow.go).
 package provider
 
 import (
@@ -68,6 +71,10 @@ type Options struct {
 	// calls in parallel, where the request allows parallel calls; 0 never
 	// does.
 	ParallelEvery int
+	// ContextLimit, if > 0, refuses a prompt of more tokens with the
+	// API's context-length error (HeaderContextLimit overrides it per
+	// request).
+	ContextLimit int
 	// Record keeps every request received (Received); for tests.
 	Record bool
 	// Logf, when set, gets one line per refused request.
@@ -247,6 +254,10 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if e := p.authorize(r, api); e != nil {
+		writeError(w, api, e)
+		return
+	}
+	if e := tooLarge(r, body); e != nil {
 		writeError(w, api, e)
 		return
 	}

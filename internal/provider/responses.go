@@ -378,6 +378,9 @@ func (p *Provider) responses(w http.ResponseWriter, r *http.Request, body []byte
 	v := &req.view
 	rep := p.decide(v, func() string { return p.newID("call_") })
 	input := p.promptTokens(v, toolsLen(body))
+	if e := p.overflow(r, APIResponses, input); e != nil {
+		return e
+	}
 	output := p.completionTokens(rep)
 	respID, created := p.newID("resp_"), time.Now().Unix()
 	usage := map[string]any{"input_tokens": input, "input_tokens_details": map[string]int{"cached_tokens": 0},

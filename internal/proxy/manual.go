@@ -85,7 +85,8 @@ func (p *Proxy) CompactStored(ctx context.Context, id string, pipeline []string,
 		obs.Compacted, obs.MessagesAfter, obs.TokensAfter = true, len(out.Messages), resp.Stats.TokensAfter
 	}
 	p.opts.Store.Observe(obs)
-	p.observe(&Compaction{Input: conv, Response: resp, Model: e.model, Pipeline: pipeline})
+	p.observe(&Compaction{Input: conv, Response: resp, Model: e.model, Pipeline: pipeline,
+		Format: e.provider, MessagesBefore: obs.MessagesBefore, MessagesAfter: obs.MessagesAfter})
 	if resp.Compacted {
 		p.opts.Store.SetNeedsCompaction(id, true)
 	}

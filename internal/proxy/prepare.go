@@ -258,7 +258,7 @@ func (x *exchange) maybePrepare(req *request, hashes []uint64, estimate int, pip
 	pp.inflight.Add(1)
 
 	cfg := x.cfg
-	decision := &abi.Decision{Reason: abi.ReasonPrepare, TargetTokens: targetTokens(pc.Target, x.window, offset)}
+	decision := &abi.Decision{Reason: abi.ReasonPrepare, TargetTokens: targetTokens(pc, abi.ReasonPrepare, x.window, offset)}
 	prov := x.prov
 	go func() {
 		defer pp.wg.Done()

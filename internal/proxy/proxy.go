@@ -58,7 +58,9 @@ import (
 	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/config"
+	"github.com/compactd/compactd/internal/convlabel"
 	"github.com/compactd/compactd/internal/models"
+	"github.com/compactd/compactd/internal/requestlog"
 	"github.com/compactd/compactd/internal/store"
 	"github.com/compactd/compactd/internal/tokens"
 	"github.com/compactd/compactd/internal/wire"
@@ -125,6 +127,9 @@ type Options struct {
 	// Logger receives one line per compaction and per failure; never a
 	// header. Discarded if nil.
 	Logger hclog.Logger
+	// RequestLog, if set, gets one record per request served on a
+	// format's route, once its answer has gone (SetRequestLog).
+	RequestLog func(requestlog.Record)
 }
 
 // Proxy forwards provider API requests through the request and response
@@ -138,6 +143,7 @@ type Proxy struct {
 	faults    faults
 	passed    passthroughs
 	prep      *preparer
+	rec       recoveries
 }
 
 // New returns a Proxy.
@@ -174,6 +180,12 @@ type Compaction struct {
 	Response *compactor.Response
 	Model    string
 	Pipeline []string
+	// Format is the request's wire format, and MessagesBefore and
+	// MessagesAfter count its messages (or items) in that format: an
+	// Anthropic request's tool results are messages of their own in
+	// Input, so the counts differ from Input's.
+	Format                        string
+	MessagesBefore, MessagesAfter int
 }
 
 // SetObserver sets Options.Observe (the daemon's metrics exist only once
@@ -311,6 +323,23 @@ type exchange struct {
 	addedUsage   bool
 	tracked      bool        // the conversation is in the store and gets the usage
 	compaction   *Compaction // the compaction run on the request, if any
+	labels       convlabel.Labels
+
+	// For the request log.
+	clock        timing
+	pipeline     []string
+	reason       string // why a compaction ran
+	notCompacted string // why the request went on as it came
+	tokensBefore int
+	status       int
+	upstream     bool
+	usageSeen    *store.Usage
+
+	// For overflow recovery (recover.go): the request as read, the
+	// pipeline, compactd's count of it, and whether it was retried.
+	req     *request
+	total   int
+	retried bool
 }
 
 func (x *exchange) warn(format string, args ...any) {
@@ -325,6 +354,7 @@ func (x *exchange) warn(format string, args ...any) {
 func (x *exchange) passThrough(reason, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	x.warnings = append(x.warnings, msg)
+	x.notCompacted = reason
 	if x.p.passed.note(x.path, reason, x.id) {
 		x.p.logger.Warn("proxy: "+msg, "provider", x.prov.Name(), "conversation", x.id, "path", x.path,
 			"note", "logged once per conversation; compactd_proxy_uncompacted_total counts every one")
@@ -342,8 +372,12 @@ func (x *exchange) unreadable(what string, err error) {
 }
 
 func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, prov wire.Format) {
+	x := &exchange{p: p, prov: prov, path: r.URL.Path, clock: timing{start: time.Now()}, notCompacted: NotCompactedError}
+	defer x.logged()
 	p.warnIfStoreDown(w.Header())
 	cfg := p.opts.Config.Current()
+	x.cfg = cfg
+	w = statusWriter{w, x}
 	base, env := upstreamOf(&cfg.Proxy, prov)
 	if base == "" {
 		p.writeError(w, prov, http.StatusNotFound, "proxy_off",
@@ -355,8 +389,14 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, prov wire.Format) 
 		p.writeError(w, prov, http.StatusBadRequest, "bad_request", fmt.Sprintf("%s must be at most %d bytes of printable UTF-8", HeaderConversation, maxConversationID))
 		return
 	}
+	labels, err := convlabel.Parse(r.Header.Get(convlabel.HeaderTitle), r.Header.Get(convlabel.HeaderTags), r.Header.Get(convlabel.HeaderUser),
+		func(l string) string { return "X-Compactd-" + strings.ToUpper(l[:1]) + l[1:] })
+	if err != nil {
+		p.writeError(w, prov, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
 	extendDeadline(w, cfg.Limits.RequestTimeout.D()+cfg.Proxy.Timeout.D())
-	x := &exchange{p: p, prov: prov, cfg: cfg, id: id, path: r.URL.Path}
+	x.id, x.notCompacted, x.labels = id, "", labels
 
 	limit := cfg.Limits.MaxBodyBytes
 	body, err := readBody(r, limit)
@@ -436,8 +476,9 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 		x.passThrough(PassProviderHistory, "%s: forwarded uncompacted", why)
 		return body
 	}
+	var lead []abi.Message
 	if x.id == "" {
-		lead, err := x.prov.Leading(req.system, req.messages)
+		lead, err = x.prov.Leading(req.system, req.messages)
 		if err != nil {
 			x.unreadable("the conversation", err)
 			return body
@@ -448,6 +489,7 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 	if x.window <= 0 {
 		x.window = models.ContextWindow(req.model)
 	}
+	x.window = p.windowFor(req.model, x.window) // lowered to a limit an upstream stated
 
 	// The pre-flight count: only messages not in the previous request are
 	// tokenized.
@@ -483,18 +525,26 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 	}
 
 	pipeline := cfg.ProxyPipeline()
+	x.tokensBefore, x.reason = total, reason
+	if reason != "" {
+		x.pipeline = pipeline
+	}
 	obs := store.Observation{
 		ConversationID: x.id, Model: req.model, Pipeline: pipeline, Provider: x.prov.Name(),
 		MessagesBefore: len(req.messages), TokensBefore: total, MessagesAfter: len(req.messages), TokensAfter: total,
-		ContextWindow: x.window,
+		ContextWindow: x.window, Title: x.labels.Title, Tags: x.labels.Tags, User: x.labels.User,
+	}
+	if obs.Title == "" && cfg.State.DeriveTitles() && (!known || status.Title == "") {
+		obs.DerivedTitle = x.title(req, lead)
 	}
 	x.forwarded = total
+	x.req, x.pipeline, x.total = req, pipeline, total
 	out := body
 	if reason != "" {
 		if b, ok := x.usePrepared(ctx, req, hashes, counts, pipeline, &obs); ok {
 			out = b
 		} else {
-			decision := &abi.Decision{Reason: why, TargetTokens: targetTokens(pc.Target, x.window, offset)}
+			decision := &abi.Decision{Reason: why, TargetTokens: targetTokens(pc, why, x.window, offset)}
 			out = x.compact(ctx, req, pipeline, reason, decision, &obs)
 		}
 	}
@@ -520,6 +570,7 @@ func (x *exchange) compact(ctx context.Context, req *request, pipeline []string,
 	p, cfg := x.p, x.cfg
 	if len(pipeline) == 0 {
 		x.warn("compaction is due (%s) but no policy is configured (proxy.policy, or the config's policy): forwarded uncompacted", reason)
+		x.notCompacted = NotCompactedNoPolicy
 		return req.body
 	}
 	wc, err := x.prov.Convert(req.system, req.messages)
@@ -537,9 +588,11 @@ func (x *exchange) compact(ctx context.Context, req *request, pipeline []string,
 	if err != nil {
 		x.warn("compaction failed (%v): forwarded uncompacted", err)
 		obs.Failed = true
+		x.notCompacted = NotCompactedFailed
 		return req.body
 	}
-	x.compaction = &Compaction{Input: wc.Chat(), Response: resp, Model: req.model, Pipeline: pipeline}
+	x.compaction = &Compaction{Input: wc.Chat(), Response: resp, Model: req.model, Pipeline: pipeline,
+		Format: x.prov.Name(), MessagesBefore: obs.MessagesBefore, MessagesAfter: obs.MessagesBefore}
 	for _, w := range resp.Warnings {
 		x.warn("%s", w)
 	}
@@ -550,17 +603,20 @@ func (x *exchange) compact(ctx context.Context, req *request, pipeline []string,
 	}
 	if !resp.Compacted {
 		p.logger.Debug("proxy: compaction due, policy kept the conversation", "conversation", x.id, "reason", reason)
+		x.notCompacted = NotCompactedPolicyKept
 		return req.body
 	}
 	list, err := req.back(x.prov, wc, resp)
 	if err != nil {
 		x.warn("the compacted conversation could not be written back (%v): forwarded uncompacted", err)
 		obs.Failed = true
+		x.notCompacted = NotCompactedFailed
 		return req.body
 	}
 	n := len(list)
 	obs.Compacted, obs.MessagesAfter, obs.TokensAfter = true, n, resp.Stats.TokensAfter+tokens.ReplyPrimingTokens
 	x.compacted, x.forwarded = true, obs.TokensAfter
+	x.compaction.MessagesAfter = n
 	p.logger.Info("proxy: compacted", "provider", x.prov.Name(), "conversation", x.id, "reason", reason,
 		"messages", fmt.Sprintf("%d→%d", obs.MessagesBefore, n), "tokens", fmt.Sprintf("%d→%d", obs.TokensBefore, obs.TokensAfter),
 		"summary", resp.Summary)
@@ -568,14 +624,22 @@ func (x *exchange) compact(ctx context.Context, req *request, pipeline []string,
 }
 
 // targetTokens is the token budget a compaction the proxy decided on aims
-// at, in compactd's count: target × window, less what the provider counted
-// beyond compactd last time (offset), at least 1 (as small as the policy
-// can). 0 when the window is unknown: no target.
-func targetTokens(target float64, window, offset int) int {
-	if window <= 0 {
+// at, in compactd's count: proxy.target of the window (the trigger at
+// proxy.threshold of it), or, when proxy.trigger_tokens fired, the same
+// share of those (target/threshold × trigger_tokens); less what the
+// provider counted beyond compactd last time (offset), at least 1 (as
+// small as the policy can). 0 when neither is known: no target.
+func targetTokens(pc *config.Proxy, why string, window, offset int) int {
+	var t float64
+	switch {
+	case why == abi.ReasonTriggerTokens && pc.TriggerTokens > 0:
+		t = pc.Target / pc.Threshold * float64(pc.TriggerTokens)
+	case window > 0:
+		t = pc.Target * float64(window)
+	default:
 		return 0
 	}
-	return max(int(target*float64(window))-offset, 1)
+	return max(int(t)-offset, 1)
 }
 
 // count returns each item's hash and token count, and their sum. Items of
@@ -644,6 +708,7 @@ func (x *exchange) usage(u wire.Usage, ok bool, refused []string) {
 
 // responseFilter is handed the usage of a successful response.
 func (x *exchange) responseFilter(u store.Usage) {
+	x.noteUsage(u)
 	if !x.tracked {
 		return
 	}
@@ -715,7 +780,15 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, cfg *config.Conf
 		},
 		Transport: p.transport,
 		ModifyResponse: func(resp *http.Response) error {
+			if x.recoverable(resp) {
+				if err := x.recoverOverflow(ctx, resp, w.Header(), headers); err != nil {
+					return err
+				}
+			}
 			headers.Stop()
+			if x != nil {
+				x.clock.firstByte, x.status, x.upstream = time.Now(), resp.StatusCode, true
+			}
 			resp.Header.Set(HeaderUpstream, prov.Provider())
 			if resp.StatusCode == http.StatusSwitchingProtocols {
 				return nil // an upgraded connection is the two ends' own
@@ -751,6 +824,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, cfg *config.Conf
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
+			if x != nil {
+				x.upstream = false // compactd's own answer replaces the upstream's
+			}
 			switch cause := context.Cause(ctx); {
 			case errors.Is(cause, errHeaderTimeout):
 				p.fault(prov, FaultTimeout)
@@ -773,6 +849,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, cfg *config.Conf
 			}
 		},
 		ErrorLog: p.logger.Named("reverseproxy").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	}
+	if x != nil {
+		x.clock.sent = time.Now()
 	}
 	rp.ServeHTTP(w, r.WithContext(ctx))
 }
@@ -855,4 +934,16 @@ func (p *Proxy) warnIfStoreDown(h http.Header) {
 	if p.opts.Store.Health().Degraded && !slices.Contains(h.Values(HeaderWarning), storeWarning) {
 		h.Add(HeaderWarning, storeWarning)
 	}
+}
+
+// title derives the conversation's title from the first line of its
+// task (convlabel.Title), from lead when the id's derivation read it.
+func (x *exchange) title(req *request, lead []abi.Message) string {
+	if lead == nil {
+		var err error
+		if lead, err = x.prov.Leading(req.system, req.messages); err != nil {
+			return "" // the compaction, if due, reports the unreadable conversation
+		}
+	}
+	return convlabel.Title(lead)
 }

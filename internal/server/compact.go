@@ -18,8 +18,10 @@ import (
 	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/config"
+	"github.com/compactd/compactd/internal/convlabel"
 	"github.com/compactd/compactd/internal/models"
 	"github.com/compactd/compactd/internal/proxy"
+	"github.com/compactd/compactd/internal/requestlog"
 	"github.com/compactd/compactd/internal/store"
 	"github.com/compactd/compactd/internal/wire"
 	"github.com/compactd/compactd/internal/wire/formats"
@@ -55,7 +57,9 @@ type compactTail struct {
 }
 
 // handleCompact serves POST /v1/compact.
-func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) (err error) {
+	rec := requestlog.Record{Kind: requestlog.KindCompact, Time: time.Now()}
+	defer func() { s.logCompact(&rec, err) }()
 	s.warnIfStoreDown(w)
 	cfg := s.opts.Config.Current()
 	ctx, cancel := context.WithTimeout(r.Context(), cfg.Limits.RequestTimeout.D())
@@ -72,8 +76,9 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	rec.ConversationID, rec.Format, rec.Model = req.ConversationID, req.Format, req.Model
 	if conv == nil && req.Messages == nil {
-		return s.compactStored(ctx, w, req, cfg)
+		return s.compactStored(ctx, w, req, cfg, &rec)
 	}
 	wc, err := requestConversation(req, conv)
 	if err != nil {
@@ -105,6 +110,7 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	}
 	chat.Remember(conv, resp.Stats.Encoding)
 	s.record(req, pipeline, conv, resp)
+	fillCompactRecord(&rec, resp, pipeline, req.ContextWindow)
 
 	// The result in the request's format: the cache breakpoints written
 	// when asked for (the request's tools are not sent to /v1/compact:
@@ -213,7 +219,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 
 // requestFields are the fields of a compaction request, for the error
 // about an unknown one.
-const requestFields = "policy, pipeline, config, model, conversation_id, context_window, target_tokens, cache_breakpoints, format, system, messages"
+const requestFields = "policy, pipeline, config, model, conversation_id, context_window, target_tokens, cache_breakpoints, format, system, messages, title, tags, user"
 
 // decodeCompactRequest reads the body in one pass (chat's scanner): the
 // request's fields, and its messages as a conversation that views the
@@ -272,6 +278,12 @@ func decodeCompactRequest(data []byte, mem *chat.Memory) (*client.CompactRequest
 			req.CacheBreakpoints, err = s.ReadBool("cache_breakpoints")
 		case "format":
 			req.Format, err = s.ReadString("format", formats.Names()...)
+		case "title":
+			req.Title, err = s.ReadString("title")
+		case "tags":
+			req.Tags, err = s.ReadStrings("tags")
+		case "user":
+			req.User, err = s.ReadString("user")
 		case "system":
 			// Anthropic's system prompt (a string or text blocks), which
 			// internal/wire/anthropic converts, or the Responses API's
@@ -345,6 +357,14 @@ func decodeCompactRequest(data []byte, mem *chat.Memory) (*client.CompactRequest
 	case len(req.Pipeline) > maxPipeline:
 		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "pipeline has %d policies; the limit is %d", len(req.Pipeline), maxPipeline)
 	}
+	labels, err := convlabel.Parse(req.Title, "", req.User, func(l string) string { return l })
+	if err == nil {
+		labels.Tags, err = convlabel.ParseTags(req.Tags, "tags")
+	}
+	if err != nil {
+		return nil, nil, apiErrorf(http.StatusBadRequest, CodeBadRequest, "%v", err)
+	}
+	req.Title, req.Tags, req.User = labels.Title, labels.Tags, labels.User
 	for _, f := range []struct {
 		name string
 		v    int
@@ -508,8 +528,9 @@ func (s *Server) record(req *client.CompactRequest, pipeline []string, in *chat.
 		MessagesBefore: st.MessagesBefore, TokensBefore: st.TokensBefore,
 		MessagesAfter: st.MessagesAfter, TokensAfter: st.TokensAfter,
 		ContextWindow: window, Compacted: resp.Compacted, Failed: failed,
+		Title: req.Title, Tags: req.Tags, User: req.User, DerivedTitle: s.derivedTitle(req, in),
 	})
-	s.recordDetail(in, resp, req.Model, pipeline)
+	s.recordDetail(in, resp, req.Model, pipeline, wireCount{})
 }
 
 // observeProxied counts a compaction the proxy ran in the metrics and
@@ -517,12 +538,19 @@ func (s *Server) record(req *client.CompactRequest, pipeline []string, in *chat.
 // (the proxy has recorded the conversation's status).
 func (s *Server) observeProxied(c proxy.Compaction) {
 	s.observeCompaction(c.Response)
-	s.recordDetail(c.Input, c.Response, c.Model, c.Pipeline)
+	s.recordDetail(c.Input, c.Response, c.Model, c.Pipeline, wireCount{format: c.Format, before: c.MessagesBefore, after: c.MessagesAfter})
+}
+
+// wireCount is a proxied request's message count in its wire format,
+// before and after (zero for /v1/compact, which counts chat messages).
+type wireCount struct {
+	format        string
+	before, after int
 }
 
 // recordDetail keeps a compaction's last-compaction record (for the
 // status page and GET /v1/status?conversation_id=ID), when it compacted.
-func (s *Server) recordDetail(in *chat.Conversation, resp *compactor.Response, model string, pipeline []string) {
+func (s *Server) recordDetail(in *chat.Conversation, resp *compactor.Response, model string, pipeline []string, wc wireCount) {
 	if !resp.Compacted {
 		return
 	}
@@ -531,9 +559,21 @@ func (s *Server) recordDetail(in *chat.Conversation, resp *compactor.Response, m
 	// of a compaction's time.
 	at := time.Now()
 	err := s.opts.Store.SetLastCompactionFunc(resp.ConversationID, func() ([]byte, error) {
-		return json.Marshal(compactionDetail(in, resp, model, pipeline, at))
+		d := compactionDetail(in, resp, model, pipeline, at)
+		d.WireFormat, d.WireMessagesBefore, d.WireMessagesAfter = wc.format, wc.before, wc.after
+		return json.Marshal(d)
 	})
 	if err != nil {
 		s.logger.Warn("recording the compaction for the status page", "conversation", resp.ConversationID, "error", err)
 	}
+}
+
+// derivedTitle is a /v1/compact conversation's title from its task
+// (convlabel.Title), when the request gives none and state.titles allows
+// it. The store keeps it only for a conversation without a title.
+func (s *Server) derivedTitle(req *client.CompactRequest, in *chat.Conversation) string {
+	if req.Title != "" || !s.opts.Config.Current().State.DeriveTitles() {
+		return ""
+	}
+	return convlabel.Title(in.Messages)
 }

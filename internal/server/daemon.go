@@ -20,6 +20,7 @@ import (
 	"github.com/compactd/compactd/internal/conform"
 	"github.com/compactd/compactd/internal/llm"
 	"github.com/compactd/compactd/internal/proxy"
+	"github.com/compactd/compactd/internal/requestlog"
 	"github.com/compactd/compactd/internal/store"
 	"github.com/compactd/compactd/internal/tokens"
 	"github.com/compactd/compactd/registry"
@@ -85,6 +86,8 @@ type Daemon struct {
 	store  store.Backend
 	server *Server
 	proxy  *proxy.Proxy
+	// requests is the request log (closed before the store it copies to).
+	requests *requestlog.Log
 
 	unix      *unixSocket
 	tcp       net.Listener
@@ -183,8 +186,13 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 	sopts.Compactor = compactor.New(copts)
 	d.proxy = proxy.New(proxy.Options{Config: d.cfg, Compactor: sopts.Compactor, Store: d.store, Tokens: counter, Logger: d.logger.Named("proxy")})
 	sopts.Proxy = d.proxy
+	if sopts.Requests, err = openRequestLog(cfg, d.store, d.logger.Named("requests")); err != nil {
+		return nil, err
+	}
+	d.requests = sopts.Requests
 	d.server = New(sopts)
 	d.proxy.SetObserver(d.server.observeProxied)
+	d.proxy.SetRequestLog(d.server.logRequest)
 	d.httpUnix = d.httpServer(cfg, d.server.Handler())
 	go d.serve(d.httpUnix, d.unix.Listener)
 
@@ -493,6 +501,9 @@ func (d *Daemon) closeAll(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		errs = append(errs, d.reg.Close(cctx))
 		cancel()
+	}
+	if d.requests != nil {
+		errs = append(errs, d.requests.Close())
 	}
 	if d.store != nil {
 		errs = append(errs, d.store.Close())

@@ -104,7 +104,11 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
 		}
 		limit = n
 	}
-	writeJSON(w, http.StatusOK, s.status(limit))
+	f, err := filterOf(q)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, s.status(limit, f))
 	return nil
 }
 
@@ -130,8 +134,9 @@ func (s *Server) conversation(ctx context.Context, id string) (*client.Conversat
 	return &out, nil
 }
 
-// status is GET /v1/status's answer, with at most limit conversations.
-func (s *Server) status(limit int) client.Status {
+// status is GET /v1/status's answer, with at most limit conversations
+// (of those f matches).
+func (s *Server) status(limit int, f conversationFilter) client.Status {
 	cfg := s.opts.Config.Current()
 	st := client.Status{
 		Version: s.opts.Version, ABI: abi.Version.String(), StartedAt: s.started.UTC(),
@@ -149,7 +154,12 @@ func (s *Server) status(limit int) client.Status {
 	t := s.opts.Store.Totals()
 	st.Totals = client.Totals{Conversations: t.Conversations, Requests: t.Requests, Compactions: t.Compactions, Failures: t.Failures, TokensSaved: t.TokensSaved}
 	st.Proxy = s.proxyStatus(cfg)
-	convs := s.opts.Store.Conversations(limit)
+	var convs []store.Conversation
+	if f.empty() {
+		convs = s.opts.Store.Conversations(limit)
+	} else {
+		convs = f.apply(s.opts.Store.Conversations(0), limit)
+	}
 	st.Conversations = make([]client.Conversation, 0, len(convs))
 	for _, c := range convs {
 		st.Conversations = append(st.Conversations, conversationOf(c))
@@ -159,10 +169,11 @@ func (s *Server) status(limit int) client.Status {
 
 func conversationOf(c store.Conversation) client.Conversation {
 	out := client.Conversation{
-		ID: c.ID, Model: c.Model, Pipeline: c.Pipeline, Messages: c.Messages, Tokens: c.Tokens,
+		ID: c.ID, Title: c.Title, Tags: c.Tags, User: c.User, PeakTokens: c.PeakTokens,
+		Model: c.Model, Pipeline: c.Pipeline, Messages: c.Messages, Tokens: c.Tokens,
 		MessagesAfter: c.MessagesAfter, TokensAfter: c.TokensAfter, ContextWindow: c.ContextWindow, UsageRatio: c.UsageRatio,
 		Requests: c.Requests, Compactions: c.Compactions, Failures: c.Failures, TokensSaved: c.TokensSaved,
-		FirstSeen: c.FirstSeen, LastSeen: c.LastSeen, LastCompacted: c.LastCompacted,
+		Recoveries: c.Recoveries, FirstSeen: c.FirstSeen, LastSeen: c.LastSeen, LastCompacted: c.LastCompacted,
 		Provider: c.Provider, NeedsCompaction: c.NeedsCompaction, Replica: c.Replica,
 	}
 	if u := c.LastUsage; u != nil {
@@ -268,6 +279,22 @@ func (s *Server) handlePutConfig(w http.ResponseWriter, r *http.Request) error {
 // and how to clear them. All are 200: the daemon itself is alive. It
 // waits for nothing.
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, http.StatusOK, s.health())
+	return nil
+}
+
+// handleBareHealth answers /healthz on the TCP listener without the
+// token: the status alone (ok, starting or degraded), no detail, so
+// ordinary uptime checks work and nothing about the daemon leaks.
+func (s *Server) handleBareHealth(w http.ResponseWriter, r *http.Request) {
+	s.metrics.requests.add(1, "healthz", "200")
+	writeJSON(w, http.StatusOK, struct {
+		Status string `json:"status"`
+	}{s.health().Status})
+}
+
+// health is /healthz's answer.
+func (s *Server) health() client.Health {
 	rc := s.opts.Registry.Counters()
 	h := client.Health{Status: "ok", Policies: rc.Serving, Loading: rc.Loading}
 	if rc.Serving == 0 && !s.opts.Registry.Starting() {
@@ -287,8 +314,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
 	case len(h.Problems) > 0:
 		h.Status = "degraded"
 	}
-	writeJSON(w, http.StatusOK, h)
-	return nil
+	return h
 }
 
 // defaultPolicyProblems says which policies of the default pipeline (the
@@ -371,6 +397,8 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) error {
 	writeGauge(&b, "compactd_plugins_loading", "Plugin files being loaded.", float64(rc.Loading))
 	writePluginFileMetrics(&b, s.opts.Registry.Policies())
 	m.configReloads.write(&b)
+	s.upstream.write(&b)
+	s.overhead.write(&b)
 	sh := s.opts.Store.Health()
 	writeGauge(&b, "compactd_store_degraded", "1 while the state store cannot be reached (requests are served from themselves alone).", boolGauge(sh.Degraded))
 	writeCounter(&b, "compactd_store_writes_dropped_total", "State store writes given up because the store was unreachable.", sh.DroppedWrites)
@@ -404,6 +432,11 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) error {
 			passed.add(p.Count, p.Path, p.Reason)
 		}
 		passed.write(&b)
+		recovered := newCounterVec("compactd_proxy_overflow_recoveries_total", "Proxied requests an upstream refused as too long (context-length error or 413), compacted and retried once, by provider and outcome (recovered, retry_failed, not_compacted).", "provider", "outcome")
+		for _, r := range s.opts.Proxy.Recoveries() {
+			recovered.add(r.Count, r.Provider, r.Outcome)
+		}
+		recovered.write(&b)
 		writePrepareMetrics(&b, s.opts.Proxy.PrepareStats())
 	}
 	writeGauge(&b, "compactd_start_time_seconds", "When the daemon started (Unix time).", float64(s.started.UnixNano())/1e9)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -162,20 +163,33 @@ func TestTCP(t *testing.T) {
 	if err != nil || len(resp.Messages) != 4 {
 		t.Errorf("compact over TCP: %v", err)
 	}
+	if h, err := apiTCPClient(t, addr, "s3cret-token").Health(bg); err != nil || h.Status != "ok" || h.Policies != 1 {
+		t.Errorf("/healthz with the token: %+v %v", h, err)
+	}
 	for _, tok := range []string{"", "wrong", "s3cret-tokenx"} {
-		_, err := apiTCPClient(t, addr, tok).Health(bg)
-		if !client.IsCode(err, CodeUnauthorized) {
-			t.Errorf("token %q: %v", tok, err)
+		// /healthz answers any uptime check, with the status alone.
+		h, err := apiTCPClient(t, addr, tok).Health(bg)
+		if err != nil || h.Status != "ok" || h.Policies != 0 || len(h.Problems) != 0 || h.Store != nil {
+			t.Errorf("/healthz, token %q: %+v %v", tok, h, err)
+		}
+		if _, err := apiTCPClient(t, addr, tok).Policies(bg); !client.IsCode(err, CodeUnauthorized) {
+			t.Errorf("/v1/policies, token %q: %v", tok, err)
 		}
 	}
 	r, err := tcpHTTP(t).Get("http://" + addr + "/healthz")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.StatusCode != 401 || r.Header.Get("WWW-Authenticate") == "" {
-		t.Errorf("no token: %d %v", r.StatusCode, r.Header)
-	}
+	body, _ := io.ReadAll(r.Body)
 	r.Body.Close()
+	if r.StatusCode != 200 || strings.TrimSpace(string(body)) != `{"status":"ok"}` {
+		t.Errorf("/healthz without a token: %d %s", r.StatusCode, body)
+	}
+	if r, err := tcpHTTP(t).Get("http://" + addr + "/v1/status"); err != nil || r.StatusCode != 401 || r.Header.Get("WWW-Authenticate") == "" {
+		t.Errorf("/v1/status without a token: %v %v", r, err)
+	} else {
+		r.Body.Close()
+	}
 	// The environment can hold the token instead of a file.
 	td2 := setup(t, "tcp: {listen: '127.0.0.1:0'}\n", pluginLastn)
 	td2.opts.Getenv = func(k string) string { return map[string]string{"COMPACTD_TOKEN": "from-env"}[k] }

@@ -56,6 +56,16 @@ func parsePages() *template.Template {
 			return "/conversation?id=" + url.QueryEscape(id)
 		},
 		"saved": func(before, after int) int { return before - after },
+		// share is n / window (0 when the window is unknown).
+		"share": func(n, window int) float64 {
+			if window <= 0 {
+				return 0
+			}
+			return float64(n) / float64(window)
+		},
+		"unit": messageUnit,
+		"usd":  formatUSD,
+		"ms":   func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) + " ms" },
 	}
 	return template.Must(template.New("page").Funcs(funcs).ParseFS(pageFiles, "page/*.html"))
 }
@@ -98,7 +108,30 @@ func isPage(r *http.Request) bool {
 	return (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.URL.Path == "/" || r.URL.Path == "/conversation")
 }
 
+// messageUnit names what a conversation's message counts count: the
+// messages of its wire format as the client sent them (a proxied
+// conversation's provider), or chat messages (/v1/compact, which
+// counts them after converting its "format").
+func messageUnit(provider string) string {
+	switch provider {
+	case "anthropic":
+		return "Anthropic messages"
+	case "responses":
+		return "Responses items"
+	case "openai":
+		return "OpenAI messages"
+	}
+	return "chat messages"
+}
+
+// filterView is the overview's search form.
+type filterView struct {
+	Q, Tag, User string
+	Active       bool
+}
+
 type overviewPage struct {
+	Filter   filterView
 	Status   client.Status
 	Policies []client.Policy
 	Config   configView
@@ -134,7 +167,12 @@ type configView struct {
 }
 
 func (s *Server) handleOverviewPage(w http.ResponseWriter, r *http.Request) error {
-	data := overviewPage{Status: s.status(pageLimit), Store: s.storeViewOf()}
+	f, err := filterOf(r.URL.Query())
+	if err != nil {
+		return s.render(w, http.StatusBadRequest, "problem", "This search cannot run: "+err.Error())
+	}
+	data := overviewPage{Status: s.status(pageLimit, f), Store: s.storeViewOf(),
+		Filter: filterView{Q: f.Q, Tag: strings.Join(f.Tags, ","), User: f.User, Active: !f.empty()}}
 	for _, in := range s.opts.Registry.Policies() {
 		data.Policies = append(data.Policies, policyOf(in))
 	}
@@ -152,6 +190,7 @@ func (s *Server) handleOverviewPage(w http.ResponseWriter, r *http.Request) erro
 type conversationPage struct {
 	Conversation *client.Conversation
 	Detail       *client.CompactionDetail
+	Timeline     *timeline
 }
 
 func (s *Server) handleConversationPage(w http.ResponseWriter, r *http.Request) error {
@@ -167,7 +206,7 @@ func (s *Server) handleConversationPage(w http.ResponseWriter, r *http.Request) 
 	if err != nil {
 		return err
 	}
-	return s.render(w, http.StatusOK, "conversation", conversationPage{Conversation: c, Detail: c.LastCompaction})
+	return s.render(w, http.StatusOK, "conversation", conversationPage{Conversation: c, Detail: c.LastCompaction, Timeline: s.timelineOf(r.Context(), id)})
 }
 
 // render executes a page template into a buffer first, so a template

@@ -118,6 +118,14 @@ func TestStatusPageInBrowser(t *testing.T) {
 			}
 		}
 		req := requests[i%len(requests)]
+		// Labels, as an agent sends them: some tagged for one user, one
+		// titled; the others' titles are the first lines of their tasks.
+		if i%len(requests) == 0 {
+			req.Tags, req.User = []string{"nightly", "ci"}, "ana"
+		}
+		if i == 1 {
+			req.Title = "Ship the release notes"
+		}
 		// Two turns, as an agent sends them: a prefix, then the whole.
 		for _, n := range dataset.SamplePrefixes(c, 2) {
 			r := req
@@ -212,11 +220,55 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Errorf("the showcase compaction has rows %v: want masked and summarized ones", kinds)
 	}
 
+	// Titles and search: every conversation has a title (given, or its
+	// task's first line), and the page's search box lists what the API's
+	// search does.
+	for _, c := range st.Conversations {
+		if c.Title == "" {
+			t.Errorf("conversation %s has no title", c.ID)
+		}
+	}
+	dom = browse(t, bin, base+"/?token="+token, "")
+	if c, p := strings.Index(dom, `id="conversations"`), strings.Index(dom, `id="policies"`); c < 0 || p < 0 || c > p || !strings.Contains(dom, `<form method="get" action="/" id="search"`) {
+		t.Error("the status page does not list the conversations, with their search box, before the policies")
+	}
+	for _, search := range []struct {
+		query string
+		opts  client.StatusOptions
+		want  int
+	}{
+		{"tag=nightly&user=ana", client.StatusOptions{Tags: []string{"nightly"}, User: "ana"}, (len(files) + len(requests) - 1) / len(requests)},
+		{"tag=ci,nightly", client.StatusOptions{Tags: []string{"ci", "nightly"}}, (len(files) + len(requests) - 1) / len(requests)},
+		{"q=RELEASE+notes", client.StatusOptions{Q: "RELEASE notes"}, 1},
+		{"user=nobody", client.StatusOptions{User: "nobody"}, 0},
+	} {
+		api, err := td.c.StatusWith(bg, search.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wantIDs []string
+		for _, c := range api.Conversations {
+			wantIDs = append(wantIDs, c.ID)
+		}
+		dom := browse(t, bin, base+"/?"+search.query+"&token="+token, "")
+		var gotIDs []string
+		for _, m := range regexp.MustCompile(`data-k="conv:([^"]+):title"`).FindAllStringSubmatch(dom, -1) {
+			gotIDs = append(gotIDs, html.UnescapeString(m[1]))
+		}
+		if len(wantIDs) != search.want || strings.Join(gotIDs, " ") != strings.Join(wantIDs, " ") {
+			t.Errorf("search %s: the page lists %v, the API %v (want %d)", search.query, gotIDs, wantIDs, search.want)
+		}
+		if search.want == 0 && !strings.Contains(dom, "No conversation matches this search.") {
+			t.Errorf("search %s: the page does not say nothing matched", search.query)
+		}
+	}
+
 	out := *screenshots
 	if out == "" {
 		out = t.TempDir()
 	}
-	for name, u := range map[string]string{"status-page.png": base + "/?token=" + token, "status-page-conversation.png": url + "#changed"} {
+	for name, u := range map[string]string{"status-page.png": base + "/?token=" + token, "status-page-conversation.png": url + "#changed",
+		"status-page-search.png": base + "/?tag=nightly&token=" + token} {
 		path := filepath.Join(out, name)
 		browse(t, bin, u, path)
 		checkScreenshot(t, path)
@@ -226,16 +278,25 @@ func TestStatusPageInBrowser(t *testing.T) {
 // conversationNumbers are the figures the pages show for c, as they
 // show them.
 func conversationNumbers(c client.Conversation) map[string]string {
-	ratio := "unknown window"
-	if c.ContextWindow > 0 {
-		ratio = strconv.FormatFloat(c.UsageRatio*100, 'f', 1, 64) + "%"
-	}
-	return map[string]string{
-		"messages": formatInt(c.Messages), "messages_after": formatInt(c.MessagesAfter),
-		"tokens": formatInt(c.Tokens), "tokens_after": formatInt(c.TokensAfter), "usage_ratio": ratio,
+	out := map[string]string{
+		"messages": formatInt(c.Messages), "messages_after": formatInt(c.MessagesAfter), "unit": messageUnit(c.Provider),
+		"tokens": formatInt(c.Tokens), "tokens_after": formatInt(c.TokensAfter),
 		"requests": formatInt(c.Requests), "compactions": formatInt(c.Compactions),
 		"failures": formatInt(c.Failures), "tokens_saved": formatInt(c.TokensSaved),
 	}
+	if c.Title != "" {
+		out["title"] = c.Title
+	}
+	if c.User != "" {
+		out["user"] = c.User
+	}
+	if w := float64(c.ContextWindow); w > 0 {
+		pct := func(n int) string { return strconv.FormatFloat(float64(n)/w*100, 'f', 1, 64) + "%" }
+		out["usage_before"], out["usage_after"], out["usage_peak"] = pct(c.Tokens), pct(c.TokensAfter), pct(c.PeakTokens)
+	} else {
+		out["usage_ratio"] = "unknown window"
+	}
+	return out
 }
 
 func compare(t *testing.T, page string, got, want map[string]string) {

@@ -140,8 +140,9 @@ func TestProxyUsesThePreparedCompaction(t *testing.T) {
 	}
 
 	// The reference: a daemon without preparation compacting the prefix
-	// synchronously (trigger_tokens reached, the same window and target).
-	ref := daemon(fmt.Sprintf(", trigger_tokens: %d", prefixTokens))
+	// synchronously (its threshold lowered to 0.5 so the prefix reaches
+	// it: the same window, reason-independent target 0.5 × window).
+	ref := daemon(", threshold: 0.5")
 	resp, got := ref.post(t, proxy.RouteOpenAI, openAIBody(full[:k], ""), id)
 	if resp.StatusCode != http.StatusOK || resp.Header.Get(proxy.HeaderCompacted) != "true" {
 		t.Fatalf("reference: %d %v %s", resp.StatusCode, resp.Header, got)

@@ -10,6 +10,7 @@ import (
 	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/proxy"
+	"github.com/compactd/compactd/internal/requestlog"
 	"github.com/compactd/compactd/internal/wire"
 	"github.com/compactd/compactd/internal/wire/anthropic"
 	"github.com/compactd/compactd/internal/wire/formats"
@@ -77,7 +78,7 @@ func requestConversation(req *client.CompactRequest, conv *chat.Conversation) (w
 // messages: the proxy's stored last request of that conversation is
 // compacted (policy, pipeline and config apply; the model is the stored
 // request's).
-func (s *Server) compactStored(ctx context.Context, w http.ResponseWriter, req *client.CompactRequest, cfg *config.Config) error {
+func (s *Server) compactStored(ctx context.Context, w http.ResponseWriter, req *client.CompactRequest, cfg *config.Config, rec *requestlog.Record) error {
 	if s.opts.Proxy == nil {
 		return apiErrorf(http.StatusBadRequest, CodeBadRequest, "\"messages\" is required (an array of chat messages)")
 	}
@@ -98,6 +99,8 @@ func (s *Server) compactStored(ctx context.Context, w http.ResponseWriter, req *
 	if err != nil {
 		return err
 	}
+	rec.Format = st.Provider
+	fillCompactRecord(rec, st.Response, pipeline, 0)
 	s.warnIfStoreDown(w) // an outage this request found
 	return writeCompacted(w, st.Messages, st.Response, st.Provider, st.System, nil, nil)
 }

@@ -43,6 +43,7 @@ import (
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/llm"
 	"github.com/compactd/compactd/internal/proxy"
+	"github.com/compactd/compactd/internal/requestlog"
 	"github.com/compactd/compactd/internal/store"
 	"github.com/compactd/compactd/registry"
 	"github.com/hashicorp/go-hclog"
@@ -71,6 +72,9 @@ type Options struct {
 	// that extends one is parsed and counted only for its new messages
 	// (chat.Memory). Nil: one of chat.DefaultMemoryBytes.
 	Memory *chat.Memory
+	// Requests, if set, is the request log: GET /v1/requests and the
+	// conversation page's timeline.
+	Requests *requestlog.Log
 }
 
 // Server is the API's handler. It is safe for concurrent use.
@@ -79,9 +83,12 @@ type Server struct {
 	memory  *chat.Memory
 	logger  hclog.Logger
 	metrics *metrics
-	started time.Time
-	mux     *http.ServeMux
-	pages   *template.Template
+	// upstream and overhead are the request log's instruments.
+	upstream *upstreamMetrics
+	overhead *histogramVec
+	started  time.Time
+	mux      *http.ServeMux
+	pages    *template.Template
 
 	reloadMu  sync.Mutex
 	reloadErr error     // the config file's last reload, if it failed
@@ -99,6 +106,8 @@ func New(opts Options) *Server {
 	if s.memory == nil {
 		s.memory = chat.NewMemory(chat.MemoryOptions{})
 	}
+	s.upstream = newUpstreamMetrics()
+	s.overhead = newHistogramVec("compactd_request_overhead_seconds", "compactd's own time on a proxied or /v1/compact request (reading, counting, compacting; the upstream's time excluded), by kind.", latencyBuckets, "kind")
 	if s.logger == nil {
 		s.logger = hclog.NewNullLogger()
 	}
@@ -106,6 +115,7 @@ func New(opts Options) *Server {
 	s.route("/v1/policies", "policies", map[string]handlerFunc{http.MethodGet: s.handlePolicies})
 	s.route("/v1/policies/{name}", "policy", map[string]handlerFunc{http.MethodGet: s.handlePolicy})
 	s.route("/v1/policies/{name}/retry", "policy_retry", map[string]handlerFunc{http.MethodPost: s.handleRetry})
+	s.route("/v1/requests", "requests", map[string]handlerFunc{http.MethodGet: s.handleRequests})
 	s.route("/v1/status", "status", map[string]handlerFunc{http.MethodGet: s.handleStatus})
 	s.route("/v1/config", "config", map[string]handlerFunc{http.MethodGet: s.handleGetConfig, http.MethodPut: s.handlePutConfig})
 	s.route("/healthz", "healthz", map[string]handlerFunc{http.MethodGet: s.handleHealth})
@@ -284,6 +294,10 @@ func (s *Server) TokenHandler(token string) http.Handler {
 		}
 		if subtle.ConstantTimeCompare(got, want) == 1 {
 			s.mux.ServeHTTP(w, r)
+			return
+		}
+		if r.URL.Path == "/healthz" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			s.handleBareHealth(w, r)
 			return
 		}
 		if !proxied {

@@ -12,6 +12,13 @@ import (
 // GET /v1/status reports.
 type Conversation struct {
 	ID string `json:"id"`
+	// Title names the conversation for people: the X-Compactd-Title
+	// header (or /v1/compact's "title"), else the first line of its task
+	// (its first user message), cut (see Title). Tags and User come from
+	// X-Compactd-Tags and X-Compactd-User (or "tags" and "user").
+	Title string   `json:"title,omitempty"`
+	Tags  []string `json:"tags,omitempty"`
+	User  string   `json:"user,omitempty"`
 	// Model and Pipeline are the last request's.
 	Model    string   `json:"model,omitempty"`
 	Pipeline []string `json:"pipeline"`
@@ -25,13 +32,19 @@ type Conversation struct {
 	// Tokens / ContextWindow (0 when unknown).
 	ContextWindow int     `json:"context_window,omitempty"`
 	UsageRatio    float64 `json:"usage_ratio"`
+	// PeakTokens is the largest conversation seen: the most tokens a
+	// request brought (before compaction) or a response's usage reported.
+	PeakTokens int `json:"peak_tokens,omitempty"`
 	// Requests counts compaction requests, Compactions those that changed
 	// the conversation, Failures those where a stage failed (the input was
 	// kept), TokensSaved the tokens removed over all requests.
-	Requests      int64     `json:"requests"`
-	Compactions   int64     `json:"compactions"`
-	Failures      int64     `json:"failures"`
-	TokensSaved   int64     `json:"tokens_saved"`
+	Requests    int64 `json:"requests"`
+	Compactions int64 `json:"compactions"`
+	Failures    int64 `json:"failures"`
+	TokensSaved int64 `json:"tokens_saved"`
+	// Recoveries counts the proxy's compactions after the upstream
+	// refused a request as too long (overflow recovery; each retried once).
+	Recoveries    int64     `json:"recoveries,omitempty"`
 	FirstSeen     time.Time `json:"first_seen"`
 	LastSeen      time.Time `json:"last_seen"`
 	LastCompacted time.Time `json:"last_compacted,omitzero"`
@@ -77,6 +90,14 @@ type Observation struct {
 	Compacted, Failed            bool
 	// Provider marks a proxied request ("" keeps the conversation's).
 	Provider string
+	// Title, Tags and User label the conversation (empty ones keep the
+	// conversation's): see Conversation. DerivedTitle, the first line of
+	// the task, is the title only of a conversation that has none.
+	Title, DerivedTitle string
+	Tags                []string
+	User                string
+	// Recovery marks the proxy's compaction after a context-length error.
+	Recovery bool
 }
 
 // Observe records a compaction request in the conversation's status. It
@@ -108,11 +129,26 @@ func (s *Store) Observe(o Observation) {
 	if o.Failed {
 		c.Failures++
 	}
+	if o.Recovery {
+		c.Recoveries++
+	}
 	if saved := o.TokensBefore - o.TokensAfter; saved > 0 {
 		c.TokensSaved += int64(saved)
 	}
 	if o.Provider != "" {
 		c.Provider = o.Provider
+	}
+	c.PeakTokens = max(c.PeakTokens, o.TokensBefore)
+	if o.Title != "" {
+		c.Title = o.Title
+	} else if c.Title == "" {
+		c.Title = o.DerivedTitle
+	}
+	if len(o.Tags) > 0 {
+		c.Tags = append([]string{}, o.Tags...)
+	}
+	if o.User != "" {
+		c.User = o.User
 	}
 	if o.Compacted {
 		c.NeedsCompaction = false // done; the next response's usage decides again
@@ -146,6 +182,7 @@ func (s *Store) RecordUsage(id string, u Usage, window int, threshold float64, t
 	}
 	c.LastUsage = &u
 	c.UsageRatio = ratio
+	c.PeakTokens = max(c.PeakTokens, u.Total())
 	if window > 0 {
 		c.ContextWindow = window
 	}

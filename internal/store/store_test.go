@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -433,5 +434,34 @@ func TestRecordUsage(t *testing.T) {
 	s2 := open(t, clk.opts(dir))
 	if c, _ := s2.Conversation("p"); !c.NeedsCompaction || c.LastUsage == nil || c.LastUsage.InputTokens != 900 || c.Provider != "openai" {
 		t.Errorf("after restart: %+v", c)
+	}
+}
+
+// TestLabelsAndPeak: a conversation keeps its title, tags and user until
+// a request brings new ones, its peak is the most tokens any request or
+// response carried, and all of them survive a restart.
+func TestLabelsAndPeak(t *testing.T) {
+	dir := t.TempDir()
+	clk := newClock()
+	s := open(t, clk.opts(dir))
+	s.Observe(Observation{ConversationID: "c", TokensBefore: 900, TokensAfter: 200, Compacted: true, Title: "Fix the parser", Tags: []string{"ci", "night"}, User: "ana"})
+	s.RecordUsage("c", Usage{InputTokens: 1000, OutputTokens: 200}, 4000, 0.9, 0)
+	s.Observe(Observation{ConversationID: "c", TokensBefore: 1100, TokensAfter: 1100, DerivedTitle: "the task's first line"})
+	c, _ := s.Conversation("c")
+	if c.Title != "Fix the parser" || strings.Join(c.Tags, ",") != "ci,night" || c.User != "ana" || c.PeakTokens != 1200 {
+		t.Fatalf("after a request without labels: %+v", c)
+	}
+	s.Observe(Observation{ConversationID: "c", TokensBefore: 1300, TokensAfter: 300, Compacted: true, Title: "Renamed", Tags: []string{"x"}})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := open(t, clk.opts(dir))
+	s2.Observe(Observation{ConversationID: "d", DerivedTitle: "Derived"})
+	if d, _ := s2.Conversation("d"); d.Title != "Derived" {
+		t.Fatalf("a derived title on a conversation without one: %+v", d)
+	}
+	c, _ = s2.Conversation("c")
+	if c.Title != "Renamed" || strings.Join(c.Tags, ",") != "x" || c.User != "ana" || c.PeakTokens != 1300 {
+		t.Fatalf("after a restart: %+v", c)
 	}
 }

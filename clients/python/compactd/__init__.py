@@ -47,6 +47,10 @@ from .types import (
     PolicyInstances,
     ProxyStatus,
     ProxyUpstreams,
+    RequestRecord,
+    RequestUsage,
+    RequestsPage,
+    Money,
     Stage,
     Stats,
     Status,
@@ -67,4 +71,5 @@ __all__ = [
     "PolicyCounts", "Totals", "StoreDescriptor", "ProxyStatus", "ProxyUpstreams", "UpstreamChange",
     "Conversation", "CompactionDetail",
     "CompactionRow", "MessagePreview", "ConfigDocument", "Health", "StoreHealth", "Message", "Usage",
+    "RequestsPage", "RequestRecord", "RequestUsage", "Money",
 ]

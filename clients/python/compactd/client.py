@@ -5,14 +5,16 @@ or its loopback TCP listener (with a bearer token). Standard library only.
 import http.client
 import json
 import os
+import re
 import socket
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 from urllib.parse import quote, urlencode
 
 from .errors import DaemonUnavailable, error_for
 from .types import (
     CompactResponse,
     ConfigDocument,
+    RequestsPage,
     Conversation,
     Health,
     Message,
@@ -41,6 +43,30 @@ def default_socket_path(environ: Optional[Mapping[str, str]] = None) -> str:
         home = env.get("HOME") or "/tmp"
         state = os.path.join(home, ".local", "state")
     return os.path.join(state, "compactd", "compactd.sock")
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value if len(value) <= 40 else value[:40] + "…")
+    if isinstance(value, (bool, int, float)) or value is None:
+        return f"{type(value).__name__} {value!r}"
+    return type(value).__name__
+
+
+def _want_str(what: str, value: Any, allow_empty: bool = False) -> None:
+    """Raise a TypeError unless value is a str (non-empty unless allow_empty)."""
+    if not isinstance(value, str) or (not allow_empty and value == ""):
+        raise TypeError(f"compactd: {what} must be a {'' if allow_empty else 'non-empty '}str, not {_describe(value)}")
+
+
+def _strings(what: str, values: Any) -> List[str]:
+    """values as a list of non-empty strs (a TypeError otherwise)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(f"compactd: {what} must be a list of str, not {_describe(values)}")
+    out = list(values)
+    for v in out:
+        _want_str(what, v)
+    return out
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -72,8 +98,8 @@ class Client:
 
     def __init__(
         self,
-        socket_path: Optional[str] = None,
         *,
+        socket_path: Optional[str] = None,
         tcp: Optional[str] = None,
         token: Optional[str] = None,
         timeout: float = DEFAULT_TIMEOUT,
@@ -99,6 +125,14 @@ class Client:
     def request(self, method: str, path: str, body: Any = None) -> Any:
         """Send a request and return the decoded JSON answer (or the text,
         for a non-JSON answer). An error answer raises an APIError."""
+        # Checked here, so a bad path is our TypeError, not http.client's.
+        if not isinstance(method, str) or not re.fullmatch(r"[A-Z]+", method):
+            raise TypeError(f"compactd: request()'s method must be an HTTP method such as 'GET', not {_describe(method)}")
+        if not isinstance(path, str) or not path.startswith("/") or re.search(r"[^\x21-\x7e]", path):
+            raise TypeError(
+                "compactd: request()'s path must start with '/' and be URL-encoded "
+                f"(no spaces or other characters to escape), not {_describe(path)}"
+            )
         headers = {"Accept": "application/json"}
         data = None
         if body is not None:
@@ -145,6 +179,9 @@ class Client:
         cache_breakpoints: Optional[bool] = None,
         format: Optional[str] = None,
         system: Any = None,
+        title: Optional[str] = None,
+        tags: Optional[Sequence[str]] = None,
+        user: Optional[str] = None,
     ) -> CompactResponse:
         """Compact a conversation (POST /v1/compact).
 
@@ -163,7 +200,15 @@ class Client:
         prompt; ``format="responses"`` an OpenAI Responses API input:
         ``messages`` its items and ``system`` its ``instructions``. The
         answer is in the same form (``system`` comes back unchanged).
+
+        ``title``, ``tags`` and ``user`` label the conversation on the status
+        page and in ``status()``'s search (the title defaults to the first
+        line of its task).
         """
+        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+            raise TypeError(f"compactd: compact()'s messages must be a list of messages, not {_describe(messages)}")
+        if tags is not None:
+            tags = _strings("compact()'s tags", tags)
         body: Dict[str, Any] = {"messages": list(messages)}
         self._options(
             body,
@@ -178,6 +223,9 @@ class Client:
             cache_breakpoints=cache_breakpoints,
             format=format,
             system=system,
+            title=title,
+            tags=tags,
+            user=user,
         )
         return from_dict(CompactResponse, self.request("POST", "/v1/compact", body))
 
@@ -197,6 +245,7 @@ class Client:
         next request through the proxy is compacted on its way. Raises
         NotFound when the proxy holds no request of that conversation.
         """
+        _want_str("compact_proxied()'s conversation_id", conversation_id)
         body: Dict[str, Any] = {"conversation_id": conversation_id}
         self._options(body, policy=policy, pipeline=pipeline, config=config)
         return from_dict(CompactResponse, self.request("POST", "/v1/compact", body))
@@ -219,6 +268,7 @@ class Client:
 
     def policy(self, name: str) -> Policy:
         """One policy (GET /v1/policies/{name})."""
+        _want_str("policy()'s name", name)
         return from_dict(Policy, self.request("GET", "/v1/policies/" + quote(name, safe="")))
 
     def retry_policy(self, name: str) -> Policy:
@@ -226,21 +276,64 @@ class Client:
         lifting its quarantine or the failure of its bytes the daemon
         remembers; ``name`` is the policy, or the file's name. Returns the
         file's state once the load is over."""
+        _want_str("retry_policy()'s name", name)
         return from_dict(Policy, self.request("POST", "/v1/policies/" + quote(name, safe="") + "/retry"))
 
-    def status(self, limit: Optional[int] = None) -> Status:
+    def status(
+        self,
+        *,
+        limit: Optional[int] = None,
+        q: Optional[str] = None,
+        tag: Union[str, Sequence[str], None] = None,
+        user: Optional[str] = None,
+    ) -> Status:
         """Uptime, totals and the most recently seen conversations
-        (GET /v1/status; the daemon lists 100 unless ``limit`` says)."""
-        path = "/v1/status"
+        (GET /v1/status; the daemon lists 100 unless ``limit`` says), those
+        matching ``q`` (found in the id, title, user, model, tags or
+        pipeline, case-insensitively), carrying every tag in ``tag`` (one
+        or a list), and of ``user``::
+
+            client.status(limit=20, tag="nightly", q="parser")
+        """
+        params: List[Any] = []
         if limit is not None:
-            path += "?" + urlencode({"limit": limit})
+            if isinstance(limit, bool) or not isinstance(limit, int):
+                raise TypeError(f"compactd: status()'s limit must be an int, not {_describe(limit)}")
+            params.append(("limit", limit))
+        if q is not None:
+            _want_str("status()'s q", q, allow_empty=True)
+            if q:
+                params.append(("q", q))
+        if tag is not None:
+            params.extend(("tag", t) for t in _strings("status()'s tag", [tag] if isinstance(tag, str) else tag))
+        if user is not None:
+            _want_str("status()'s user", user, allow_empty=True)
+            if user:
+                params.append(("user", user))
+        path = "/v1/status"
+        if params:
+            path += "?" + urlencode(params)
         return from_dict(Status, self.request("GET", path))
 
     def conversation(self, conversation_id: str) -> Conversation:
         """One conversation, with ``last_compaction``: what its last
         compaction kept, masked, summarized or dropped."""
+        _want_str("conversation()'s conversation_id", conversation_id)
         path = "/v1/status?" + urlencode({"conversation_id": conversation_id})
         return from_dict(Conversation, self.request("GET", path))
+
+    def requests(
+        self, *, conversation: Optional[str] = None, limit: Optional[int] = None, cursor: Optional[str] = None
+    ) -> RequestsPage:
+        """The request log, newest first (GET /v1/requests): one
+        conversation's records with ``conversation``, else every record
+        the daemon holds; ``limit`` per page (the daemon's default is 50),
+        ``cursor`` the previous page's ``next_cursor``."""
+        query = {k: v for k, v in (("conversation", conversation), ("limit", limit), ("cursor", cursor)) if v is not None}
+        path = "/v1/requests"
+        if query:
+            path += "?" + urlencode(query)
+        return from_dict(RequestsPage, self.request("GET", path))
 
     def config(self) -> ConfigDocument:
         """The running config and its problems (GET /v1/config)."""
@@ -250,6 +343,8 @@ class Client:
         """Change settings (PUT /v1/config): ``patch`` is a JSON merge patch
         (nested objects merge, None deletes a key), validated and written
         back to the daemon's config file; an invalid one changes nothing."""
+        if not isinstance(patch, Mapping):
+            raise TypeError(f"compactd: update_config()'s patch must be a mapping, not {_describe(patch)}")
         return from_dict(ConfigDocument, self.request("PUT", "/v1/config", dict(patch)))
 
     def health(self) -> Health:
@@ -267,8 +362,8 @@ class Client:
 
 def compact(
     messages: Iterable[Message],
-    policy: Optional[str] = None,
     *,
+    policy: Optional[str] = None,
     client: Optional[Client] = None,
     **options: Any,
 ) -> List[Message]:
@@ -288,7 +383,7 @@ def compact(
     and its ``system`` prompt, the returned messages are Anthropic
     messages (the system prompt is unchanged)::
 
-        messages = compactd.compact(messages, "sliding", format="anthropic", system=system)
+        messages = compactd.compact(messages, policy="sliding", format="anthropic", system=system)
     """
     c = client or Client()
     return c.compact(list(messages), policy=policy, **options).messages

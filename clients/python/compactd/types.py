@@ -186,6 +186,13 @@ class CompactionDetail:
     model: str = ""
     summary: str = ""
     truncated: bool = False
+    #: a proxied compaction's wire format (``anthropic``, ``responses``,
+    #: ``openai``); the wire counts are its messages in that format, as the
+    #: conversation's ``messages`` counts them, where ``messages_before``
+    #: and ``messages_after`` count the chat messages the policies saw
+    wire_format: str = ""
+    wire_messages_before: int = 0
+    wire_messages_after: int = 0
 
 
 @dataclass
@@ -223,6 +230,7 @@ class Conversation:
     needs_compaction: bool
     model: str = ""
     context_window: int = 0
+    recoveries: int = 0
     last_compacted: Optional[_dt.datetime] = None
     last_compaction: Optional[CompactionDetail] = None
     provider: str = ""
@@ -230,6 +238,15 @@ class Conversation:
     #: the daemon that served the last request, when the replicas of a
     #: fleet share a store (``state.url``)
     replica: str = ""
+    #: X-Compactd-Title (or compact()'s ``title``), else the first line of
+    #: the conversation's task
+    title: str = ""
+    #: X-Compactd-Tags / X-Compactd-User (or compact()'s), as last sent
+    tags: List[str] = field(default_factory=list)
+    user: str = ""
+    #: the most tokens the conversation reached (a request before
+    #: compaction, or a response's usage)
+    peak_tokens: int = 0
 
 
 @dataclass
@@ -295,6 +312,70 @@ class Status:
     conversations: List[Conversation]
     store: StoreDescriptor
     proxy: ProxyStatus
+
+
+@dataclass
+class RequestUsage:
+    """The upstream's usage for one proxied request."""
+
+    input_tokens: int
+    """Prompt tokens, cached ones included."""
+    output_tokens: int
+    cached_tokens: int = 0
+
+
+@dataclass
+class RequestRecord:
+    """One request in the request log (GET /v1/requests): what compactd
+    did, what the upstream answered and billed, and how long each part
+    took. No prompt content and no header is recorded."""
+
+    id: str
+    time: _dt.datetime
+    kind: str
+    """"proxy" or "compact"."""
+    compacted: bool
+    compactd_ms: float
+    conversation_id: str = ""
+    format: str = ""
+    model: str = ""
+    pipeline: List[str] = field(default_factory=list)
+    reason: str = ""
+    not_compacted: str = ""
+    tokens_before: int = 0
+    tokens_after: int = 0
+    context_window: int = 0
+    usage: Optional[RequestUsage] = None
+    status: int = 0
+    upstream: bool = False
+    upstream_ms: float = 0.0
+    first_byte_ms: float = 0.0
+    cost_usd: Optional[float] = None
+    full_cost_usd: Optional[float] = None
+    warnings: List[str] = field(default_factory=list)
+
+
+@dataclass
+class Money:
+    """What listed requests cost at the models.dev catalog's prices, and
+    what sending everything would have cost."""
+
+    paid_usd: float
+    full_usd: float
+    priced: int
+    unpriced: int
+    unpriced_models: List[str] = field(default_factory=list)
+
+
+@dataclass
+class RequestsPage:
+    """The answer to GET /v1/requests: newest first; pass ``next_cursor``
+    back as ``cursor`` for the next page."""
+
+    requests: List[RequestRecord]
+    money: Money
+    next_cursor: str = ""
+    warning: str = ""
 
 
 @dataclass

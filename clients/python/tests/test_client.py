@@ -14,7 +14,7 @@ from conftest import chat
 
 @pytest.fixture
 def client(socket_path):
-    return compactd.Client(socket_path)
+    return compactd.Client(socket_path=socket_path)
 
 
 def test_compact_real_conversation(client, tau):
@@ -37,7 +37,7 @@ def test_compact_helper_returns_the_messages_to_send(tau):
     out = compactd.compact(tau, policy="lastn", config={"n": 3, "step": 1})
     assert isinstance(out, list) and out[0] == tau[0] and out[-3:] == tau[-3:]
     assert len(out) < 8  # lastn extends the tail to a whole tool-call unit
-    unchanged = compactd.compact(chat(1), "lastn", config={"n": 50})
+    unchanged = compactd.compact(chat(1), policy="lastn", config={"n": 50})
     assert unchanged == chat(1)
 
 
@@ -78,7 +78,7 @@ def test_compact_anthropic_format(client):
     kept = [m for m in resp.messages if m in msgs]
     assert len(kept) >= 3 and any("cache_control" in str(m) for m in kept)
     # The helper returns Anthropic messages too.
-    out = compactd.compact(msgs, "sliding", format="anthropic", system=system, config={"window_size": 4, "step": 1})
+    out = compactd.compact(msgs, policy="sliding", format="anthropic", system=system, config={"window_size": 4, "step": 1})
     assert len(out) < len(msgs) and out[-1] == msgs[-1] and all(m["role"] in ("user", "assistant") for m in out)
 
 
@@ -222,6 +222,73 @@ def test_status_and_last_compaction(client):
         client.status(limit=0)
 
 
+def test_titles_tags_users_and_search(client):
+    task = [{"role": "user", "content": "Fix the flaky parser test\nIt fails on CI."}] + chat(3)[1:]
+    lastn = {"policy": "lastn", "config": {"n": 2, "step": 1}}
+    client.compact(task, conversation_id="py labels 1", tags=["py-night", "ci"], user="ana é", **lastn)
+    client.compact(chat(2), conversation_id="py labels 2", title="Release notes & more", tags=("py-night",), **lastn)
+    c = client.conversation("py labels 1")
+    assert c.title == "Fix the flaky parser test"  # the task's first line
+    assert c.tags == ["py-night", "ci"] and c.user == "ana é" and c.peak_tokens >= c.tokens
+
+    def ids(**search):
+        return sorted(x.id for x in client.status(**search).conversations)
+
+    assert ids(tag="py-night") == ["py labels 1", "py labels 2"]
+    assert ids(tag=["py-night", "ci"]) == ["py labels 1"]
+    assert ids(user="ana é", limit=5) == ["py labels 1"]
+    assert ids(q="notes & MORE") == ["py labels 2"]  # characters a URL must escape
+    assert ids(q="no such text anywhere") == []
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda c: c.status(5),  # keyword-only, as TypeScript's options object
+        lambda c: c.status(limit="2"),
+        lambda c: c.status(limit=True),
+        lambda c: c.status(tag=3),
+        lambda c: c.status(tag=["x", 3]),
+        lambda c: c.status(tags=["x"]),
+        lambda c: c.conversation(None),
+        lambda c: c.conversation(5),
+        lambda c: c.policy(""),
+        lambda c: c.retry_policy(None),
+        lambda c: c.compact("hi"),
+        lambda c: c.compact([], "sliding"),
+        lambda c: c.compact([], tags="x"),
+        lambda c: c.compact_proxied(1),
+        lambda c: c.update_config([]),
+        lambda c: c.request("GET", "/v1/status?q=a b"),
+        lambda c: c.request("GET", "v1/status"),
+        lambda c: compactd.compact([], "sliding", client=c),
+        lambda c: compactd.Client("/x.sock"),
+    ],
+)
+def test_wrong_arguments_are_type_errors(client, call):
+    with pytest.raises(TypeError):
+        call(client)
+
+
+def test_requests(client):
+    conv = "py-requests-" + uuid.uuid4().hex  # unique: the daemon may outlive one run of the suite
+    for turn in (3, 4, 5):
+        client.compact(chat(turn), policy="lastn", config={"n": 2, "step": 1}, conversation_id=conv, model="gpt-4o")
+    page = client.requests(conversation=conv, limit=2)
+    assert isinstance(page, compactd.RequestsPage) and len(page.requests) == 2 and page.next_cursor
+    first = page.requests[0]
+    assert isinstance(first, compactd.RequestRecord) and first.kind == "compact" and first.compacted
+    assert first.conversation_id == conv and first.pipeline == ["lastn"] and first.tokens_after < first.tokens_before
+    rest = client.requests(conversation=conv, limit=2, cursor=page.next_cursor)
+    assert len(rest.requests) == 1 and not rest.next_cursor and rest.requests[0].time <= first.time
+    assert isinstance(rest.money, compactd.Money) and rest.money.priced == 0  # /v1/compact has no upstream usage
+    assert len(client.requests().requests) >= 3
+    with pytest.raises(compactd.BadRequest):
+        client.requests(cursor="not-a-cursor")
+    with pytest.raises(TypeError):
+        client.requests(conv)  # keyword-only
+
+
 def test_config(client):
     doc = client.config()
     assert isinstance(doc.config, dict) and doc.config["limits"]["max_messages"] == 10000 and doc.file
@@ -275,14 +342,14 @@ def test_socket_discovery(socket_path, monkeypatch, tmp_path):
 
 
 def test_daemon_unavailable(tmp_path):
-    c = compactd.Client(str(tmp_path / "none.sock"), timeout=2)
+    c = compactd.Client(socket_path=str(tmp_path / "none.sock"), timeout=2)
     with pytest.raises(compactd.DaemonUnavailable) as info:
         c.health()
     assert isinstance(info.value, compactd.CompactdError) and "none.sock" in str(info.value)
     with pytest.raises(compactd.DaemonUnavailable):
         compactd.Client(tcp="127.0.0.1:1", timeout=2).health()
     with pytest.raises(ValueError):
-        compactd.Client("/x.sock", tcp="127.0.0.1:1")
+        compactd.Client(socket_path="/x.sock", tcp="127.0.0.1:1")
 
 
 def test_shared_between_threads(client):

@@ -27,6 +27,7 @@ import type {
   ResponsesItem,
   Policy,
   PolicyList,
+  RequestsPage,
   Status,
 } from "./types.js";
 import { ERROR_CODE_STATUS } from "./types.js";
@@ -89,6 +90,72 @@ export type CompactOptions = Omit<CompactRequest, "messages">;
 /** Options of Client.compactProxied: what runs, and its settings. */
 export type CompactProxiedOptions = Pick<CompactRequest, "policy" | "pipeline" | "config">;
 
+/**
+ * Options of Client.status: at most `limit` conversations (the daemon's
+ * default is 100) of those matching `q` (found in the id, title, user,
+ * model, tags or pipeline, case-insensitively), carrying every tag in
+ * `tag`, and of `user`.
+ */
+export interface StatusOptions {
+  limit?: number;
+  q?: string;
+  tag?: string | string[];
+  user?: string;
+}
+
+/** Throws a TypeError unless value is a string (non-empty unless allowEmpty). */
+function wantString(what: string, value: unknown, allowEmpty = false): asserts value is string {
+  if (typeof value !== "string" || (!allowEmpty && value === "")) {
+    throw new TypeError(`compactd: ${what} must be a ${allowEmpty ? "" : "non-empty "}string, not ${describe(value)}`);
+  }
+}
+
+function wantObject(what: string, value: unknown): asserts value is Record<string, unknown> | undefined {
+  if (value !== undefined && (typeof value !== "object" || value === null || Array.isArray(value))) {
+    throw new TypeError(`compactd: ${what} must be an options object, not ${describe(value)}`);
+  }
+}
+
+function describe(value: unknown): string {
+  if (value === null) return "null";
+  if (Array.isArray(value)) return "an array";
+  if (typeof value === "string") return JSON.stringify(value.length > 40 ? value.slice(0, 40) + "…" : value);
+  if (typeof value === "number" || typeof value === "boolean") return `${typeof value} ${String(value)}`;
+  return typeof value;
+}
+
+/** The query string of Client.status's options (validated). */
+function statusQuery(options: StatusOptions | undefined): string {
+  wantObject("status()'s argument ({limit, q, tag, user})", options as unknown);
+  const o: StatusOptions = options ?? {};
+  const known = new Set(["limit", "q", "tag", "user"]);
+  for (const k of Object.keys(o)) {
+    if (!known.has(k)) throw new TypeError(`compactd: status() has no option ${JSON.stringify(k)} (options: limit, q, tag, user)`);
+  }
+  const params = new URLSearchParams();
+  if (o.limit !== undefined) {
+    if (typeof o.limit !== "number" || !Number.isInteger(o.limit)) throw new TypeError(`compactd: status()'s limit must be an integer, not ${describe(o.limit)}`);
+    params.set("limit", String(o.limit));
+  }
+  if (o.q !== undefined) {
+    wantString("status()'s q", o.q, true);
+    if (o.q !== "") params.set("q", o.q);
+  }
+  if (o.tag !== undefined) {
+    const tags = Array.isArray(o.tag) ? o.tag : [o.tag];
+    for (const t of tags) {
+      wantString("status()'s tag", t);
+      params.append("tag", t);
+    }
+  }
+  if (o.user !== undefined) {
+    wantString("status()'s user", o.user, true);
+    if (o.user !== "") params.set("user", o.user);
+  }
+  const q = params.toString();
+  return q === "" ? "" : "?" + q;
+}
+
 export interface ClientOptions {
   /** The Unix socket (default: defaultSocketPath()). */
   socketPath?: string;
@@ -135,6 +202,14 @@ export class Client {
    * non-JSON answer). An error answer throws an APIError.
    */
   request<T = unknown>(method: string, urlPath: string, body?: unknown): Promise<T> {
+    // Checked here, so a bad path is our TypeError, not node's
+    // ERR_UNESCAPED_CHARACTERS or ERR_INVALID_CHAR.
+    if (typeof method !== "string" || !/^[A-Z]+$/.test(method)) {
+      return Promise.reject(new TypeError(`compactd: request()'s method must be an HTTP method such as "GET", not ${describe(method)}`));
+    }
+    if (typeof urlPath !== "string" || !urlPath.startsWith("/") || /[^\x21-\x7e]/.test(urlPath)) {
+      return Promise.reject(new TypeError(`compactd: request()'s path must start with "/" and be URL-encoded (no spaces or other characters to escape), not ${describe(urlPath)}`));
+    }
     const data = body === undefined ? undefined : Buffer.from(JSON.stringify(body), "utf8");
     const headers: http.OutgoingHttpHeaders = { Accept: "application/json" };
     if (data) {
@@ -177,7 +252,9 @@ export class Client {
    * settings. When a plugin fails, the answer holds the input unchanged
    * and the failure in `warnings`: messages are never lost.
    */
-  compact(messages: (Message | ResponsesItem)[], options: CompactOptions = {}): Promise<CompactResponse> {
+  async compact(messages: (Message | ResponsesItem)[], options: CompactOptions = {}): Promise<CompactResponse> {
+    if (!Array.isArray(messages)) throw new TypeError(`compactd: compact()'s messages must be an array, not ${describe(messages)}`);
+    wantObject("compact()'s options", options);
     const body: CompactRequest = { ...options, messages };
     return this.request<CompactResponse>("POST", "/v1/compact", body);
   }
@@ -190,7 +267,9 @@ export class Client {
    * request through the proxy is compacted on its way. Rejects with a
    * `not_found` APIError when the proxy holds no request of it.
    */
-  compactProxied(conversationId: string, options: CompactProxiedOptions = {}): Promise<CompactResponse> {
+  async compactProxied(conversationId: string, options: CompactProxiedOptions = {}): Promise<CompactResponse> {
+    wantString("compactProxied()'s conversationId", conversationId);
+    wantObject("compactProxied()'s options", options);
     const body: CompactRequest = { ...options, conversation_id: conversationId };
     return this.request<CompactResponse>("POST", "/v1/compact", body);
   }
@@ -201,7 +280,8 @@ export class Client {
   }
 
   /** One policy (GET /v1/policies/{name}). */
-  policy(name: string): Promise<Policy> {
+  async policy(name: string): Promise<Policy> {
+    wantString("policy()'s name", name);
     return this.request<Policy>("GET", `/v1/policies/${encodeURIComponent(name)}`);
   }
 
@@ -211,18 +291,41 @@ export class Client {
    * remembers; `name` is the policy, or the file's name. Resolves to the
    * file's state once the load is over.
    */
-  retryPolicy(name: string): Promise<Policy> {
+  async retryPolicy(name: string): Promise<Policy> {
+    wantString("retryPolicy()'s name", name);
     return this.request<Policy>("POST", `/v1/policies/${encodeURIComponent(name)}/retry`);
   }
 
-  /** Uptime, totals and the most recently seen conversations (GET /v1/status). */
-  status(limit?: number): Promise<Status> {
-    return this.request<Status>("GET", limit === undefined ? "/v1/status" : `/v1/status?limit=${limit}`);
+  /**
+   * Uptime, totals and the most recently seen conversations (GET
+   * /v1/status), searched by `options` (see StatusOptions):
+   *
+   *     await c.status({ limit: 20, tag: "nightly", q: "parser" });
+   */
+  async status(options: StatusOptions = {}): Promise<Status> {
+    return this.request<Status>("GET", "/v1/status" + statusQuery(options));
   }
 
   /** One conversation, with last_compaction: what its last compaction did. */
-  conversation(id: string): Promise<Conversation> {
+  async conversation(id: string): Promise<Conversation> {
+    wantString("conversation()'s id", id);
     return this.request<Conversation>("GET", `/v1/status?conversation_id=${encodeURIComponent(id)}`);
+  }
+
+  /**
+   * The request log, newest first (GET /v1/requests): one conversation's
+   * records with `conversation`, else every record the daemon holds;
+   * `limit` per page (the daemon's default is 50), `cursor` the previous
+   * page's `next_cursor`.
+   */
+  requests(options: { conversation?: string; limit?: number; cursor?: string } = {}): Promise<RequestsPage> {
+    const query = new URLSearchParams();
+    for (const key of ["conversation", "limit", "cursor"] as const) {
+      const value = options[key];
+      if (value !== undefined) query.set(key, String(value));
+    }
+    const qs = query.toString();
+    return this.request<RequestsPage>("GET", qs ? `/v1/requests?${qs}` : "/v1/requests");
   }
 
   /** The running config and its problems (GET /v1/config). */
@@ -235,7 +338,10 @@ export class Client {
    * null deletes a key), validated and written to the daemon's config
    * file; an invalid one changes nothing.
    */
-  updateConfig(patch: Record<string, unknown>): Promise<ConfigDocument> {
+  async updateConfig(patch: Record<string, unknown>): Promise<ConfigDocument> {
+    if (typeof patch !== "object" || patch === null || Array.isArray(patch)) {
+      throw new TypeError(`compactd: updateConfig()'s patch must be an object, not ${describe(patch)}`);
+    }
     return this.request<ConfigDocument>("PUT", "/v1/config", patch);
   }
 

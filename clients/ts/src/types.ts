@@ -97,9 +97,21 @@ export interface CompactRequest {
    */
   system?: string | unknown[];
   /**
+   * labels to find the conversation by (GET /v1/status?tag=)
+   */
+  tags?: string[];
+  /**
    * a pipeline stops once the conversation is at most this many tokens
    */
   target_tokens?: number;
+  /**
+   * the conversation's title on the status page (printable text); default the first line of its task
+   */
+  title?: string;
+  /**
+   * who the conversation is for (GET /v1/status?user=)
+   */
+  user?: string;
 }
 
 export interface CompactResponse {
@@ -148,7 +160,13 @@ export interface CompactResponse {
  */
 export interface CompactionDetail {
   at: string;
+  /**
+   * chat messages the policies returned
+   */
   messages_after: number;
+  /**
+   * chat messages the policies were given (an Anthropic request converted: each tool result a message of its own, the system prompt one)
+   */
   messages_before: number;
   pipeline: string[];
   rows: CompactionRow[];
@@ -161,6 +179,12 @@ export interface CompactionDetail {
    * previews were shortened further to bound the record
    */
   truncated?: boolean;
+  /**
+   * for a proxied compaction, the request's wire format; wire_messages_before and wire_messages_after count its messages in that format, as the conversation's `messages` does
+   */
+  wire_format?: "openai" | "anthropic" | "responses";
+  wire_messages_after?: number;
+  wire_messages_before?: number;
 }
 
 export interface CompactionRow {
@@ -273,6 +297,10 @@ export interface Config {
      */
     policy?: string;
     /**
+     * when an upstream refuses a proxied request as too long (context_length_exceeded, "prompt is too long", a 413), compact it with the proxy's pipeline, ignoring the trigger, and send it once more (default true)
+     */
+    recover_overflow?: boolean;
+    /**
      * the share of the window a compaction the proxy decides on aims at: the target_tokens handed to the policy (default 0.5; at most threshold)
      */
     target?: number;
@@ -301,6 +329,10 @@ export interface Config {
      */
     timeout?: string;
     /**
+     * false: conversations get no title derived from the first line of their task (a title sent with X-Compactd-Title or "title" is still kept); default true
+     */
+    titles?: boolean;
+    /**
      * a Redis or Valkey server the replicas of a fleet share (redis://host:port/db, rediss://, unix:///path?db=N, or several comma-separated redis:// addresses for a Cluster); GET shows its password as "xxxxx", and a PUT that sends that value back keeps the running password (another URL with the redacted password is refused). Empty: the embedded bbolt store
      */
     url?: string;
@@ -327,6 +359,31 @@ export interface Config {
    * the LLM provider block (docs/configuration.md, "The LLM provider")
    */
   llm?: Record<string, unknown> | null;
+  /**
+   * the request log (GET /v1/requests) and its JSON-lines access file
+   */
+  log?: {
+    /**
+     * a file that gets every record as a JSON line (empty: none); read when the daemon starts
+     */
+    access_file?: string;
+    /**
+     * rotated files kept (default 3)
+     */
+    access_keep?: number;
+    /**
+     * the access file is rotated (renamed to FILE.1, FILE.1 to FILE.2, ...) when a record would take it past this size (default 100 MiB)
+     */
+    access_max_bytes?: number;
+    /**
+     * records held in memory (default 10000)
+     */
+    requests?: number;
+    /**
+     * one conversation's records, in memory and in the state store (default 500)
+     */
+    requests_per_conversation?: number;
+  };
   pipeline?: string[];
   /**
    * each policy's config, checked against its plugin's `config_schema` (integers within 64 bits)
@@ -383,7 +440,7 @@ export interface Conversation {
   id: string;
   last_seen: string;
   /**
-   * messages in the last request
+   * messages in the last request, as its client sent them: for a proxied conversation, in its `provider`'s format (Anthropic messages, Responses items); for /v1/compact, chat messages (after converting `format`)
    */
   messages: number;
   /**
@@ -418,13 +475,33 @@ export interface Conversation {
   last_usage?: Usage;
   model?: string;
   /**
+   * the most tokens the conversation reached: in a request before compaction, or in a response's usage (input + output)
+   */
+  peak_tokens?: number;
+  /**
    * the wire format of a conversation that came through the proxy (`responses`: the OpenAI Responses API)
    */
   provider?: "openai" | "anthropic" | "responses";
   /**
+   * the proxy's compactions after the upstream refused a request as too long (overflow recovery, each retried once; absent: none)
+   */
+  recoveries?: number;
+  /**
    * the daemon that served the last request, when the replicas of a fleet share a store (state.url)
    */
   replica?: string;
+  /**
+   * X-Compactd-Tags (comma-separated) or /v1/compact's `tags`, as last sent
+   */
+  tags?: string[];
+  /**
+   * X-Compactd-Title (or /v1/compact's `title`), else the first line of the conversation's task (its first user message), cut to about 80 characters; no other prompt text is kept (state.titles: false turns the derived title off)
+   */
+  title?: string;
+  /**
+   * X-Compactd-User or /v1/compact's `user`, as last sent
+   */
+  user?: string;
 }
 
 /**
@@ -500,11 +577,12 @@ export interface FilePart {
   [key: string]: unknown;
 }
 
+/**
+ * On the Unix socket, and on the TCP listener with the token, every
+ * field; on the TCP listener without a token, `status` alone (for
+ * uptime checks: nothing else about the daemon is told).
+ */
 export interface Health {
-  /**
-   * policies serving
-   */
-  policies: number;
   /**
    * "starting" while the plugin files are tried for the first time (policies serve as they load); "degraded" while no policy is loaded, or a policy of the default pipeline cannot load, or the shared state store (state.url) cannot be reached (see problems and store): the daemon is up (still 200)
    */
@@ -513,6 +591,10 @@ export interface Health {
    * plugin files being loaded; absent when none
    */
   loading?: number;
+  /**
+   * policies serving
+   */
+  policies?: number;
   /**
    * what makes the daemon degraded, and how to clear it (e.g. `compactd plugins retry ledger`)
    */
@@ -662,6 +744,23 @@ export interface MessagePreview {
    * the names of the functions called
    */
   tool_calls?: string[];
+}
+
+/**
+ * what the listed requests cost at the models.dev catalog's prices, and what sending everything (nothing compacted away, as uncached input) would have cost
+ */
+export interface Money {
+  full_usd: number;
+  paid_usd: number;
+  /**
+   * requests with usage and a catalog price
+   */
+  priced: number;
+  /**
+   * requests with usage whose model the catalog does not price
+   */
+  unpriced: number;
+  unpriced_models?: string[];
 }
 
 /**
@@ -859,6 +958,96 @@ export interface RefusalPart {
   refusal: string;
   type: "refusal";
   [key: string]: unknown;
+}
+
+export interface RequestRecord {
+  /**
+   * compactd's own time: reading, counting, compacting
+   */
+  compactd_ms: number;
+  compacted: boolean;
+  /**
+   * unique in a fleet: the daemon's instance and a sequence
+   */
+  id: string;
+  /**
+   * a proxied provider request, or POST /v1/compact
+   */
+  kind: "proxy" | "compact";
+  /**
+   * when the request arrived
+   */
+  time: string;
+  context_window?: number;
+  conversation_id?: string;
+  /**
+   * the usage at the catalog's price (absent for an unpriced model)
+   */
+  cost_usd?: number;
+  /**
+   * from sending the request upstream to its answer's headers
+   */
+  first_byte_ms?: number;
+  /**
+   * wire format: openai, anthropic or responses
+   */
+  format?: string;
+  /**
+   * the same with the tokens compaction removed sent as uncached input
+   */
+  full_cost_usd?: number;
+  model?: string;
+  /**
+   * why the request went on as it came: below_threshold, no_policy, policy_kept, failed, error (compactd answered with an error), or a pass-through reason (path, unreadable, unsupported, previous_response_id, too_large)
+   */
+  not_compacted?: string;
+  /**
+   * the policies a compaction ran
+   */
+  pipeline?: string[];
+  /**
+   * why a compaction ran
+   */
+  reason?: string;
+  /**
+   * the answer's HTTP status: the upstream's when upstream is true, else compactd's own
+   */
+  status?: number;
+  /**
+   * the tokens sent on (compactd's count)
+   */
+  tokens_after?: number;
+  tokens_before?: number;
+  upstream?: boolean;
+  /**
+   * from sending the request upstream to the end of its answer
+   */
+  upstream_ms?: number;
+  /**
+   * the upstream's usage, when its answer reported one
+   */
+  usage?: {
+    /**
+     * cached ones included
+     */
+    input_tokens: number;
+    output_tokens: number;
+    cached_tokens?: number;
+  };
+  warnings?: string[];
+}
+
+export interface RequestsPage {
+  money: Money;
+  requests: RequestRecord[];
+  /**
+   * set when older records remain: pass it as cursor
+   */
+  next_cursor?: string;
+  /**
+   * the state store could not be read: this daemon's records only
+   */
+  warning?: string;
 }
 
 /**

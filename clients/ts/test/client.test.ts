@@ -217,7 +217,7 @@ describe("status and config", () => {
 
   test("status and the last compaction", async () => {
     await client.compact(chat(4), { policy: "lastn", config: { n: 2, step: 1 }, conversation_id: "ts status/é", model: "gpt-4o" });
-    const st = await client.status(50);
+    const st = await client.status({ limit: 50 });
     assert.ok(st.conversations.some((c) => c.id === "ts status/é"));
     assert.ok(st.policies.serving >= 3 && st.uptime_seconds > 0);
     const c = await client.conversation("ts status/é");
@@ -227,9 +227,74 @@ describe("status and config", () => {
     const d = c.last_compaction as CompactionDetail;
     assert.deepEqual(d.rows.map((r) => r.kind), ["kept", "kept", "dropped", "kept", "kept"]);
     assert.equal(d.rows.at(-1)?.before?.[0]?.text, "last question");
-    assert.equal((await client.status(1)).conversations.length, 1);
+    assert.equal((await client.status({ limit: 1 })).conversations.length, 1);
     await rejectsWith(client.conversation("no-such-conversation"), "not_found", 404);
-    await rejectsWith(client.status(0), "bad_request", 400);
+    await rejectsWith(client.status({ limit: 0 }), "bad_request", 400);
+  });
+
+  test("titles, tags and users, and the search", async () => {
+    const task: Message[] = [{ role: "user", content: "Fix the flaky parser test\nIt fails on CI." }, ...chat(3).slice(1)];
+    await client.compact(task, { policy: "lastn", config: { n: 2, step: 1 }, conversation_id: "ts labels 1", tags: ["ts-night", "ci"], user: "ana é" });
+    await client.compact(chat(2), { policy: "lastn", config: { n: 2, step: 1 }, conversation_id: "ts labels 2", title: "Release notes & more", tags: ["ts-night"] });
+    const c = await client.conversation("ts labels 1");
+    assert.equal(c.title, "Fix the flaky parser test"); // the task's first line
+    assert.deepEqual(c.tags, ["ts-night", "ci"]);
+    assert.equal(c.user, "ana é");
+    assert.ok((c.peak_tokens ?? 0) >= c.tokens);
+    const ids = async (o: Parameters<Client["status"]>[0]) => (await client.status(o)).conversations.map((x) => x.id).sort();
+    assert.deepEqual(await ids({ tag: "ts-night" }), ["ts labels 1", "ts labels 2"]);
+    assert.deepEqual(await ids({ tag: ["ts-night", "ci"] }), ["ts labels 1"]);
+    assert.deepEqual(await ids({ user: "ana é", limit: 5 }), ["ts labels 1"]);
+    assert.deepEqual(await ids({ q: "notes & MORE" }), ["ts labels 2"]); // characters a URL must escape
+    assert.deepEqual(await ids({ q: "no such text anywhere" }), []);
+  });
+
+  test("a wrong argument is a TypeError, before any request", async () => {
+    const bad: [string, () => Promise<unknown>][] = [
+      ["status(5)", () => client.status(5 as never)],
+      ["status('a b')", () => client.status("a b" as never)],
+      ["status({limit: '2'})", () => client.status({ limit: "2" as never })],
+      ["status({limit: 1.5})", () => client.status({ limit: 1.5 })],
+      ["status({tag: 3})", () => client.status({ tag: 3 as never })],
+      ["status({tags: ...})", () => client.status({ tags: ["x"] } as never)],
+      ["conversation(undefined)", () => client.conversation(undefined as never)],
+      ["conversation(5)", () => client.conversation(5 as never)],
+      ["policy('')", () => client.policy("")],
+      ["retryPolicy(null)", () => client.retryPolicy(null as never)],
+      ["compact('hi')", () => client.compact("hi" as never)],
+      ["compact([], 'sliding')", () => client.compact([], "sliding" as never)],
+      ["compactProxied(1)", () => client.compactProxied(1 as never)],
+      ["updateConfig([])", () => client.updateConfig([] as never)],
+      ["request('GET', '/v1/status?q=a b')", () => client.request("GET", "/v1/status?q=a b")],
+      ["request('GET', 'v1/status')", () => client.request("GET", "v1/status")],
+    ];
+    for (const [name, call] of bad) {
+      await assert.rejects(call, (e: unknown) => {
+        assert.ok(e instanceof TypeError, `${name}: ${String(e)}`);
+        assert.ok(e.message.startsWith("compactd: "), `${name}: ${e.message}`);
+        assert.ok(!("code" in e), `${name}: node's error ${String((e as { code?: string }).code)}`);
+        return true;
+      }, name);
+    }
+  });
+
+  test("requests", async () => {
+    const conv = `ts requests/é ${Date.now()}-${Math.random()}`; // unique: the daemon may outlive one run
+    for (const turn of [3, 4, 5]) {
+      await client.compact(chat(turn), { policy: "lastn", config: { n: 2, step: 1 }, conversation_id: conv, model: "gpt-4o" });
+    }
+    const page = await client.requests({ conversation: conv, limit: 2 });
+    assert.equal(page.requests.length, 2);
+    assert.ok(page.next_cursor);
+    const first = page.requests[0]!;
+    assert.ok(first.kind === "compact" && first.compacted && first.conversation_id === conv);
+    assert.deepEqual(first.pipeline, ["lastn"]);
+    const rest = await client.requests({ conversation: conv, limit: 2, cursor: page.next_cursor });
+    assert.equal(rest.requests.length, 1);
+    assert.equal(rest.next_cursor, undefined);
+    assert.equal(rest.money.priced, 0); // /v1/compact has no upstream usage
+    assert.ok((await client.requests()).requests.length >= 3);
+    await rejectsWith(client.requests({ cursor: "not-a-cursor" }), "bad_request", 400);
   });
 
   test("config", async () => {

@@ -18,7 +18,17 @@ const (
 	fRequests, fCompactions, fFailures, fSaved    = "requests", "compactions", "failures", "tokens_saved"
 	fFirst, fLast, fLastCompacted, fProvider      = "first_seen", "last_seen", "last_compacted", "provider"
 	fNeeds, fUsage, fReplica                      = "needs_compaction", "last_usage", "replica"
+	fTitle, fTags, fUser, fPeak                   = "title", "tags", "user", "peak_tokens"
+	fRecoveries                                   = "recoveries"
 )
+
+// setMax sets a hash field to ARGV[2] if that is more than its value
+// (the peak of a conversation's tokens, over replicas).
+const setMax = `
+local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0') or 0
+if tonumber(ARGV[2]) > cur then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+return 1
+`
 
 // Observe implements store.Backend: one pipelined round trip that adds to
 // the conversation's counters (so replicas add up), sets its last
@@ -43,6 +53,15 @@ func (s *Store) Observe(o store.Observation) {
 	if o.Provider != "" {
 		fields = append(fields, fProvider, o.Provider)
 	}
+	if o.Title != "" {
+		fields = append(fields, fTitle, o.Title)
+	}
+	if len(o.Tags) > 0 {
+		fields = append(fields, fTags, mustJSON(o.Tags))
+	}
+	if o.User != "" {
+		fields = append(fields, fUser, o.User)
+	}
 	var isNew *redis.BoolCmd
 	var count *redis.IntCmd
 	_ = s.write(context.Background(), "status", func(ctx context.Context) error {
@@ -50,11 +69,18 @@ func (s *Store) Observe(o store.Observation) {
 			isNew = p.HSetNX(ctx, key, fFirst, now.UnixNano())
 			p.HSet(ctx, key, fields...)
 			p.HIncrBy(ctx, key, fRequests, 1)
+			if o.Title == "" && o.DerivedTitle != "" {
+				p.HSetNX(ctx, key, fTitle, o.DerivedTitle)
+			}
+			p.Eval(ctx, setMax, []string{key}, fPeak, o.TokensBefore)
 			if o.Compacted {
 				p.HIncrBy(ctx, key, fCompactions, 1)
 			}
 			if o.Failed {
 				p.HIncrBy(ctx, key, fFailures, 1)
+			}
+			if o.Recovery {
+				p.HIncrBy(ctx, key, fRecoveries, 1)
 			}
 			if saved := o.TokensBefore - o.TokensAfter; saved > 0 {
 				p.HIncrBy(ctx, key, fSaved, int64(saved))
@@ -82,6 +108,15 @@ redis.call('HSET', KEYS[1], unpack(ARGV))
 return 1
 `)
 
+// recordUsage is setIfTracked that also raises the peak to ARGV[1].
+var recordUsage = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local cur = tonumber(redis.call('HGET', KEYS[1], 'peak_tokens') or '0') or 0
+if tonumber(ARGV[1]) > cur then redis.call('HSET', KEYS[1], 'peak_tokens', ARGV[1]) end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+return 1
+`)
+
 // RecordUsage implements store.Backend (see store.Store.RecordUsage).
 func (s *Store) RecordUsage(id string, u store.Usage, window int, threshold float64, triggerTokens int) (ratio float64, needs bool) {
 	if u.At.IsZero() {
@@ -91,12 +126,12 @@ func (s *Store) RecordUsage(id string, u store.Usage, window int, threshold floa
 		ratio = float64(u.Total()) / float64(window)
 	}
 	needs = window > 0 && threshold > 0 && ratio >= threshold || triggerTokens > 0 && u.Total() >= triggerTokens
-	args := []any{fUsage, mustJSON(u), fRatio, ratio, fNeeds, boolInt(needs)}
+	args := []any{u.Total(), fUsage, mustJSON(u), fRatio, ratio, fNeeds, boolInt(needs)}
 	if window > 0 {
 		args = append(args, fWindow, window)
 	}
 	_ = s.write(context.Background(), "usage", func(ctx context.Context) error {
-		return setIfTracked.Run(ctx, s.rdb, []string{s.convKey(id, "st")}, args...).Err()
+		return recordUsage.Run(ctx, s.rdb, []string{s.convKey(id, "st")}, args...).Err()
 	})
 	return ratio, needs
 }
@@ -204,8 +239,12 @@ func decodeConversation(id string, m map[string]string) store.Conversation {
 		ID: id, Model: m[fModel], Messages: i(fMessages), Tokens: i(fTokens),
 		MessagesAfter: i(fMessagesAfter), TokensAfter: i(fTokensAfter), ContextWindow: i(fWindow),
 		Requests: i64(fRequests), Compactions: i64(fCompactions), Failures: i64(fFailures), TokensSaved: i64(fSaved),
-		FirstSeen: t(fFirst), LastSeen: t(fLast), LastCompacted: t(fLastCompacted),
+		Recoveries: i64(fRecoveries), FirstSeen: t(fFirst), LastSeen: t(fLast), LastCompacted: t(fLastCompacted),
 		Provider: m[fProvider], NeedsCompaction: m[fNeeds] == "1", Replica: m[fReplica],
+		Title: m[fTitle], User: m[fUser], PeakTokens: i(fPeak),
+	}
+	if t := m[fTags]; t != "" {
+		_ = json.Unmarshal([]byte(t), &c.Tags) // an unreadable list shows none
 	}
 	c.UsageRatio, _ = strconv.ParseFloat(m[fRatio], 64)
 	if err := json.Unmarshal([]byte(m[fPipeline]), &c.Pipeline); err != nil || c.Pipeline == nil {

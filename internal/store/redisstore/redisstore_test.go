@@ -431,3 +431,27 @@ func hasConversation(cs []store.Conversation, id string) bool {
 	}
 	return false
 }
+
+// TestLabelsAndPeak: titles, tags and users are shared by a fleet, and
+// the peak is the most tokens any replica saw.
+func TestLabelsAndPeak(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a := open(t, srv.URL(), redisstore.Options{Replica: "a"})
+	b := open(t, srv.URL(), redisstore.Options{Replica: "b"})
+	a.Observe(store.Observation{ConversationID: "c", TokensBefore: 900, TokensAfter: 200, Compacted: true, Title: "Fix the parser", Tags: []string{"ci", "night"}, User: "ana"})
+	b.RecordUsage("c", store.Usage{InputTokens: 1000, OutputTokens: 200}, 4000, 0.9, 0)
+	b.Observe(store.Observation{ConversationID: "c", TokensBefore: 1100, TokensAfter: 1100, DerivedTitle: "the task's first line"})
+	b.Observe(store.Observation{ConversationID: "d", DerivedTitle: "Derived"})
+	if d, _ := a.Conversation("d"); d.Title != "Derived" {
+		t.Fatalf("a derived title on a conversation without one: %+v", d)
+	}
+	c, ok := a.Conversation("c")
+	if !ok || c.Title != "Fix the parser" || fmt.Sprint(c.Tags) != "[ci night]" || c.User != "ana" || c.PeakTokens != 1200 {
+		t.Fatalf("fleet labels: %+v", c)
+	}
+	a.Observe(store.Observation{ConversationID: "c", TokensBefore: 1300, TokensAfter: 300, Title: "Renamed", Tags: []string{"x"}})
+	if l := b.Conversations(0); len(l) != 2 || l[0].Title != "Renamed" || fmt.Sprint(l[0].Tags) != "[x]" || l[0].PeakTokens != 1300 {
+		t.Fatalf("list: %+v", l)
+	}
+}

@@ -1,0 +1,331 @@
+package requestlog
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/compactd/compactd/internal/store"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Defaults of Options.
+const (
+	DefaultMax             = 10_000
+	DefaultPerConversation = 500
+	// storeQueue is how many records may wait for the store; past it a
+	// record is kept in memory and the file only (counted in Stats).
+	storeQueue = 1024
+)
+
+// BucketName is the state store bucket the records are copied into.
+const BucketName = "requests"
+
+// Options configure a Log.
+type Options struct {
+	// Max bounds the records held in memory; PerConversation bounds one
+	// conversation's, in memory and in the store.
+	Max, PerConversation int
+	// Store, if set, receives each conversation's latest records (a
+	// bucket of at most MaxConversations conversations, expiring after
+	// TTL like the rest of the store).
+	Store            store.Backend
+	MaxConversations int
+	TTL              time.Duration
+	// File, if set, gets every record as a JSON line.
+	File   *File
+	Logger hclog.Logger
+}
+
+// Log is the request log. It is safe for concurrent use.
+type Log struct {
+	opts     Options
+	instance string
+	seq      atomic.Uint64
+	logger   hclog.Logger
+
+	mu    sync.Mutex
+	convs map[string][]entry
+	fifo  []slot // one per record added, oldest first (some already dropped)
+	total int
+
+	kv       store.KV
+	qmu      sync.RWMutex // held to send on queue; Close takes it to close queue
+	queue    chan queued
+	done     chan struct{}
+	dropped  atomic.Uint64
+	failures atomic.Uint64
+}
+
+// queued is a record for the store writer, or (ack set) a Flush marker.
+type queued struct {
+	rec Record
+	ack chan struct{}
+}
+
+type entry struct {
+	seq uint64
+	rec Record
+}
+
+type slot struct {
+	conv string
+	seq  uint64
+}
+
+// New returns a Log; Close stops its store writer and closes its file.
+func New(opts Options) (*Log, error) {
+	if opts.Max <= 0 {
+		opts.Max = DefaultMax
+	}
+	if opts.PerConversation <= 0 {
+		opts.PerConversation = DefaultPerConversation
+	}
+	var b [4]byte
+	rand.Read(b[:])
+	l := &Log{opts: opts, instance: hex.EncodeToString(b[:]), logger: opts.Logger, convs: map[string][]entry{}}
+	if l.logger == nil {
+		l.logger = hclog.NewNullLogger()
+	}
+	if opts.Store != nil {
+		kv, err := opts.Store.OpenBucket(BucketName, store.BucketOptions{MaxEntries: opts.MaxConversations, TTL: opts.TTL})
+		if err != nil {
+			return nil, fmt.Errorf("request log: opening the store bucket: %w", err)
+		}
+		l.kv, l.queue, l.done = kv, make(chan queued, storeQueue), make(chan struct{})
+		go l.writeStore(l.queue)
+	}
+	return l, nil
+}
+
+// Add records r: it gets its ID, and its Time if unset.
+func (l *Log) Add(r Record) {
+	seq := l.seq.Add(1)
+	r.ID = l.instance + "-" + strconv.FormatUint(seq, 10)
+	if r.Time.IsZero() {
+		r.Time = time.Now()
+	}
+	l.mu.Lock()
+	conv := r.ConversationID
+	list := append(l.convs[conv], entry{seq, r})
+	l.total++
+	if len(list) > l.opts.PerConversation {
+		list = slices.Delete(list, 0, len(list)-l.opts.PerConversation)
+		l.total--
+	}
+	l.convs[conv] = list
+	l.fifo = append(l.fifo, slot{conv, seq})
+	for l.total > l.opts.Max && len(l.fifo) > 0 {
+		s := l.fifo[0]
+		l.fifo = l.fifo[1:]
+		if cl := l.convs[s.conv]; len(cl) > 0 && cl[0].seq == s.seq {
+			l.drop(s.conv, cl)
+		}
+	}
+	if len(l.fifo) > 2*l.opts.Max+64 {
+		l.fifo = slices.DeleteFunc(l.fifo, func(s slot) bool {
+			cl := l.convs[s.conv]
+			return len(cl) == 0 || s.seq < cl[0].seq
+		})
+	}
+	l.mu.Unlock()
+
+	if l.opts.File != nil {
+		if err := l.opts.File.Write(&r); err != nil {
+			l.failures.Add(1)
+			l.logger.Warn("request log: writing the access file", "error", err)
+		}
+	}
+	if conv != "" {
+		l.qmu.RLock()
+		if l.queue != nil {
+			select {
+			case l.queue <- queued{rec: r}:
+			default:
+				l.dropped.Add(1)
+			}
+		}
+		l.qmu.RUnlock()
+	}
+}
+
+// drop removes the oldest of a conversation's records (l.mu held).
+func (l *Log) drop(conv string, cl []entry) {
+	cl[0] = entry{}
+	if len(cl) == 1 {
+		delete(l.convs, conv)
+	} else {
+		l.convs[conv] = cl[1:]
+	}
+	l.total--
+}
+
+func (l *Log) writeStore(queue <-chan queued) {
+	defer close(l.done)
+	for q := range queue {
+		if q.ack != nil {
+			close(q.ack)
+			continue
+		}
+		r := q.rec
+		if err := l.appendStore(r); err != nil {
+			l.failures.Add(1)
+			l.logger.Warn("request log: writing to the store", "conversation", r.ConversationID, "error", err)
+		}
+	}
+}
+
+// appendStore adds r to its conversation's list in the store. Two
+// replicas appending to one conversation at once may lose one record
+// there (each keeps it in memory and its file).
+func (l *Log) appendStore(r Record) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	key := []byte(r.ConversationID)
+	var list []Record
+	if b, err := l.kv.Get(ctx, key); err != nil {
+		return err
+	} else if b != nil {
+		if err := json.Unmarshal(b, &list); err != nil {
+			list = nil // unreadable: start over
+		}
+	}
+	list = append(list, r)
+	if len(list) > l.opts.PerConversation {
+		list = list[len(list)-l.opts.PerConversation:]
+	}
+	b, err := json.Marshal(list)
+	if err != nil {
+		return err
+	}
+	return l.kv.Put(ctx, key, b)
+}
+
+// Page is one page of a listing, newest first; NextCursor is set when
+// there are older records.
+type Page struct {
+	Requests   []Record `json:"requests"`
+	NextCursor string   `json:"next_cursor,omitempty"`
+	// Warning says the store could not be read: the page holds this
+	// daemon's records only.
+	Warning string `json:"warning,omitempty"`
+}
+
+// List returns up to limit records older than cursor, newest first: one
+// conversation's (this daemon's and, with a store, every replica's), or
+// with conversation "" every record this daemon holds. The only error is
+// a cursor no listing returned; a store that cannot be read leaves the
+// page with this daemon's records and a Warning.
+func (l *Log) List(ctx context.Context, conversation string, limit int, cursor string) (Page, error) {
+	c, err := ParseCursor(cursor)
+	if err != nil {
+		return Page{}, err
+	}
+	var recs []Record
+	l.mu.Lock()
+	if conversation != "" {
+		for _, e := range l.convs[conversation] {
+			recs = append(recs, e.rec)
+		}
+	} else {
+		for _, cl := range l.convs {
+			for _, e := range cl {
+				recs = append(recs, e.rec)
+			}
+		}
+	}
+	l.mu.Unlock()
+	var p Page
+	if conversation != "" && l.kv != nil {
+		b, err := l.kv.Get(ctx, []byte(conversation))
+		if err != nil {
+			p.Warning = fmt.Sprintf("the state store could not be read (%v): this daemon's records only", err)
+		}
+		var stored []Record
+		if b != nil && json.Unmarshal(b, &stored) == nil {
+			seen := make(map[string]bool, len(recs))
+			for _, r := range recs {
+				seen[r.ID] = true
+			}
+			for _, r := range stored {
+				if !seen[r.ID] {
+					recs = append(recs, r)
+				}
+			}
+		}
+	}
+	slices.SortFunc(recs, func(a, b Record) int {
+		if newer(&a, &b) {
+			return -1
+		}
+		return 1
+	})
+	if conversation != "" && len(recs) > l.opts.PerConversation {
+		recs = recs[:l.opts.PerConversation] // memory and store together: still the newest PerConversation
+	}
+	recs = slices.DeleteFunc(recs, func(r Record) bool { return !c.past(&r) })
+	if len(recs) > limit {
+		recs = recs[:limit]
+		p.NextCursor = CursorOf(&recs[limit-1])
+	}
+	p.Requests = recs
+	if p.Requests == nil {
+		p.Requests = []Record{}
+	}
+	return p, nil
+}
+
+// Stats are the log's counters.
+type Stats struct {
+	Held int `json:"held"`
+	// StoreDropped counts records not copied to the store because its
+	// writer was behind; Failures writes to the store or file that failed.
+	StoreDropped uint64 `json:"store_dropped"`
+	Failures     uint64 `json:"failures"`
+}
+
+// Stats returns the log's counters.
+func (l *Log) Stats() Stats {
+	l.mu.Lock()
+	n := l.total
+	l.mu.Unlock()
+	return Stats{Held: n, StoreDropped: l.dropped.Load(), Failures: l.failures.Load()}
+}
+
+// Flush waits until the records added so far are in the store (tests, and
+// Close).
+func (l *Log) Flush() {
+	l.qmu.RLock()
+	q := l.queue
+	ack := make(chan struct{})
+	if q != nil {
+		q <- queued{ack: ack}
+	}
+	l.qmu.RUnlock()
+	if q != nil {
+		<-ack
+	}
+}
+
+// Close writes what is queued to the store and closes the file.
+func (l *Log) Close() error {
+	l.qmu.Lock()
+	q := l.queue
+	l.queue = nil
+	l.qmu.Unlock()
+	if q != nil {
+		close(q)
+		<-l.done
+	}
+	if l.opts.File != nil {
+		return l.opts.File.Close()
+	}
+	return nil
+}

@@ -1,0 +1,70 @@
+package server
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/compactd/compactd/internal/proxy"
+)
+
+// BenchmarkRequestLogCost proxies the tau 12 KB conversation (JSON, not
+// compacted) with the request log on (memory, the bbolt store's copy and
+// an access file) and off, alternating request by request in one run, so
+// a shared machine's noise falls on both alike. It reports each p50 and
+// their ratio.
+func BenchmarkRequestLogCost(b *testing.B) {
+	up := benchUpstream()
+	defer up.Close()
+	td := setup(b, "", pluginSliding)
+	tokenFile := filepath.Join(td.dir, "token")
+	os.WriteFile(tokenFile, []byte(proxyToken), 0o600)
+	access := filepath.Join(b.TempDir(), "access.jsonl")
+	os.WriteFile(td.config, []byte(fmt.Sprintf("policy: sliding\ntcp: {listen: '127.0.0.1:0', token_file: %s}\nproxy: {openai: {upstream: '%s/v1'}}\nlog: {access_file: %s}\n", tokenFile, up.URL, access)), 0o600)
+	td.start(b)
+	msgs := tauConversation(b, 12000)
+	body := openAIBody(msgs, "")
+	url := "http://" + td.TCPAddr() + proxy.RouteOpenAI
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	send := func() time.Duration {
+		req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer sk-bench")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(proxy.HeaderToken, proxyToken)
+		req.Header.Set(proxy.HeaderConversation, "bench-log")
+		start := time.Now()
+		resp, err := hc.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("%d", resp.StatusCode)
+		}
+		return time.Since(start)
+	}
+	p := td.proxy
+	on, off := td.server.logRequest, p.SetRequestLog
+	send() // warm
+	var with, without []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p.SetRequestLog(on)
+		with = append(with, send())
+		off(nil)
+		without = append(without, send())
+	}
+	b.StopTimer()
+	p.SetRequestLog(on)
+	pw, po := p50(with), p50(without)
+	b.ReportMetric(float64(pw.Microseconds()), "log-p50-µs")
+	b.ReportMetric(float64(po.Microseconds()), "nolog-p50-µs")
+	b.ReportMetric(float64(pw-po)/1000, "added-p50-µs")
+	b.ReportMetric(float64(pw)/float64(po), "ratio")
+}
