@@ -38,6 +38,28 @@ type Proxy struct {
 	// TriggerTokens, if > 0, also triggers a compaction at this many
 	// tokens, whatever the window (for models whose window is unknown).
 	TriggerTokens int `yaml:"trigger_tokens,omitempty" json:"trigger_tokens,omitempty"`
+	// PrepareThreshold, if > 0, is the usage ratio (pre-flight count /
+	// context window, below Threshold) at which a conversation's
+	// compaction is prepared in the background, off the request path, so
+	// that the request reaching the trigger uses it at once (0, the
+	// default: off; docs/proxy.md, "Background preparation").
+	PrepareThreshold float64 `yaml:"prepare_threshold,omitempty" json:"prepare_threshold,omitempty"`
+	// PrepareWait bounds how long a request reaching the trigger waits for
+	// its conversation's preparation still running (default 0: it does
+	// not wait).
+	PrepareWait Duration `yaml:"prepare_wait,omitempty" json:"prepare_wait,omitempty"`
+	// PrepareMiss is what a request reaching the trigger does when its
+	// preparation is not ready after PrepareWait: "compact" (default)
+	// compacts it synchronously, as without preparation; "forward"
+	// forwards it uncompacted and the next request uses the prepared
+	// result.
+	PrepareMiss string `yaml:"prepare_miss,omitempty" json:"prepare_miss,omitempty"`
+	// PrepareWorkers is how many preparations run at once (default 2;
+	// read at start).
+	PrepareWorkers int `yaml:"prepare_workers,omitempty" json:"prepare_workers,omitempty"`
+	// PrepareQueue bounds the preparations waiting for a worker (default
+	// 64); past it a preparation is dropped, and counted.
+	PrepareQueue int `yaml:"prepare_queue,omitempty" json:"prepare_queue,omitempty"`
 	// ContextWindow overrides the model's context window for every
 	// proxied request (0: the model's, from the model table).
 	ContextWindow int `yaml:"context_window,omitempty" json:"context_window,omitempty"`
@@ -105,6 +127,17 @@ const (
 	DefaultProxyReadTimeout    = 5 * time.Minute
 	DefaultProxyMaxEventBytes  = 16 << 20
 	DefaultProxyMaxStoredBytes = 64 << 20
+	DefaultPrepareWorkers      = 2
+	DefaultPrepareQueue        = 64
+	// MaxPrepareWorkers, MaxPrepareQueue and MaxPrepareWait bound the
+	// background preparation's settings.
+	MaxPrepareWorkers = 64
+	MaxPrepareQueue   = 100_000
+	MaxPrepareWait    = 10 * time.Minute
+	// PrepareMissCompact and PrepareMissForward are proxy.prepare_miss's
+	// values.
+	PrepareMissCompact = "compact"
+	PrepareMissForward = "forward"
 	// MaxProxyContextWindow bounds proxy.context_window.
 	MaxProxyContextWindow = 100_000_000
 )
@@ -137,6 +170,15 @@ func (p Proxy) withDefaults(getenv func(string) string) Proxy {
 	}
 	if p.MaxStoredBytes == 0 {
 		p.MaxStoredBytes = DefaultProxyMaxStoredBytes
+	}
+	if p.PrepareMiss == "" {
+		p.PrepareMiss = PrepareMissCompact
+	}
+	if p.PrepareWorkers == 0 {
+		p.PrepareWorkers = DefaultPrepareWorkers
+	}
+	if p.PrepareQueue == 0 {
+		p.PrepareQueue = DefaultPrepareQueue
 	}
 	if p.AllowUpstreamChange == nil {
 		allow := true
@@ -192,6 +234,14 @@ func (p *Proxy) Validate() error {
 		if err := CheckUpstream(u.value); err != nil {
 			return fmt.Errorf("%s (or $%s): %v", u.key, u.env, err)
 		}
+	}
+	if t, at := p.PrepareThreshold, p.Threshold; t > 0 && at > 0 && t >= at {
+		return fmt.Errorf("proxy.prepare_threshold (%g) must be below proxy.threshold (%g): preparation runs ahead of the trigger", t, at)
+	}
+	switch p.PrepareMiss {
+	case "", PrepareMissCompact, PrepareMissForward:
+	default:
+		return fmt.Errorf("proxy.prepare_miss: %q is not %q or %q", p.PrepareMiss, PrepareMissCompact, PrepareMissForward)
 	}
 	if p.Policy != "" && len(p.Pipeline) > 0 {
 		return fmt.Errorf("proxy.policy and proxy.pipeline are exclusive: set one")

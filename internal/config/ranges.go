@@ -173,7 +173,13 @@ func (p *Proxy) checkRanges() error {
 	if t := p.Target; t != 0 && !(t > 0 && t <= 1) {
 		return &RangeError{Key: "proxy.target", Value: strconv.FormatFloat(t, 'g', -1, 64), Allowed: "a ratio above 0 and at most 1 (lowered to proxy.threshold when above it)"}
 	}
+	if t := p.PrepareThreshold; t != 0 && !(t > 0 && t < 1) {
+		return &RangeError{Key: "proxy.prepare_threshold", Value: strconv.FormatFloat(t, 'g', -1, 64), Allowed: "a ratio above 0 and below proxy.threshold (0: off)"}
+	}
 	for _, err := range []error{
+		durationRange("proxy.prepare_wait", p.PrepareWait, 0, MaxPrepareWait),
+		intRange("proxy.prepare_workers", p.PrepareWorkers, 1, MaxPrepareWorkers),
+		intRange("proxy.prepare_queue", p.PrepareQueue, 1, MaxPrepareQueue),
 		intRange("proxy.trigger_tokens", p.TriggerTokens, 1, abi.MaxTokenCount),
 		intRange("proxy.context_window", p.ContextWindow, 1, MaxProxyContextWindow),
 		durationRange("proxy.timeout", p.Timeout, MinProxyTimeout, MaxProxyTimeout),

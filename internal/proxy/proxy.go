@@ -142,6 +142,7 @@ type Proxy struct {
 	transport http.RoundTripper
 	faults    faults
 	passed    passthroughs
+	prep      *preparer
 	rec       recoveries
 }
 
@@ -167,6 +168,7 @@ func New(opts Options) *Proxy {
 		}
 	}
 	p.mem = newMemory(opts.Config.Current().Proxy.MaxStoredBytes)
+	p.prep = newPreparer(opts.Config.Current().Proxy.PrepareWorkers)
 	return p
 }
 
@@ -200,8 +202,10 @@ func (p *Proxy) observe(c *Compaction) {
 // a reload or update).
 func (p *Proxy) ConfigChanged(c *config.Config) { p.mem.setLimit(c.Proxy.MaxStoredBytes) }
 
-// Close releases idle upstream connections.
+// Close cancels the background preparations, waits for them to end, and
+// releases idle upstream connections.
 func (p *Proxy) Close() {
+	p.prep.close()
 	if t, ok := p.transport.(interface{ CloseIdleConnections() }); ok {
 		t.CloseIdleConnections()
 	}
@@ -311,12 +315,15 @@ type exchange struct {
 	warnings []string
 	// forwarded is compactd's count of the prompt sent upstream, to
 	// calibrate the next pre-flight count against the provider's usage.
-	forwarded  int
-	compacted  bool
-	addedUsage bool
-	tracked    bool        // the conversation is in the store and gets the usage
-	compaction *Compaction // the compaction run on the request, if any
-	labels     convlabel.Labels
+	forwarded int
+	compacted bool
+	// fromPrepared: the request was sent as its conversation's prepared
+	// compaction plus its new messages (prepare.go).
+	fromPrepared bool
+	addedUsage   bool
+	tracked      bool        // the conversation is in the store and gets the usage
+	compaction   *Compaction // the compaction run on the request, if any
+	labels       convlabel.Labels
 
 	// For the request log.
 	clock        timing
@@ -534,9 +541,14 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 	x.req, x.pipeline, x.total = req, pipeline, total
 	out := body
 	if reason != "" {
-		decision := &abi.Decision{Reason: why, TargetTokens: targetTokens(pc, why, x.window, extraCount(status, known, offset))}
-		out = x.compact(ctx, req, pipeline, reason, decision, &obs)
+		if b, ok := x.usePrepared(ctx, req, hashes, counts, pipeline, &obs); ok {
+			out = b
+		} else {
+			decision := &abi.Decision{Reason: why, TargetTokens: targetTokens(pc, why, x.window, extraCount(status, known, offset))}
+			out = x.compact(ctx, req, pipeline, reason, decision, &obs)
+		}
 	}
+	x.maybePrepare(req, hashes, estimate, pipeline, offset)
 	p.opts.Store.Observe(obs)
 	p.observe(x.compaction)
 	x.tracked = true

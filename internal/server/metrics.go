@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"github.com/compactd/compactd/internal/proxy"
 	"io"
 	"math"
 	"sort"
@@ -202,4 +203,19 @@ func newMetrics() *metrics {
 		tokensSaved:   newCounterVec("compactd_tokens_saved_total", "Tokens removed by each policy.", "policy"),
 		configReloads: newCounterVec("compactd_config_reloads_total", "Config reloads and updates by result.", "result"),
 	}
+}
+
+// writePrepareMetrics writes the proxy's background preparation counts
+// (proxy.prepare_threshold; docs/proxy.md).
+func writePrepareMetrics(w io.Writer, st proxy.PrepareStats) {
+	c := newCounterVec("compactd_proxy_prepare_total", "Background preparations of proxied conversations' compactions, by outcome: started; used (a request at the trigger sent as the prepared compaction plus its new messages); discarded (unused: the prefix no longer matched, or replaced, or too many held); dropped (not started: proxy.prepare_queue was full); failed; missed (not ready for a request at the trigger).", "outcome")
+	for _, o := range []struct {
+		name string
+		n    uint64
+	}{{"started", st.Started}, {"used", st.Used}, {"discarded", st.Discarded}, {"dropped", st.Dropped}, {"failed", st.Failed}, {"missed", st.Missed}} {
+		c.add(o.n, o.name)
+	}
+	c.write(w)
+	writeGauge(w, "compactd_proxy_prepare_in_flight", "Background preparations queued or running.", float64(st.InFlight))
+	writeGauge(w, "compactd_proxy_prepare_held", "Prepared compactions held for use at the trigger (in this process only).", float64(st.Held))
 }

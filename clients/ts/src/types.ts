@@ -297,6 +297,26 @@ export interface Config {
      */
     policy?: string;
     /**
+     * a preparation not ready after prepare_wait: compact the request synchronously (compact, default) or forward it as it is and use the result next time (forward)
+     */
+    prepare_miss?: "compact" | "forward";
+    /**
+     * preparations waiting for a worker; past it one is dropped and counted (default 64)
+     */
+    prepare_queue?: number;
+    /**
+     * the usage ratio (below threshold) from which a conversation's compaction is prepared in the background and used at the trigger (absent: off; docs/proxy.md)
+     */
+    prepare_threshold?: number;
+    /**
+     * up to 10m; how long a request at the trigger waits for its preparation still running (default 0)
+     */
+    prepare_wait?: string;
+    /**
+     * preparations running at once (default 2; read at start)
+     */
+    prepare_workers?: number;
+    /**
      * when an upstream refuses a proxied request as too long (context_length_exceeded, "prompt is too long", a 413), compact it with the proxy's pipeline, ignoring the trigger, and send it once more (default true)
      */
     recover_overflow?: boolean;
