@@ -19,7 +19,7 @@ const (
 	fFirst, fLast, fLastCompacted, fProvider      = "first_seen", "last_seen", "last_compacted", "provider"
 	fNeeds, fUsage, fReplica                      = "needs_compaction", "last_usage", "replica"
 	fTitle, fTags, fUser, fPeak                   = "title", "tags", "user", "peak_tokens"
-	fRecoveries                                   = "recoveries"
+	fRecoveries, fRoute                           = "recoveries", "route"
 )
 
 // setMax sets a hash field to ARGV[2] if that is more than its value
@@ -52,6 +52,9 @@ func (s *Store) Observe(o store.Observation) {
 	}
 	if o.Provider != "" {
 		fields = append(fields, fProvider, o.Provider)
+	}
+	if o.Route != "" {
+		fields = append(fields, fRoute, o.Route)
 	}
 	if o.Title != "" {
 		fields = append(fields, fTitle, o.Title)
@@ -241,7 +244,7 @@ func decodeConversation(id string, m map[string]string) store.Conversation {
 		Requests: i64(fRequests), Compactions: i64(fCompactions), Failures: i64(fFailures), TokensSaved: i64(fSaved),
 		Recoveries: i64(fRecoveries), FirstSeen: t(fFirst), LastSeen: t(fLast), LastCompacted: t(fLastCompacted),
 		Provider: m[fProvider], NeedsCompaction: m[fNeeds] == "1", Replica: m[fReplica],
-		Title: m[fTitle], User: m[fUser], PeakTokens: i(fPeak),
+		Title: m[fTitle], User: m[fUser], PeakTokens: i(fPeak), Route: m[fRoute],
 	}
 	if t := m[fTags]; t != "" {
 		_ = json.Unmarshal([]byte(t), &c.Tags) // an unreadable list shows none
