@@ -344,6 +344,10 @@ class RequestRecord:
     format: str = ""
     model: str = ""
     pipeline: List[str] = field(default_factory=list)
+    #: what chose a proxied request's pipeline and threshold: the model
+    #: pattern of the ``proxy.routes`` entry that matched, ``"header"`` or
+    #: ``"default"``
+    route: str = ""
     reason: str = ""
     not_compacted: str = ""
     tokens_before: int = 0

@@ -1063,6 +1063,10 @@ export interface RequestRecord {
    */
   reason?: string;
   /**
+   * what chose a proxied request's pipeline and threshold: the `model` pattern of the proxy.routes entry that matched, `header` (X-Compactd-Policy) or `default`
+   */
+  route?: string;
+  /**
    * the answer's HTTP status: the upstream's when upstream is true, else compactd's own
    */
   status?: number;

@@ -1,0 +1,240 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/compactd/compactd/chat"
+	"github.com/compactd/compactd/internal/proxy"
+	"github.com/compactd/compactd/internal/tokens"
+)
+
+// routesConfig is the proxy block of the routing tests: claude-* runs
+// lastn from 70% of the window, gpt-4o* a pipeline at the proxy's 80%,
+// and any other model the proxy's policy, sliding.
+const routesConfig = `  policy: sliding
+  context_window: %d
+  routes:
+    - {model: "claude-*", policy: lastn, threshold: 0.7}
+    - {model: "gpt-4o*", pipeline: [lastn, sliding]}
+`
+
+// routesWindow is the context window of TestProxyRoutes.
+const routesWindow = 10000
+
+// sizedConversation returns a conversation of plain text turns that
+// model's tokenizer counts as about want tokens (a system prompt, then
+// user and assistant turns of some 40 tokens each, a user turn last).
+func sizedConversation(t *testing.T, model string, want int) []json.RawMessage {
+	t.Helper()
+	tok := tokens.New(tokens.Options{}).ForModel(model)
+	count := func(raw json.RawMessage) int {
+		c, err := chat.FromRaw([]json.RawMessage{raw})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok.CountMessages(c.Messages)
+	}
+	msg := func(role, text string) json.RawMessage {
+		b, _ := json.Marshal(map[string]string{"role": role, "content": text})
+		return b
+	}
+	msgs := []json.RawMessage{msg("system", "You are a careful assistant for the airline's booking desk.")}
+	total := count(msgs[0])
+	for i := 0; ; i++ {
+		last := msg("user", fmt.Sprintf("Question %d: please check reservation R%04d for flight HAT%03d on May %d and tell me the fare class, the seat and the baggage allowance.", i, i, i%1000, i%28+1))
+		if total+count(last) >= want {
+			return append(msgs, last)
+		}
+		answer := msg("assistant", fmt.Sprintf("Reservation R%04d: flight HAT%03d, economy fare class, seat %dC, two checked bags of 23 kg included.", i, i%1000, i%40+1))
+		msgs = append(msgs, last, answer)
+		total += count(last) + count(answer)
+	}
+}
+
+// TestProxyRoutes: each request runs the route its model matches (its
+// pipeline, and its threshold for the trigger), or the one its
+// X-Compactd-Policy header names over the route's threshold; the status
+// and the request log say which route matched, and the header never goes
+// upstream.
+func TestProxyRoutes(t *testing.T) {
+	t.Parallel()
+	td, up := proxyDaemon(t, fmt.Sprintf(routesConfig, routesWindow), pluginSliding, pluginLastn)
+
+	for _, tc := range []struct {
+		name, path, model string
+		share             float64 // of the window, in the model's count
+		header            string  // X-Compactd-Policy
+		compacted         bool
+		route             string
+		pipeline          []string
+	}{
+		{"claude at 75% passes its 0.7", proxy.RouteAnthropic, "claude-sonnet-4-5", 0.75, "", true, "claude-*", []string{"lastn"}},
+		{"claude at 65% is below its 0.7", proxy.RouteAnthropic, "claude-opus-4-1", 0.65, "", false, "claude-*", []string{"lastn"}},
+		{"gpt-4o at 75% is below 0.8", proxy.RouteOpenAI, "gpt-4o", 0.75, "", false, "gpt-4o*", []string{"lastn", "sliding"}},
+		{"gpt-4o-mini at 90%", proxy.RouteOpenAI, "gpt-4o-mini", 0.9, "", true, "gpt-4o*", []string{"lastn", "sliding"}},
+		{"fallback at 90%", proxy.RouteOpenAI, "o3-mini", 0.9, "", true, "default", []string{"sliding"}},
+		{"fallback at 75% is below 0.8", proxy.RouteOpenAI, "o3-mini", 0.75, "", false, "default", []string{"sliding"}},
+		{"claude through the Chat Completions API", proxy.RouteOpenAI, "claude-sonnet-4-5", 0.75, "", true, "claude-*", []string{"lastn"}},
+		{"header over a route", proxy.RouteOpenAI, "gpt-4o", 0.9, "sliding", true, "header", []string{"sliding"}},
+		{"header pipeline keeps claude's 0.7", proxy.RouteAnthropic, "claude-sonnet-4-5", 0.75, " sliding , lastn ", true, "header", []string{"sliding", "lastn"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := "route-" + strings.NewReplacer(" ", "-", "%", "", "'", "").Replace(tc.name)
+			h := map[string]string{proxy.HeaderConversation: id}
+			if tc.header != "" {
+				h[proxy.HeaderPolicy] = tc.header
+			}
+			msgs := sizedConversation(t, tc.model, int(tc.share*routesWindow))
+			var body []byte
+			if tc.path == proxy.RouteAnthropic {
+				body, _ = anthropicBody(t, msgs, "")
+				body = []byte(strings.Replace(string(body), `"claude-sonnet-4-5"`, `"`+tc.model+`"`, 1))
+			} else {
+				body = []byte(strings.Replace(string(openAIBody(msgs, "")), `"gpt-4o"`, `"`+tc.model+`"`, 1))
+			}
+			resp, got := td.post(t, tc.path, body, h)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("%d %s", resp.StatusCode, got)
+			}
+			// The request log: compactd's count (what the trigger
+			// compares) is where the case wants it, and the record
+			// carries the route and its pipeline.
+			var page struct {
+				Requests []struct {
+					Pipeline      []string `json:"pipeline"`
+					Route         string   `json:"route"`
+					TokensBefore  int      `json:"tokens_before"`
+					ContextWindow int      `json:"context_window"`
+				} `json:"requests"`
+			}
+			code, out, _ := td.raw(t, http.MethodGet, "/v1/requests?conversation="+id, "")
+			if code != http.StatusOK || json.Unmarshal(out, &page) != nil || len(page.Requests) != 1 {
+				t.Fatalf("requests: %d %s", code, out)
+			}
+			r := page.Requests[0]
+			if share := float64(r.TokensBefore) / float64(r.ContextWindow); share < tc.share-0.02 || share > tc.share+0.02 {
+				t.Fatalf("fixture: the request was %.3f of the window, the case wants %.2f", share, tc.share)
+			}
+			if !slices.Equal(r.Pipeline, tc.pipeline) || r.Route != tc.route {
+				t.Fatalf("request record: pipeline %v route %q; want %v %q", r.Pipeline, r.Route, tc.pipeline, tc.route)
+			}
+			if compacted := resp.Header.Get(proxy.HeaderCompacted) == "true"; compacted != tc.compacted {
+				t.Fatalf("compacted = %v, want %v (warnings %q)", compacted, tc.compacted, resp.Header.Values(proxy.HeaderWarning))
+			}
+			for k := range up.Last().Header {
+				if strings.HasPrefix(k, "X-Compactd-") {
+					t.Errorf("%s went upstream", k)
+				}
+			}
+			st := td.status(t, id)
+			if st.Route != tc.route || !slices.Equal(st.Pipeline, tc.pipeline) || st.Model != tc.model {
+				t.Fatalf("status: route %q pipeline %v model %q; want %q %v %q", st.Route, st.Pipeline, st.Model, tc.route, tc.pipeline, tc.model)
+			}
+			if tc.compacted {
+				if d := st.LastCompaction; d == nil || !slices.Equal(d.Pipeline, tc.pipeline) {
+					t.Fatalf("last compaction %+v", d)
+				}
+			}
+		})
+	}
+}
+
+// TestProxyPolicyHeaderRefused: a malformed X-Compactd-Policy, or one
+// naming a policy no plugin serves, is refused with a 400 in the
+// provider's error shape, and nothing goes upstream.
+func TestProxyPolicyHeaderRefused(t *testing.T) {
+	t.Parallel()
+	td, up := proxyDaemon(t, "", pluginSliding)
+	msgs := chatMessages(2)
+	anth, _ := anthropicBody(t, msgs, "")
+	for _, tc := range []struct {
+		name, path, header, code string
+		body                     []byte
+	}{
+		{"openai unknown", proxy.RouteOpenAI, "nosuch", "unknown_policy", openAIBody(msgs, "")},
+		{"openai unknown in a pipeline", proxy.RouteOpenAI, "sliding,nosuch", "unknown_policy", openAIBody(msgs, "")},
+		{"openai malformed", proxy.RouteOpenAI, "Bad Name", "bad_request", openAIBody(msgs, "")},
+		{"openai empty element", proxy.RouteOpenAI, "sliding,,sliding", "bad_request", openAIBody(msgs, "")},
+		{"anthropic unknown", proxy.RouteAnthropic, "nosuch", "unknown_policy", anth},
+		{"anthropic malformed", proxy.RouteAnthropic, "sliding;lastn", "bad_request", anth},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(up.Received())
+			resp, got := td.post(t, tc.path, tc.body, map[string]string{proxy.HeaderPolicy: tc.header})
+			if resp.StatusCode != http.StatusBadRequest || resp.Header.Get(proxy.HeaderUpstream) != "" {
+				t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, got)
+			}
+			if n := len(up.Received()); n != before {
+				t.Fatalf("%d requests went upstream", n-before)
+			}
+			if tc.path == proxy.RouteAnthropic {
+				var e struct {
+					Type  string `json:"type"`
+					Error struct {
+						Type    string `json:"type"`
+						Message string `json:"message"`
+					} `json:"error"`
+				}
+				if json.Unmarshal(got, &e) != nil || e.Type != "error" || e.Error.Type != "invalid_request_error" ||
+					!strings.HasPrefix(e.Error.Message, "compactd ("+tc.code+"): "+proxy.HeaderPolicy) {
+					t.Fatalf("not Anthropic's error shape with code %s: %s", tc.code, got)
+				}
+				return
+			}
+			var e struct {
+				Error struct {
+					Code    string `json:"code"`
+					Message string `json:"message"`
+				} `json:"error"`
+			}
+			if json.Unmarshal(got, &e) != nil || e.Error.Code != tc.code || !strings.Contains(e.Error.Message, proxy.HeaderPolicy) {
+				t.Fatalf("not OpenAI's error shape with code %s: %s", tc.code, got)
+			}
+			if tc.code == "unknown_policy" && !strings.Contains(e.Error.Message, "sliding") {
+				t.Errorf("the message does not list the policies served: %s", e.Error.Message)
+			}
+		})
+	}
+}
+
+// TestProxyRoutesManualCompaction: a manual compaction of a stored
+// request runs its route's pipeline (or the one its X-Compactd-Policy
+// chose), not the proxy's default.
+func TestProxyRoutesManualCompaction(t *testing.T) {
+	t.Parallel()
+	raw, _ := tauMessages(t, 12000)
+	td, _ := proxyDaemon(t, fmt.Sprintf(routesConfig, 1_000_000), pluginSliding, pluginLastn)
+	for _, tc := range []struct {
+		name, model, header string
+		pipeline            []string
+	}{
+		{"route", "gpt-4o", "", []string{"lastn", "sliding"}},
+		{"default", "o3-mini", "", []string{"sliding"}},
+		{"header", "gpt-4o", "lastn", []string{"lastn"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := "manual-route-" + tc.name
+			h := map[string]string{proxy.HeaderConversation: id}
+			if tc.header != "" {
+				h[proxy.HeaderPolicy] = tc.header
+			}
+			body := []byte(strings.Replace(string(openAIBody(raw, "")), `"gpt-4o"`, `"`+tc.model+`"`, 1))
+			if resp, got := td.post(t, proxy.RouteOpenAI, body, h); resp.StatusCode != http.StatusOK || resp.Header.Get(proxy.HeaderCompacted) != "" {
+				t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, got)
+			}
+			code, out, _ := td.raw(t, "POST", "/v1/compact", `{"conversation_id":"`+id+`"}`)
+			if code != http.StatusOK {
+				t.Fatalf("%d %s", code, out)
+			}
+			st := td.status(t, id)
+			if d := st.LastCompaction; d == nil || !slices.Equal(d.Pipeline, tc.pipeline) {
+				t.Fatalf("manual compaction ran %+v, want %v", d, tc.pipeline)
+			}
+		})
+	}
+}
