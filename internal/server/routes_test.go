@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -140,7 +141,23 @@ func TestProxyRoutes(t *testing.T) {
 					t.Fatalf("last compaction %+v", d)
 				}
 			}
+			// The conversation's page names the route.
+			want := map[string]string{"header": "chosen by X-Compactd-Policy", "default": "default route"}[tc.route]
+			if want == "" {
+				want = `route <span class="mono">` + tc.route + `</span>`
+			}
+			code, page2, _ := td.raw(t, http.MethodGet, "/conversation?id="+url.QueryEscape(id), "")
+			if code != http.StatusOK || !strings.Contains(string(page2), want) {
+				t.Fatalf("the conversation page (%d) does not show %q", code, want)
+			}
 		})
+	}
+	// The overview lists every route.
+	code, overview, _ := td.raw(t, http.MethodGet, "/", "")
+	for _, want := range []string{`route <span class="mono">claude-*</span>`, `route <span class="mono">gpt-4o*</span>`, "default route", "chosen by X-Compactd-Policy"} {
+		if code != http.StatusOK || !strings.Contains(string(overview), want) {
+			t.Errorf("the status page (%d) does not show %q", code, want)
+		}
 	}
 }
 
