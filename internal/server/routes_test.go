@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/compactd/compactd/chat"
+	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/internal/proxy"
 	"github.com/compactd/compactd/internal/tokens"
 )
@@ -253,5 +254,52 @@ func TestProxyRoutesManualCompaction(t *testing.T) {
 				t.Fatalf("manual compaction ran %+v, want %v", d, tc.pipeline)
 			}
 		})
+	}
+}
+
+// TestProxyRoutesReload: PUT /v1/config replaces the routes for the next
+// request; a bad route is refused naming it, and a route naming a policy
+// no plugin serves is a warning.
+func TestProxyRoutesReload(t *testing.T) {
+	t.Parallel()
+	td, _ := proxyDaemon(t, fmt.Sprintf(routesConfig, routesWindow), pluginSliding, pluginLastn)
+	send := func(id string) (compacted bool, st client.Conversation) {
+		t.Helper()
+		body := openAIBody(sizedConversation(t, "gpt-4o", int(0.75*routesWindow)), "")
+		resp, got := td.post(t, proxy.RouteOpenAI, body, map[string]string{proxy.HeaderConversation: id})
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%d %s", resp.StatusCode, got)
+		}
+		return resp.Header.Get(proxy.HeaderCompacted) == "true", td.status(t, id)
+	}
+	if compacted, st := send("reload-before"); compacted || st.Route != "gpt-4o*" {
+		t.Fatalf("before the update: compacted %v, route %q", compacted, st.Route)
+	}
+
+	for _, tc := range []struct{ name, patch, want string }{
+		{"bad pattern", `{"proxy":{"routes":[{"model":"gpt-[4","policy":"lastn"}]}}`, `proxy.routes[0].model: "gpt-[4" is not a valid pattern`},
+		{"empty pattern", `{"proxy":{"routes":[{"model":"","policy":"lastn"}]}}`, "proxy.routes[0].model: empty"},
+		{"no policy", `{"proxy":{"routes":[{"model":"gpt-*"}]}}`, "no policy or pipeline"},
+		{"bad name", `{"proxy":{"routes":[{"model":"gpt-*","policy":"Lastn"}]}}`, `policy name "Lastn"`},
+	} {
+		code, out, _ := td.raw(t, http.MethodPut, "/v1/config", tc.patch)
+		if c, msg := errorCode(t, out); code != http.StatusBadRequest || c != CodeInvalidConfig || !strings.Contains(msg, tc.want) {
+			t.Errorf("%s: %d %s", tc.name, code, out)
+		}
+	}
+
+	up, err := td.c.UpdateConfig(bg, map[string]any{"proxy": map[string]any{"routes": []any{
+		map[string]any{"model": "gpt-4o*", "policy": "lastn", "threshold": 0.7},
+		map[string]any{"model": "claude-*", "policy": "nosuch"},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(up.Warnings, func(w string) bool { return strings.Contains(w, `"nosuch" is configured but not loaded`) }) {
+		t.Errorf("warnings %v", up.Warnings)
+	}
+	compacted, st := send("reload-after")
+	if !compacted || st.Route != "gpt-4o*" || !slices.Equal(st.Pipeline, []string{"lastn"}) {
+		t.Fatalf("after the update: compacted %v, route %q, pipeline %v", compacted, st.Route, st.Pipeline)
 	}
 }
