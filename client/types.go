@@ -241,6 +241,11 @@ type Totals struct {
 	Compactions   int64 `json:"compactions"`
 	Failures      int64 `json:"failures"`
 	TokensSaved   int64 `json:"tokens_saved"`
+	// PaidUSD, FullUSD and UnpricedRequests sum the conversations' money
+	// (see Conversation).
+	PaidUSD          float64 `json:"paid_usd"`
+	FullUSD          float64 `json:"full_usd"`
+	UnpricedRequests int64   `json:"unpriced_requests"`
 }
 
 // StoreDescriptor says where state lives and how long it is kept.
@@ -281,10 +286,18 @@ type Conversation struct {
 	TokensSaved int64 `json:"tokens_saved"`
 	// Recoveries counts the proxy's compactions after the upstream
 	// refused a request as too long (overflow recovery).
-	Recoveries    int64     `json:"recoveries,omitempty"`
-	FirstSeen     time.Time `json:"first_seen"`
-	LastSeen      time.Time `json:"last_seen"`
-	LastCompacted time.Time `json:"last_compacted,omitzero"`
+	Recoveries int64 `json:"recoveries,omitempty"`
+	// PaidUSD sums what the proxied responses cost at the models.dev
+	// catalog's prices, FullUSD what they would have cost had every token
+	// compaction removed been sent too (as uncached input).
+	// UnpricedRequests counts responses whose model has no price (left
+	// out of both).
+	PaidUSD          float64   `json:"paid_usd,omitempty"`
+	FullUSD          float64   `json:"full_usd,omitempty"`
+	UnpricedRequests int64     `json:"unpriced_requests,omitempty"`
+	FirstSeen        time.Time `json:"first_seen"`
+	LastSeen         time.Time `json:"last_seen"`
+	LastCompacted    time.Time `json:"last_compacted,omitzero"`
 	// LastCompaction is what the last compaction did, message by message.
 	// Only GET /v1/status?conversation_id=ID (Client.Conversation) fills
 	// it, and only once the conversation was compacted.

@@ -736,6 +736,7 @@ func (x *exchange) responseFilter(u store.Usage) {
 		return
 	}
 	p := x.p
+	u.Cost = x.cost(u)
 	ratio, needs := p.opts.Store.RecordUsage(x.id, u, x.window, x.route.Threshold, x.cfg.Proxy.TriggerTokens)
 	p.mem.setOffset(x.id, u.InputTokens-x.forwarded)
 	p.logger.Debug("proxy: usage", "provider", x.prov.Provider(), "conversation", x.id, "input_tokens", u.InputTokens,

@@ -73,6 +73,20 @@ func (x *exchange) routeName() string {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
+// cost prices x's answer with usage u as its request-log record does
+// (nil when the model has no catalog price).
+func (x *exchange) cost(u store.Usage) *store.Cost {
+	removed := 0
+	if x.compacted {
+		removed = x.tokensBefore - x.forwarded
+	}
+	paid, full, ok := requestlog.Cost(x.model, requestlog.Usage{InputTokens: u.InputTokens, CachedTokens: u.CacheReadTokens, OutputTokens: u.OutputTokens}, removed)
+	if !ok {
+		return nil
+	}
+	return &store.Cost{PaidUSD: paid, FullUSD: full}
+}
+
 // noteUsage keeps the usage of x's answer for its record.
 func (x *exchange) noteUsage(u store.Usage) { x.usageSeen = &u }
 

@@ -167,45 +167,79 @@ func (l *Log) drop(conv string, cl []entry) {
 	l.total--
 }
 
+// writeStore copies queued records into the store, in batches: what has
+// queued while the last batch was written goes at once, one store update
+// per conversation (its records in the order they came).
 func (l *Log) writeStore(queue <-chan queued) {
 	defer close(l.done)
 	for q := range queue {
-		if q.ack != nil {
-			close(q.ack)
-			continue
+		batch := []queued{q}
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case q, ok := <-queue:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, q)
+			default:
+				break drain
+			}
 		}
-		r := q.rec
-		if err := l.appendStore(r); err != nil {
-			l.failures.Add(1)
-			l.logger.Warn("request log: writing to the store", "conversation", r.ConversationID, "error", err)
-		}
+		l.writeBatch(batch)
 	}
 }
 
-// appendStore adds r to its conversation's list in the store. Two
-// replicas appending to one conversation at once may lose one record
-// there (each keeps it in memory and its file).
-func (l *Log) appendStore(r Record) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	key := []byte(r.ConversationID)
-	var list []Record
-	if b, err := l.kv.Get(ctx, key); err != nil {
-		return err
-	} else if b != nil {
-		if err := json.Unmarshal(b, &list); err != nil {
-			list = nil // unreadable: start over
+// maxBatch bounds the records one batch writes.
+const maxBatch = 256
+
+// writeBatch writes a batch's records, then answers its Flush markers
+// (every record queued before a marker is then written).
+func (l *Log) writeBatch(batch []queued) {
+	var order []string
+	byConv := map[string][]Record{}
+	var acks []chan struct{}
+	for _, q := range batch {
+		if q.ack != nil {
+			acks = append(acks, q.ack)
+			continue
+		}
+		id := q.rec.ConversationID
+		if _, ok := byConv[id]; !ok {
+			order = append(order, id)
+		}
+		byConv[id] = append(byConv[id], q.rec)
+	}
+	for _, id := range order {
+		if err := l.appendStore(id, byConv[id]); err != nil {
+			l.failures.Add(uint64(len(byConv[id])))
+			l.logger.Warn("request log: writing to the store", "conversation", id, "records", len(byConv[id]), "error", err)
 		}
 	}
-	list = append(list, r)
-	if len(list) > l.opts.PerConversation {
-		list = list[len(list)-l.opts.PerConversation:]
+	for _, ack := range acks {
+		close(ack)
 	}
-	b, err := json.Marshal(list)
-	if err != nil {
-		return err
-	}
-	return l.kv.Put(ctx, key, b)
+}
+
+// appendStore adds recs to conversation id's list in the store, keeping
+// its last PerConversation records. The store's Update makes the append
+// atomic: replicas appending to one conversation at once lose nothing.
+func (l *Log) appendStore(id string, recs []Record) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return l.kv.Update(ctx, []byte(id), func(old []byte) ([]byte, error) {
+		var list []Record
+		if old != nil {
+			if err := json.Unmarshal(old, &list); err != nil {
+				list = nil // unreadable: start over
+			}
+		}
+		list = append(list, recs...)
+		if len(list) > l.opts.PerConversation {
+			list = list[len(list)-l.opts.PerConversation:]
+		}
+		return json.Marshal(list)
+	})
 }
 
 // Page is one page of a listing, newest first; NextCursor is set when

@@ -84,18 +84,27 @@ func (r *Record) Price() {
 	if r.Usage == nil {
 		return
 	}
-	p, ok := models.PriceOf(r.Model)
-	if !ok {
-		return
-	}
-	u := r.Usage
-	paid := p.Cost(u.InputTokens, u.CachedTokens, u.OutputTokens)
 	removed := 0
 	if r.Compacted && r.TokensBefore > r.TokensAfter {
 		removed = r.TokensBefore - r.TokensAfter
 	}
-	full := p.Cost(u.InputTokens+removed, u.CachedTokens, u.OutputTokens)
-	r.CostUSD, r.FullCostUSD = &paid, &full
+	if paid, full, ok := Cost(r.Model, *r.Usage, removed); ok {
+		r.CostUSD, r.FullCostUSD = &paid, &full
+	}
+}
+
+// Cost prices one answer's usage u at model's catalog price: paid is
+// what u cost, full what it would have cost had the removed tokens that
+// compaction took out been sent too (as uncached input). ok is false
+// when the catalog has no price for model.
+func Cost(model string, u Usage, removed int) (paid, full float64, ok bool) {
+	p, ok := models.PriceOf(model)
+	if !ok {
+		return 0, 0, false
+	}
+	paid = p.Cost(u.InputTokens, u.CachedTokens, u.OutputTokens)
+	full = p.Cost(u.InputTokens+max(removed, 0), u.CachedTokens, u.OutputTokens)
+	return paid, full, true
 }
 
 // before reports whether a sorts after b in a listing (newest first):

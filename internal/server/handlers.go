@@ -152,7 +152,8 @@ func (s *Server) status(limit int, f conversationFilter) client.Status {
 		}
 	}
 	t := s.opts.Store.Totals()
-	st.Totals = client.Totals{Conversations: t.Conversations, Requests: t.Requests, Compactions: t.Compactions, Failures: t.Failures, TokensSaved: t.TokensSaved}
+	st.Totals = client.Totals{Conversations: t.Conversations, Requests: t.Requests, Compactions: t.Compactions, Failures: t.Failures, TokensSaved: t.TokensSaved,
+		PaidUSD: t.PaidUSD, FullUSD: t.FullUSD, UnpricedRequests: t.UnpricedRequests}
 	st.Proxy = s.proxyStatus(cfg)
 	var convs []store.Conversation
 	if f.empty() {
@@ -173,7 +174,7 @@ func conversationOf(c store.Conversation) client.Conversation {
 		Model: c.Model, Pipeline: c.Pipeline, Route: c.Route, Messages: c.Messages, Tokens: c.Tokens,
 		MessagesAfter: c.MessagesAfter, TokensAfter: c.TokensAfter, ContextWindow: c.ContextWindow, UsageRatio: c.UsageRatio,
 		Requests: c.Requests, Compactions: c.Compactions, Failures: c.Failures, TokensSaved: c.TokensSaved,
-		Recoveries: c.Recoveries, FirstSeen: c.FirstSeen, LastSeen: c.LastSeen, LastCompacted: c.LastCompacted,
+		Recoveries: c.Recoveries, PaidUSD: c.PaidUSD, FullUSD: c.FullUSD, UnpricedRequests: c.UnpricedRequests, FirstSeen: c.FirstSeen, LastSeen: c.LastSeen, LastCompacted: c.LastCompacted,
 		Provider: c.Provider, NeedsCompaction: c.NeedsCompaction, Replica: c.Replica,
 	}
 	if u := c.LastUsage; u != nil {

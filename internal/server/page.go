@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/compactd/compactd/client"
+	"github.com/compactd/compactd/internal/wire/formats"
 )
 
 // The status page: server-rendered HTML for people, on the same listeners
@@ -110,16 +111,11 @@ func isPage(r *http.Request) bool {
 
 // messageUnit names what a conversation's message counts count: the
 // messages of its wire format as the client sent them (a proxied
-// conversation's provider), or chat messages (/v1/compact, which
-// counts them after converting its "format").
-func messageUnit(provider string) string {
-	switch provider {
-	case "anthropic":
-		return "Anthropic messages"
-	case "responses":
-		return "Responses items"
-	case "openai":
-		return "OpenAI messages"
+// conversation's provider: a format's name), or chat messages
+// (/v1/compact, which counts them after converting its "format").
+func messageUnit(format string) string {
+	if f, ok := formats.Lookup(format); ok && format != "" {
+		return f.MessageUnit()
 	}
 	return "chat messages"
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/compactd/compactd/internal/proxy"
 	"github.com/compactd/compactd/internal/requestlog"
 	"github.com/compactd/compactd/internal/store"
+	"github.com/compactd/compactd/internal/wire/formats"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -104,11 +105,11 @@ func (u *upstreamMetrics) write(b *bytes.Buffer) {
 	u.firstByte.write(b)
 }
 
-// providerOf names the provider of a wire format: the Responses API is
-// OpenAI's.
+// providerOf names the provider of a wire format (the Responses API is
+// OpenAI's); an unknown name is its own.
 func providerOf(format string) string {
-	if format == "responses" {
-		return "openai"
+	if f, ok := formats.Lookup(format); ok {
+		return f.Provider()
 	}
 	return format
 }
@@ -263,7 +264,7 @@ func (s *Server) logCompact(r *requestlog.Record, err error) {
 		r.NotCompacted, r.Compacted = proxy.NotCompactedError, false
 	}
 	if r.Format == "" {
-		r.Format = "openai"
+		r.Format = formats.Default
 	}
 	r.CompactdMS = float64(time.Since(r.Time).Microseconds()) / 1000
 	s.logRequest(*r)

@@ -5,12 +5,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/compactd/compactd/client"
 	"github.com/compactd/compactd/internal/proxy"
 	"github.com/compactd/compactd/internal/proxy/upstreamtest"
 	"github.com/compactd/compactd/internal/requestlog"
@@ -109,6 +111,26 @@ func TestRequestLog(t *testing.T) {
 	p, _ := td.requests(t, url.Values{"conversation": {"short"}})
 	if len(p.Requests) != 3 || p.Money.Priced != 3 || p.Money.PaidUSD <= 0 || p.Money.PaidUSD != p.Money.FullUSD {
 		t.Errorf("conversation short: %d records, money %+v", len(p.Requests), p.Money)
+	}
+	// /v1/status carries the same money per conversation and in the
+	// totals (kept with the conversation, not read from the log's ring).
+	near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
+	if c := td.status(t, "long"); !near(c.PaidUSD, *long.CostUSD) || !near(c.FullUSD, *long.FullCostUSD) || c.UnpricedRequests != 0 {
+		t.Errorf("/v1/status money of long: paid %v full %v unpriced %d; the log says %v, %v", c.PaidUSD, c.FullUSD, c.UnpricedRequests, *long.CostUSD, *long.FullCostUSD)
+	}
+	if c := td.status(t, "short"); !near(c.PaidUSD, p.Money.PaidUSD) || !near(c.FullUSD, p.Money.FullUSD) {
+		t.Errorf("/v1/status money of short: paid %v full %v; the log says %+v", c.PaidUSD, c.FullUSD, p.Money)
+	}
+	var st client.Status
+	if code, b, _ := td.raw(t, http.MethodGet, "/v1/status", ""); code != http.StatusOK || json.Unmarshal(b, &st) != nil {
+		t.Fatalf("/v1/status: %d %s", code, b)
+	}
+	if want := *long.CostUSD + p.Money.PaidUSD; !near(st.Totals.PaidUSD, want) || !near(st.Totals.FullUSD, *long.FullCostUSD+p.Money.FullUSD) {
+		t.Errorf("/v1/status totals: %+v; want paid %v", st.Totals, want)
+	}
+	if code, page, _ := td.raw(t, http.MethodGet, "/", ""); code != http.StatusOK || !bytes.Contains(page, []byte(`data-k="conv:long:paid_usd">`+formatUSD(*long.CostUSD)+`<`)) ||
+		!bytes.Contains(page, []byte(`data-k="totals.full_usd"`)) {
+		t.Errorf("the status page does not show the money: %d", code)
 	}
 	if code, b, _ := td.raw(t, http.MethodGet, "/v1/requests?cursor=nonsense", ""); code != http.StatusBadRequest {
 		t.Errorf("a bad cursor: %d %s", code, b)

@@ -61,7 +61,18 @@ type KV interface {
 	Get(ctx context.Context, key []byte) ([]byte, error)
 	Put(ctx context.Context, key, value []byte) error
 	Delete(ctx context.Context, key []byte) error
+	// Update replaces key's value with fn's answer to the current one
+	// (nil when absent or expired), atomically: of two Updates of one key
+	// at once, from this process or another replica, each sees the
+	// other's write. fn may be called more than once (a lost race is
+	// retried, a bounded number of times: then ErrConflict); its error
+	// ends Update with that error.
+	Update(ctx context.Context, key []byte, fn func(old []byte) ([]byte, error)) error
 }
+
+// MaxUpdateAttempts bounds the tries of a KV.Update that keeps losing to
+// concurrent writers of its key.
+const MaxUpdateAttempts = 16
 
 // Health is a backend's reachability.
 type Health struct {

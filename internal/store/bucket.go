@@ -186,6 +186,40 @@ func (b *Bucket) Get(ctx context.Context, key []byte) ([]byte, error) {
 	return out, nil
 }
 
+// Update implements KV: fn runs inside the write transaction, so it is
+// called once and concurrent Updates are serialised.
+func (b *Bucket) Update(ctx context.Context, key []byte, fn func(old []byte) ([]byte, error)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(key) == 0 {
+		return fmt.Errorf("store: %s: empty key", b.name)
+	}
+	opts := b.options()
+	err := b.s.db.Update(func(tx *bolt.Tx) error {
+		t, err := b.open(tx)
+		if err != nil {
+			return err
+		}
+		var old []byte
+		if v := t.data.Get(key); len(v) >= 8 && (opts.TTL <= 0 || !time.Unix(0, int64(binary.BigEndian.Uint64(v[:8]))).Add(opts.TTL).Before(b.s.now())) {
+			old = append([]byte{}, v[8:]...)
+		}
+		value, err := fn(old)
+		if err != nil {
+			return err
+		}
+		if opts.MaxBytes > 0 && int64(len(key)+len(value)) > opts.MaxBytes {
+			return fmt.Errorf("%w: %d bytes in bucket %s (the limit is %d)", ErrTooLarge, len(key)+len(value), b.name, opts.MaxBytes)
+		}
+		return b.putTx(tx, key, value, opts)
+	})
+	if err != nil {
+		return fmt.Errorf("store: %s: %w", b.name, err)
+	}
+	return nil
+}
+
 // Put stores value under key, evicting the oldest entries if the bucket
 // goes over a bound. An entry larger than MaxBytes is refused (ErrTooLarge).
 func (b *Bucket) Put(ctx context.Context, key, value []byte) error {

@@ -49,10 +49,18 @@ type Conversation struct {
 	TokensSaved int64 `json:"tokens_saved"`
 	// Recoveries counts the proxy's compactions after the upstream
 	// refused a request as too long (overflow recovery; each retried once).
-	Recoveries    int64     `json:"recoveries,omitempty"`
-	FirstSeen     time.Time `json:"first_seen"`
-	LastSeen      time.Time `json:"last_seen"`
-	LastCompacted time.Time `json:"last_compacted,omitzero"`
+	Recoveries int64 `json:"recoveries,omitempty"`
+	// PaidUSD sums what the proxied responses cost at the models.dev
+	// catalog's prices; FullUSD what they would have cost had every
+	// token compaction removed been sent too (as uncached input).
+	// UnpricedRequests counts responses with usage but no catalog price
+	// for their model (left out of both sums).
+	PaidUSD          float64   `json:"paid_usd,omitempty"`
+	FullUSD          float64   `json:"full_usd,omitempty"`
+	UnpricedRequests int64     `json:"unpriced_requests,omitempty"`
+	FirstSeen        time.Time `json:"first_seen"`
+	LastSeen         time.Time `json:"last_seen"`
+	LastCompacted    time.Time `json:"last_compacted,omitzero"`
 	// Provider is "openai" or "anthropic" for a conversation that came
 	// through the proxy ("" for /v1/compact only).
 	Provider string `json:"provider,omitempty"`
@@ -78,6 +86,18 @@ type Usage struct {
 	CacheReadTokens  int       `json:"cache_read_tokens,omitempty"`
 	CacheWriteTokens int       `json:"cache_write_tokens,omitempty"`
 	At               time.Time `json:"at"`
+	// Cost, when set, is the response's price, added to the
+	// conversation's money by RecordUsage; nil means the model has no
+	// catalog price (counted in UnpricedRequests). It is not kept with
+	// LastUsage.
+	Cost *Cost `json:"-"`
+}
+
+// Cost is what one response cost at the model's catalog price, and what
+// it would have cost had compaction removed nothing.
+type Cost struct {
+	PaidUSD float64
+	FullUSD float64
 }
 
 // Total is the conversation's size after the response: the prompt plus
@@ -191,6 +211,13 @@ func (s *Store) RecordUsage(id string, u Usage, window int, threshold float64, t
 	if !ok || s.closed {
 		return ratio, needs
 	}
+	if u.Cost != nil {
+		c.PaidUSD += u.Cost.PaidUSD
+		c.FullUSD += u.Cost.FullUSD
+	} else {
+		c.UnpricedRequests++
+	}
+	u.Cost = nil
 	c.LastUsage = &u
 	c.UsageRatio = ratio
 	c.PeakTokens = max(c.PeakTokens, u.Total())
@@ -295,6 +322,22 @@ type Totals struct {
 	Compactions   int64 `json:"compactions"`
 	Failures      int64 `json:"failures"`
 	TokensSaved   int64 `json:"tokens_saved"`
+	// PaidUSD, FullUSD and UnpricedRequests sum the conversations' money
+	// (see Conversation).
+	PaidUSD          float64 `json:"paid_usd"`
+	FullUSD          float64 `json:"full_usd"`
+	UnpricedRequests int64   `json:"unpriced_requests"`
+}
+
+// Add adds c's counts and money to t (not Conversations).
+func (t *Totals) Add(c *Conversation) {
+	t.Requests += c.Requests
+	t.Compactions += c.Compactions
+	t.Failures += c.Failures
+	t.TokensSaved += c.TokensSaved
+	t.PaidUSD += c.PaidUSD
+	t.FullUSD += c.FullUSD
+	t.UnpricedRequests += c.UnpricedRequests
 }
 
 // Totals returns the sums over the tracked conversations.
@@ -303,10 +346,7 @@ func (s *Store) Totals() Totals {
 	defer s.mu.Unlock()
 	t := Totals{Conversations: len(s.convs)}
 	for _, c := range s.convs {
-		t.Requests += c.Requests
-		t.Compactions += c.Compactions
-		t.Failures += c.Failures
-		t.TokensSaved += c.TokensSaved
+		t.Add(c)
 	}
 	return t
 }

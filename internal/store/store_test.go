@@ -388,6 +388,33 @@ func TestUnreadableRecord(t *testing.T) {
 	}
 }
 
+func TestRecordUsageMoney(t *testing.T) {
+	t.Parallel()
+	s := open(t, newClock().opts(t.TempDir()))
+	for _, id := range []string{"a", "b"} {
+		s.Observe(Observation{ConversationID: id, Provider: "openai", MessagesBefore: 5, TokensBefore: 50, MessagesAfter: 5, TokensAfter: 50})
+	}
+	for _, tc := range []struct {
+		id   string
+		cost *Cost
+	}{
+		{"a", &Cost{PaidUSD: 0.25, FullUSD: 1}},
+		{"a", &Cost{PaidUSD: 0.5, FullUSD: 0.5}},
+		{"a", nil}, // a model without a price
+		{"b", &Cost{PaidUSD: 2, FullUSD: 3}},
+		{"gone", &Cost{PaidUSD: 9, FullUSD: 9}}, // untracked: not recorded
+	} {
+		s.RecordUsage(tc.id, Usage{InputTokens: 10, Cost: tc.cost}, 1000, 0.8, 0)
+	}
+	a, _ := s.Conversation("a")
+	if a.PaidUSD != 0.75 || a.FullUSD != 1.5 || a.UnpricedRequests != 1 || a.LastUsage == nil || a.LastUsage.Cost != nil {
+		t.Errorf("conversation a: paid %v full %v unpriced %d last %+v", a.PaidUSD, a.FullUSD, a.UnpricedRequests, a.LastUsage)
+	}
+	if tot := s.Totals(); tot.PaidUSD != 2.75 || tot.FullUSD != 4.5 || tot.UnpricedRequests != 1 {
+		t.Errorf("totals: %+v", tot)
+	}
+}
+
 func TestRecordUsage(t *testing.T) {
 	dir := t.TempDir()
 	clk := newClock()

@@ -45,6 +45,10 @@ type Format interface {
 	// Provider is whose upstream serves the format (ProviderOpenAI or
 	// ProviderAnthropic).
 	Provider() string
+	// MessageUnit names, for people, what the format's conversation
+	// list holds ("Anthropic messages", "Responses items"): the unit of a
+	// proxied conversation's message counts.
+	MessageUnit() string
 	// Target returns the upstream URL for an inbound path under /v1/,
 	// given the provider's configured base URL.
 	Target(base, path string) string

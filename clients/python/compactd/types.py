@@ -251,6 +251,12 @@ class Conversation:
     #: the most tokens the conversation reached (a request before
     #: compaction, or a response's usage)
     peak_tokens: int = 0
+    #: dollars the proxied responses cost at the models.dev catalog's
+    #: prices, and had every token compaction removed been sent too
+    paid_usd: float = 0.0
+    full_usd: float = 0.0
+    #: responses whose model the catalog does not price (left out of both)
+    unpriced_requests: int = 0
 
 
 @dataclass
@@ -266,6 +272,9 @@ class Totals:
     compactions: int
     failures: int
     tokens_saved: int
+    paid_usd: float = 0.0
+    full_usd: float = 0.0
+    unpriced_requests: int = 0
 
 
 @dataclass

@@ -494,10 +494,18 @@ export interface Conversation {
    */
   usage_ratio: number;
   context_window?: number;
+  /**
+   * dollars they would have cost had every token compaction removed been sent too, as uncached input (absent: none priced)
+   */
+  full_usd?: number;
   last_compacted?: string;
   last_compaction?: CompactionDetail;
   last_usage?: Usage;
   model?: string;
+  /**
+   * dollars the proxied responses cost at the models.dev catalog's prices (absent: none priced)
+   */
+  paid_usd?: number;
   /**
    * the most tokens the conversation reached: in a request before compaction, or in a response's usage (input + output)
    */
@@ -526,6 +534,10 @@ export interface Conversation {
    * X-Compactd-Title (or /v1/compact's `title`), else the first line of the conversation's task (its first user message), cut to about 80 characters; no other prompt text is kept (state.titles: false turns the derived title off)
    */
   title?: string;
+  /**
+   * responses with usage whose model the catalog does not price, left out of paid_usd and full_usd (absent: none)
+   */
+  unpriced_requests?: number;
   /**
    * X-Compactd-User or /v1/compact's `user`, as last sent
    */
@@ -1194,8 +1206,20 @@ export interface Status {
     compactions: number;
     conversations: number;
     failures: number;
+    /**
+     * dollars they would have cost had every token compaction removed been sent too (as uncached input)
+     */
+    full_usd: number;
+    /**
+     * dollars the proxied responses of the tracked conversations cost at the models.dev catalog's prices
+     */
+    paid_usd: number;
     requests: number;
     tokens_saved: number;
+    /**
+     * responses with usage whose model the catalog does not price (left out of both sums)
+     */
+    unpriced_requests: number;
   };
   uptime_seconds: number;
   version: string;

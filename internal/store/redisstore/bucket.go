@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha1"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"sync"
@@ -130,6 +132,101 @@ func (b *Bucket) Put(ctx context.Context, key, value []byte) error {
 		return fmt.Errorf("store: %s: %w", b.name, err)
 	}
 	if (opts.MaxEntries > 0 && count.Val() > int64(opts.MaxEntries)) || (opts.MaxBytes > 0 && total > opts.MaxBytes) {
+		if _, err := b.evict(ctx, opts, time.Time{}); err != nil {
+			return fmt.Errorf("store: %s: evicting: %w", b.name, err)
+		}
+	}
+	return nil
+}
+
+// swapIfSame sets KEYS[1] to ARGV[2] if its value's SHA-1 is still ARGV[1]
+// (the SHA-1 of "" for an absent key): Update's compare-and-set, on one
+// key so that it works on a cluster too.
+var swapIfSame = redis.NewScript(`
+if redis.sha1hex(redis.call('GET', KEYS[1]) or '') ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2])
+return 1
+`)
+
+// Update implements store.KV optimistically: read the entry, let fn
+// compute the new value, and write it only if the entry is still what was
+// read (compared by SHA-1 in a script); a lost race starts over, at most
+// store.MaxUpdateAttempts times (then store.ErrConflict). Three round
+// trips when nobody races: the read, the swap, and the bucket's order and
+// byte count.
+func (b *Bucket) Update(ctx context.Context, key []byte, fn func(old []byte) ([]byte, error)) error {
+	if len(key) == 0 {
+		return fmt.Errorf("store: %s: empty key", b.name)
+	}
+	opts := b.options()
+	ek := b.entryKey(key)
+	for range store.MaxUpdateAttempts {
+		var raw []byte
+		err := b.s.read(ctx, func(ctx context.Context) error {
+			var err error
+			raw, err = b.s.rdb.Get(ctx, ek).Bytes()
+			if err == redis.Nil {
+				raw, err = nil, nil
+			}
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("store: %s: %w", b.name, err)
+		}
+		var old []byte
+		if len(raw) >= 8 && (opts.TTL <= 0 || !time.Unix(0, int64(binary.BigEndian.Uint64(raw[:8]))).Add(opts.TTL).Before(b.s.now())) {
+			old = raw[8:]
+		}
+		value, err := fn(old)
+		if err != nil {
+			return err
+		}
+		if opts.MaxBytes > 0 && int64(len(key)+len(value)) > opts.MaxBytes {
+			return fmt.Errorf("%w: %d bytes in bucket %s (the limit is %d)", store.ErrTooLarge, len(key)+len(value), b.name, opts.MaxBytes)
+		}
+		now := b.s.now()
+		v := make([]byte, 8+len(value))
+		binary.BigEndian.PutUint64(v, uint64(now.UnixNano()))
+		copy(v[8:], value)
+		sum := sha1.Sum(raw)
+		var swapped int64
+		err = b.s.write(ctx, "bucket "+b.name, func(ctx context.Context) error {
+			var err error
+			swapped, err = swapIfSame.Run(ctx, b.s.rdb, []string{ek}, hex.EncodeToString(sum[:]), v).Int64()
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("store: %s: %w", b.name, err)
+		}
+		if swapped == 0 {
+			continue // another writer came between the read and the swap
+		}
+		delta := int64(len(key) + len(value))
+		if len(raw) >= 8 {
+			delta -= int64(len(key) + len(raw) - 8)
+		}
+		return b.account(ctx, opts, key, now, delta)
+	}
+	return fmt.Errorf("store: %s: %w: %d attempts lost to concurrent writers", b.name, store.ErrConflict, store.MaxUpdateAttempts)
+}
+
+// account ranks key as written at now, adds delta to the byte count, and
+// evicts past the bounds (one round trip, a second only when over one).
+func (b *Bucket) account(ctx context.Context, opts store.BucketOptions, key []byte, now time.Time, delta int64) error {
+	var count, total *redis.IntCmd
+	err := b.s.write(ctx, "bucket "+b.name, func(ctx context.Context) error {
+		_, err := b.s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.ZAdd(ctx, b.orderKey(), redis.Z{Score: float64(now.UnixMilli()), Member: string(key)})
+			count = p.ZCard(ctx, b.orderKey())
+			total = p.IncrBy(ctx, b.bytesKey(), delta)
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("store: %s: %w", b.name, err)
+	}
+	if (opts.MaxEntries > 0 && count.Val() > int64(opts.MaxEntries)) || (opts.MaxBytes > 0 && total.Val() > opts.MaxBytes) {
 		if _, err := b.evict(ctx, opts, time.Time{}); err != nil {
 			return fmt.Errorf("store: %s: evicting: %w", b.name, err)
 		}

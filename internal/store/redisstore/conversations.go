@@ -19,6 +19,7 @@ const (
 	fFirst, fLast, fLastCompacted, fProvider      = "first_seen", "last_seen", "last_compacted", "provider"
 	fNeeds, fUsage, fReplica                      = "needs_compaction", "last_usage", "replica"
 	fTitle, fTags, fUser, fPeak                   = "title", "tags", "user", "peak_tokens"
+	fPaid, fFull, fUnpriced                       = "paid_usd", "full_usd", "unpriced_requests"
 	fRecoveries, fRoute                           = "recoveries", "route"
 )
 
@@ -111,12 +112,21 @@ redis.call('HSET', KEYS[1], unpack(ARGV))
 return 1
 `)
 
-// recordUsage is setIfTracked that also raises the peak to ARGV[1].
+// recordUsage is setIfTracked that also raises the peak to ARGV[1] and
+// adds the response's money: ARGV[2] dollars paid, ARGV[3] dollars had
+// everything been sent, ARGV[4] unpriced responses (0 or 1). The fields
+// to set follow from ARGV[5].
 var recordUsage = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local cur = tonumber(redis.call('HGET', KEYS[1], 'peak_tokens') or '0') or 0
 if tonumber(ARGV[1]) > cur then redis.call('HSET', KEYS[1], 'peak_tokens', ARGV[1]) end
-redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+if tonumber(ARGV[4]) > 0 then
+  redis.call('HINCRBY', KEYS[1], 'unpriced_requests', ARGV[4])
+else
+  redis.call('HINCRBYFLOAT', KEYS[1], 'paid_usd', ARGV[2])
+  redis.call('HINCRBYFLOAT', KEYS[1], 'full_usd', ARGV[3])
+end
+redis.call('HSET', KEYS[1], unpack(ARGV, 5))
 return 1
 `)
 
@@ -129,7 +139,13 @@ func (s *Store) RecordUsage(id string, u store.Usage, window int, threshold floa
 		ratio = float64(u.Total()) / float64(window)
 	}
 	needs = window > 0 && threshold > 0 && ratio >= threshold || triggerTokens > 0 && u.Total() >= triggerTokens
-	args := []any{u.Total(), fUsage, mustJSON(u), fRatio, ratio, fNeeds, boolInt(needs)}
+	paid, full, unpriced := 0.0, 0.0, 1
+	if u.Cost != nil {
+		paid, full, unpriced = u.Cost.PaidUSD, u.Cost.FullUSD, 0
+	}
+	u.Cost = nil
+	args := []any{u.Total(), strconv.FormatFloat(paid, 'f', -1, 64), strconv.FormatFloat(full, 'f', -1, 64), unpriced,
+		fUsage, mustJSON(u), fRatio, ratio, fNeeds, boolInt(needs)}
 	if window > 0 {
 		args = append(args, fWindow, window)
 	}
@@ -220,11 +236,8 @@ func (s *Store) Totals() store.Totals {
 		return store.Totals{}
 	}
 	t := store.Totals{Conversations: len(cs)}
-	for _, c := range cs {
-		t.Requests += c.Requests
-		t.Compactions += c.Compactions
-		t.Failures += c.Failures
-		t.TokensSaved += c.TokensSaved
+	for i := range cs {
+		t.Add(&cs[i])
 	}
 	return t
 }
@@ -244,8 +257,10 @@ func decodeConversation(id string, m map[string]string) store.Conversation {
 		Requests: i64(fRequests), Compactions: i64(fCompactions), Failures: i64(fFailures), TokensSaved: i64(fSaved),
 		Recoveries: i64(fRecoveries), FirstSeen: t(fFirst), LastSeen: t(fLast), LastCompacted: t(fLastCompacted),
 		Provider: m[fProvider], NeedsCompaction: m[fNeeds] == "1", Replica: m[fReplica],
-		Title: m[fTitle], User: m[fUser], PeakTokens: i(fPeak), Route: m[fRoute],
+		Title: m[fTitle], User: m[fUser], PeakTokens: i(fPeak), UnpricedRequests: i64(fUnpriced), Route: m[fRoute],
 	}
+	c.PaidUSD, _ = strconv.ParseFloat(m[fPaid], 64)
+	c.FullUSD, _ = strconv.ParseFloat(m[fFull], 64)
 	if t := m[fTags]; t != "" {
 		_ = json.Unmarshal([]byte(t), &c.Tags) // an unreadable list shows none
 	}

@@ -192,8 +192,12 @@ func TestStatusAddsUpAcrossReplicas(t *testing.T) {
 	if a.SetNeedsCompaction("unknown", true) {
 		t.Fatal("SetNeedsCompaction on an unknown conversation reported tracked")
 	}
+	// Money adds up across replicas.
+	a.RecordUsage("conv", store.Usage{InputTokens: 10, Cost: &store.Cost{PaidUSD: 0.125, FullUSD: 0.5}}, 2000, 0.9, 0)
+	b.RecordUsage("conv", store.Usage{InputTokens: 10, Cost: &store.Cost{PaidUSD: 0.25, FullUSD: 0.25}}, 2000, 0.9, 0)
+	b.RecordUsage("conv", store.Usage{InputTokens: 10}, 2000, 0.9, 0) // unpriced
 	tot := b.Totals()
-	if tot.Conversations != 1 || tot.Requests != 3 {
+	if tot.Conversations != 1 || tot.Requests != 3 || tot.PaidUSD != 0.375 || tot.FullUSD != 0.75 || tot.UnpricedRequests != 2 {
 		t.Fatalf("totals: %+v", tot)
 	}
 	if err := a.SetLastCompactionFunc("conv", func() ([]byte, error) { return []byte(`{"r":1}`), nil }); err != nil {

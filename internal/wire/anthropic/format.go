@@ -37,6 +37,9 @@ func (Format) Route() string { return Route }
 // Provider returns wire.ProviderAnthropic.
 func (Format) Provider() string { return wire.ProviderAnthropic }
 
+// MessageUnit implements wire.Format.
+func (Format) MessageUnit() string { return "Anthropic messages" }
+
 // Target maps /v1/messages to {base}/v1/messages: an Anthropic base URL
 // has no version (https://api.anthropic.com).
 func (Format) Target(base, path string) string { return base + path }

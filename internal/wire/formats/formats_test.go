@@ -68,7 +68,7 @@ func identity(n int) []int {
 // finds it, and the default is OpenAI chat.
 func TestRegistration(t *testing.T) {
 	t.Parallel()
-	names, routes := map[string]bool{}, map[string]bool{}
+	names, routes, units := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, f := range All() {
 		if names[f.Name()] || routes[f.Route()] {
 			t.Errorf("format %q (route %s) registered twice", f.Name(), f.Route())
@@ -80,6 +80,10 @@ func TestRegistration(t *testing.T) {
 		if p := f.Provider(); p != wire.ProviderOpenAI && p != wire.ProviderAnthropic {
 			t.Errorf("format %q: provider %q", f.Name(), p)
 		}
+		if u := f.MessageUnit(); u == "" || units[u] {
+			t.Errorf("format %q: message unit %q empty or shared", f.Name(), u)
+		}
+		units[f.MessageUnit()] = true
 		if !strings.HasPrefix(f.Route(), "/v1/") {
 			t.Errorf("format %q: route %q is not under /v1/", f.Name(), f.Route())
 		}

@@ -38,6 +38,9 @@ func (Format) Route() string { return Route }
 // Provider returns wire.ProviderOpenAI.
 func (Format) Provider() string { return wire.ProviderOpenAI }
 
+// MessageUnit implements wire.Format.
+func (Format) MessageUnit() string { return "OpenAI messages" }
+
 // Target maps /v1/chat/completions to {base}/chat/completions: an OpenAI
 // base URL includes the version (https://api.openai.com/v1).
 func (Format) Target(base, path string) string { return base + strings.TrimPrefix(path, "/v1") }

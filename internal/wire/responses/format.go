@@ -23,6 +23,9 @@ func (Format) Route() string { return Route }
 // Provider returns wire.ProviderOpenAI.
 func (Format) Provider() string { return wire.ProviderOpenAI }
 
+// MessageUnit implements wire.Format.
+func (Format) MessageUnit() string { return "Responses items" }
+
 // Target maps /v1/responses to {base}/responses, as for Chat Completions.
 func (Format) Target(base, path string) string { return base + strings.TrimPrefix(path, "/v1") }
 
