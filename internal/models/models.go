@@ -116,7 +116,11 @@ type Price struct {
 	// CachedInput is the price of input served from the prompt cache; 0
 	// means the catalog gives none, and cached input is billed as input.
 	CachedInput float64 `json:"cached_input,omitempty"`
-	Output      float64 `json:"output"`
+	// CacheWrite is the price of input written to the prompt cache
+	// (Anthropic bills it above the input price); 0 means the catalog
+	// gives none, and it is billed as input.
+	CacheWrite float64 `json:"cache_write,omitempty"`
+	Output     float64 `json:"output"`
 }
 
 // PriceOf returns model's price from the models.dev catalog, found as
@@ -140,14 +144,21 @@ func PriceOf(model string) (p Price, ok bool) {
 	return Price{}, false
 }
 
-// Cost is the dollars of a request's usage at p: input not served from
-// the cache at the input price, cached input at the cached price (the
-// input price when there is none), output at the output price.
-func (p Price) Cost(input, cached, output int) float64 {
-	cp := p.CachedInput
+// Cost is the dollars of a request's usage at p. input counts every
+// prompt token; of those, cached were read from the prompt cache (at the
+// cached price) and written were written to it (at the cache-write
+// price); the rest, at the input price; output at the output price. A
+// price the catalog lacks is the input price.
+func (p Price) Cost(input, cached, written, output int) float64 {
+	cp, wp := p.CachedInput, p.CacheWrite
 	if cp == 0 {
 		cp = p.Input
 	}
-	cached = min(max(cached, 0), max(input, 0))
-	return (float64(input-cached)*p.Input + float64(cached)*cp + float64(output)*p.Output) / 1e6
+	if wp == 0 {
+		wp = p.Input
+	}
+	input = max(input, 0)
+	cached = min(max(cached, 0), input)
+	written = min(max(written, 0), input-cached)
+	return (float64(input-cached-written)*p.Input + float64(cached)*cp + float64(written)*wp + float64(max(output, 0))*p.Output) / 1e6
 }

@@ -68,13 +68,26 @@ func TestPriceOf(t *testing.T) {
 			t.Errorf("PriceOf(%q) = %+v; want no price", name, p)
 		}
 	}
-	// 1M input of which 400k cached, 100k output.
-	p := Price{Input: 2, CachedInput: 0.5, Output: 8}
-	if got, want := p.Cost(1_000_000, 400_000, 100_000), 600_000*2e-6+400_000*0.5e-6+100_000*8e-6; math.Abs(got-want) > 1e-9 {
-		t.Errorf("Cost = %v, want %v", got, want)
+	for _, tc := range []struct {
+		name                           string
+		p                              Price
+		input, cached, written, output int
+		want                           float64
+	}{
+		{"1M input, 400k cached, 100k output", Price{Input: 2, CachedInput: 0.5, Output: 8}, 1_000_000, 400_000, 0, 100_000,
+			600_000*2e-6 + 400_000*0.5e-6 + 100_000*8e-6},
+		{"no cached price: cached input at the input price, capped", Price{Input: 2, Output: 8}, 1000, 5000, 0, 0, 1000 * 2e-6},
+		{"cache writes at the cache-write price", Price{Input: 3, CachedInput: 0.3, CacheWrite: 3.75, Output: 15}, 10_000, 2_000, 5_000, 100,
+			3_000*3e-6 + 2_000*0.3e-6 + 5_000*3.75e-6 + 100*15e-6},
+		{"no cache-write price: written at the input price", Price{Input: 3, Output: 15}, 10_000, 0, 5_000, 0, 10_000 * 3e-6},
+		{"written past what is not cached is capped", Price{Input: 1, CachedInput: 0.1, CacheWrite: 2}, 100, 60, 500, 0, 60*0.1e-6 + 40*2e-6},
+		{"negative counts are none", Price{Input: 1, Output: 1}, -5, -1, -1, -1, 0},
+	} {
+		if got := tc.p.Cost(tc.input, tc.cached, tc.written, tc.output); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("%s: Cost = %v, want %v", tc.name, got, tc.want)
+		}
 	}
-	// No cached price: cached input at the input price; cached past input is capped.
-	if got, want := (Price{Input: 2, Output: 8}).Cost(1000, 5000, 0), 1000*2e-6; math.Abs(got-want) > 1e-12 {
-		t.Errorf("Cost without a cached price = %v, want %v", got, want)
+	if p, ok := PriceOf("claude-sonnet-4-5"); !ok || p.CacheWrite <= p.Input {
+		t.Errorf("claude-sonnet-4-5's price %+v: want a cache-write price above the input price", p)
 	}
 }

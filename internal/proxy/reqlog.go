@@ -48,7 +48,7 @@ func (x *exchange) logged() {
 	}
 	if x.usageSeen != nil {
 		u := x.usageSeen
-		r.Usage = &requestlog.Usage{InputTokens: u.InputTokens, CachedTokens: u.CacheReadTokens, OutputTokens: u.OutputTokens}
+		r.Usage = &requestlog.Usage{InputTokens: u.InputTokens, CachedTokens: u.CacheReadTokens, CacheWriteTokens: u.CacheWriteTokens, OutputTokens: u.OutputTokens}
 	}
 	if t.sent.IsZero() {
 		r.CompactdMS = ms(t.done.Sub(t.start))
@@ -80,7 +80,7 @@ func (x *exchange) cost(u store.Usage) *store.Cost {
 	if x.compacted {
 		removed = x.tokensBefore - x.forwarded
 	}
-	paid, full, ok := requestlog.Cost(x.model, requestlog.Usage{InputTokens: u.InputTokens, CachedTokens: u.CacheReadTokens, OutputTokens: u.OutputTokens}, removed)
+	paid, full, ok := requestlog.Cost(x.model, requestlog.Usage{InputTokens: u.InputTokens, CachedTokens: u.CacheReadTokens, CacheWriteTokens: u.CacheWriteTokens, OutputTokens: u.OutputTokens}, removed)
 	if !ok {
 		return nil
 	}

@@ -109,6 +109,12 @@ func TestPrice(t *testing.T) {
 	if want := *r.CostUSD + 80_000*2.5/1e6; fmt.Sprintf("%.6f", *r.FullCostUSD) != fmt.Sprintf("%.6f", want) {
 		t.Errorf("full cost %v, want %v", *r.FullCostUSD, want)
 	}
+	// Claude: cache writes at $3.75, reads at $0.30, the rest at $3 per million.
+	a := requestlog.Record{Model: "claude-sonnet-4-5", Usage: &requestlog.Usage{InputTokens: 10_000, CachedTokens: 2_000, CacheWriteTokens: 5_000, OutputTokens: 100}}
+	a.Price()
+	if want := (3_000*3 + 2_000*0.3 + 5_000*3.75 + 100*15.0) / 1e6; a.CostUSD == nil || fmt.Sprintf("%.6f", *a.CostUSD) != fmt.Sprintf("%.6f", want) {
+		t.Errorf("claude cost %v, want %v", a.CostUSD, want)
+	}
 	u := requestlog.Record{Model: "some-local-model", Usage: &requestlog.Usage{InputTokens: 10}}
 	u.Price()
 	if u.CostUSD != nil {

@@ -75,7 +75,11 @@ type Record struct {
 type Usage struct {
 	InputTokens  int `json:"input_tokens"`
 	CachedTokens int `json:"cached_tokens,omitempty"`
-	OutputTokens int `json:"output_tokens"`
+	// CacheWriteTokens are the input tokens written to the prompt cache
+	// (Anthropic's cache_creation_input_tokens), billed at the catalog's
+	// cache-write price.
+	CacheWriteTokens int `json:"cache_write_tokens,omitempty"`
+	OutputTokens     int `json:"output_tokens"`
 }
 
 // Price sets CostUSD and FullCostUSD from r's usage and model (no-op
@@ -102,8 +106,8 @@ func Cost(model string, u Usage, removed int) (paid, full float64, ok bool) {
 	if !ok {
 		return 0, 0, false
 	}
-	paid = p.Cost(u.InputTokens, u.CachedTokens, u.OutputTokens)
-	full = p.Cost(u.InputTokens+max(removed, 0), u.CachedTokens, u.OutputTokens)
+	paid = p.Cost(u.InputTokens, u.CachedTokens, u.CacheWriteTokens, u.OutputTokens)
+	full = p.Cost(u.InputTokens+max(removed, 0), u.CachedTokens, u.CacheWriteTokens, u.OutputTokens)
 	return paid, full, true
 }
 

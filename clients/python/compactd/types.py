@@ -335,6 +335,8 @@ class RequestUsage:
     """Prompt tokens, cached ones included."""
     output_tokens: int
     cached_tokens: int = 0
+    #: input written to the prompt cache (Anthropic)
+    cache_write_tokens: int = 0
 
 
 @dataclass

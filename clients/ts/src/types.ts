@@ -1101,6 +1101,10 @@ export interface RequestRecord {
      */
     input_tokens: number;
     output_tokens: number;
+    /**
+     * input written to the prompt cache (Anthropic's cache_creation_input_tokens), priced at the catalog's cache-write price
+     */
+    cache_write_tokens?: number;
     cached_tokens?: number;
   };
   warnings?: string[];

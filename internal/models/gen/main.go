@@ -56,7 +56,8 @@ type provider struct {
 type cost struct {
 	Input     float64 `json:"input"`
 	Output    float64 `json:"output"`
-	CacheRead float64 `json:"cache_read"`
+	CacheRead  float64 `json:"cache_read"`
+	CacheWrite float64 `json:"cache_write"`
 }
 
 func run(out string) error {
@@ -115,7 +116,7 @@ func run(out string) error {
 	fmt.Fprintf(&b, "// prices maps a model id, as catalog does, to its price in dollars per\n// million tokens, from the provider its window came from (%d of the %d\n// models have one; the others are not priced).\nvar prices = map[string]Price{\n", len(prices), len(windows))
 	for _, id := range ids {
 		if c, ok := prices[id]; ok {
-			fmt.Fprintf(&b, "\t%q: {Input: %v, CachedInput: %v, Output: %v},\n", id, c.Input, c.CacheRead, c.Output)
+			fmt.Fprintf(&b, "\t%q: {Input: %v, CachedInput: %v, CacheWrite: %v, Output: %v},\n", id, c.Input, c.CacheRead, c.CacheWrite, c.Output)
 		}
 	}
 	fmt.Fprintf(&b, "}\n")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -455,7 +456,11 @@ func TestLabelsAndPeak(t *testing.T) {
 		t.Fatalf("fleet labels: %+v", c)
 	}
 	a.Observe(store.Observation{ConversationID: "c", TokensBefore: 1300, TokensAfter: 300, Title: "Renamed", Tags: []string{"x"}})
-	if l := b.Conversations(0); len(l) != 2 || l[0].Title != "Renamed" || fmt.Sprint(l[0].Tags) != "[x]" || l[0].PeakTokens != 1300 {
+	// The list is ordered by last seen at the index's millisecond, so c
+	// and d may tie: find c by its id.
+	l := b.Conversations(0)
+	i := slices.IndexFunc(l, func(c store.Conversation) bool { return c.ID == "c" })
+	if len(l) != 2 || i < 0 || l[i].Title != "Renamed" || fmt.Sprint(l[i].Tags) != "[x]" || l[i].PeakTokens != 1300 {
 		t.Fatalf("list: %+v", l)
 	}
 }
