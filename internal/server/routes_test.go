@@ -303,3 +303,49 @@ func TestProxyRoutesReload(t *testing.T) {
 		t.Fatalf("after the update: compacted %v, route %q, pipeline %v", compacted, st.Route, st.Pipeline)
 	}
 }
+
+// TestProxyRoutesDeferredTrigger: the provider's usage of a response is
+// compared with the route's threshold. Large tool definitions (which
+// compactd does not count) put the usage between claude-*'s 0.7 and the
+// proxy's 0.8 while compactd's own count stays far below both: the Claude
+// conversation is flagged for compaction, the GPT one is not.
+func TestProxyRoutesDeferredTrigger(t *testing.T) {
+	t.Parallel()
+	td, _ := proxyDaemon(t, fmt.Sprintf(routesConfig, routesWindow), pluginSliding, pluginLastn)
+	for _, tc := range []struct {
+		name, path, model, tools string
+		words                    int // of the tools' description: the usage at about 0.75 of the window
+		flagged                  bool
+	}{
+		{"claude", proxy.RouteAnthropic, "claude-sonnet-4-5", `,"tools":[{"name":"lookup","description":"%s","input_schema":{"type":"object"}}]`, 10000, true},
+		{"gpt-4o", proxy.RouteOpenAI, "gpt-4o", `,"tools":[{"type":"function","function":{"name":"lookup","description":"%s","parameters":{"type":"object"}}}]`, 8800, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := "deferred-route-" + tc.name
+			msgs := sizedConversation(t, tc.model, int(0.3*routesWindow))
+			tools := fmt.Sprintf(tc.tools, strings.Repeat("a ", tc.words))
+			var body []byte
+			if tc.path == proxy.RouteAnthropic {
+				body, _ = anthropicBody(t, msgs, tools)
+			} else {
+				body = openAIBody(msgs, tools)
+			}
+			resp, got := td.post(t, tc.path, body, map[string]string{proxy.HeaderConversation: id})
+			if resp.StatusCode != http.StatusOK || resp.Header.Get(proxy.HeaderCompacted) != "" {
+				t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, got)
+			}
+			st := td.status(t, id)
+			if st.LastUsage == nil {
+				t.Fatal("no usage recorded")
+			}
+			ratio := float64(st.LastUsage.InputTokens+st.LastUsage.OutputTokens) / routesWindow
+			if ratio <= 0.7 || ratio >= 0.8 {
+				t.Fatalf("fixture: the provider's usage is %.3f of the window; the test wants it between 0.7 and 0.8", ratio)
+			}
+			t.Logf("the provider's usage: %.3f of the window", ratio)
+			if st.NeedsCompaction != tc.flagged || st.Route != map[bool]string{true: "claude-*", false: "gpt-4o*"}[tc.flagged] {
+				t.Fatalf("usage %.3f of the window: needs_compaction %v on route %q, want %v", ratio, st.NeedsCompaction, st.Route, tc.flagged)
+			}
+		})
+	}
+}
