@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/client"
@@ -347,5 +348,54 @@ func TestProxyRoutesDeferredTrigger(t *testing.T) {
 				t.Fatalf("usage %.3f of the window: needs_compaction %v on route %q, want %v", ratio, st.NeedsCompaction, st.Route, tc.flagged)
 			}
 		})
+	}
+}
+
+// TestProxyRoutesPrepare: background preparation starts at the route's
+// prepare_threshold, runs the route's pipeline, and the request at the
+// route's trigger is sent from it; a model of another route (without
+// preparation) is not prepared.
+func TestProxyRoutesPrepare(t *testing.T) {
+	t.Parallel()
+	td, _ := proxyDaemon(t, fmt.Sprintf(`  policy: lastn
+  context_window: %d
+  routes:
+    - {model: "claude-*", policy: sliding, threshold: 0.9, prepare_threshold: 0.5}
+`, routesWindow), pluginSliding, pluginLastn)
+	px := td.server.opts.Proxy
+	post := func(model, id string, share float64) *http.Response {
+		t.Helper()
+		body, _ := anthropicBody(t, sizedConversation(t, model, int(share*routesWindow)), "")
+		body = []byte(strings.Replace(string(body), `"claude-sonnet-4-5"`, `"`+model+`"`, 1))
+		resp, got := td.post(t, proxy.RouteAnthropic, body, map[string]string{proxy.HeaderConversation: id})
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%d %s", resp.StatusCode, got)
+		}
+		return resp
+	}
+	// Past the default route's (absent) preparation: nothing starts.
+	if resp := post("other-model", "prepare-default", 0.6); resp.Header.Get(proxy.HeaderCompacted) != "" {
+		t.Fatal("compacted below the trigger")
+	}
+	if st := px.PrepareStats(); st.Started != 0 {
+		t.Fatalf("a preparation started without a prepare_threshold: %+v", st)
+	}
+	// Past claude-*'s 0.5: one starts, and is held.
+	if resp := post("claude-sonnet-4-5", "prepare-claude", 0.6); resp.Header.Get(proxy.HeaderCompacted) != "" {
+		t.Fatal("compacted below the trigger")
+	}
+	waitFor(t, "the preparation", 2*time.Minute, func() bool { st := px.PrepareStats(); return st.Held == 1 && st.InFlight == 0 })
+	if st := px.PrepareStats(); st.Started != 1 || st.Failed != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	// At claude-*'s 0.9 (the same conversation, grown): sent from it.
+	if resp := post("claude-sonnet-4-5", "prepare-claude", 0.95); resp.Header.Get(proxy.HeaderCompacted) != "true" {
+		t.Fatalf("not compacted at the trigger: %v", resp.Header)
+	}
+	if st := px.PrepareStats(); st.Used != 1 {
+		t.Fatalf("the request at the trigger was not sent from the prepared compaction: %+v", st)
+	}
+	if st := td.status(t, "prepare-claude"); st.Route != "claude-*" || !slices.Equal(st.Pipeline, []string{"sliding"}) {
+		t.Fatalf("status: route %q, pipeline %v", st.Route, st.Pipeline)
 	}
 }
