@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/client"
+	"github.com/compactd/compactd/internal/provider"
 	"github.com/compactd/compactd/internal/proxy"
 	"github.com/compactd/compactd/internal/tokens"
 )
@@ -397,5 +399,39 @@ func TestProxyRoutesPrepare(t *testing.T) {
 	}
 	if st := td.status(t, "prepare-claude"); st.Route != "claude-*" || !slices.Equal(st.Pipeline, []string{"sliding"}) {
 		t.Fatalf("status: route %q, pipeline %v", st.Route, st.Pipeline)
+	}
+}
+
+// TestProxyRoutesRecoverOverflow: the compaction after a context-length
+// error runs the request's route (or its X-Compactd-Policy).
+func TestProxyRoutesRecoverOverflow(t *testing.T) {
+	t.Parallel()
+	td, _ := proxyDaemon(t, fmt.Sprintf(routesConfig, 1_000_000), pluginSliding, pluginLastn)
+	msgs := chatMessages(21) // about 300 tokens by the provider's count
+	for _, tc := range []struct {
+		name, header, route string
+		pipeline            []string
+	}{
+		{"route", "", "claude-*", []string{"lastn"}},
+		{"header", "sliding", "header", []string{"sliding"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := "overflow-route-" + tc.name
+			h := map[string]string{proxy.HeaderConversation: id, provider.HeaderContextLimit: "150"}
+			if tc.header != "" {
+				h[proxy.HeaderPolicy] = tc.header
+			}
+			// A model of its own each: the proxy learns a stated limit.
+			body, _ := anthropicBody(t, msgs, "")
+			body = bytes.Replace(body, []byte(`"claude-sonnet-4-5"`), []byte(`"claude-`+tc.name+`"`), 1)
+			r, got := td.post(t, proxy.RouteAnthropic, body, h)
+			if r.StatusCode != http.StatusOK || r.Header.Get(proxy.HeaderRecovered) != proxy.RecoveredOverflow {
+				t.Fatalf("want the retry's answer marked recovered: %d %v %s", r.StatusCode, r.Header, got)
+			}
+			st := td.status(t, id)
+			if st.Recoveries != 1 || st.Route != tc.route || st.LastCompaction == nil || !slices.Equal(st.LastCompaction.Pipeline, tc.pipeline) {
+				t.Fatalf("recoveries %d, route %q, last compaction %+v; want %q %v", st.Recoveries, st.Route, st.LastCompaction, tc.route, tc.pipeline)
+			}
+		})
 	}
 }
