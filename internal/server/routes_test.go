@@ -156,6 +156,19 @@ func TestProxyRoutes(t *testing.T) {
 			}
 		})
 	}
+	// A search finds conversations by their route (no model has a *).
+	code, out, _ := td.raw(t, http.MethodGet, "/v1/status?q="+url.QueryEscape("CLAUDE-*"), "")
+	var found struct {
+		Conversations []client.Conversation `json:"conversations"`
+	}
+	if code != http.StatusOK || json.Unmarshal(out, &found) != nil || len(found.Conversations) != 3 {
+		t.Fatalf("search by route: %d %s", code, out)
+	}
+	for _, c := range found.Conversations {
+		if c.Route != "claude-*" {
+			t.Errorf("search by route found %s on route %q", c.ID, c.Route)
+		}
+	}
 	// The overview lists every route.
 	code, overview, _ := td.raw(t, http.MethodGet, "/", "")
 	for _, want := range []string{`route <span class="mono">claude-*</span>`, `route <span class="mono">gpt-4o*</span>`, "default route", "chosen by X-Compactd-Policy"} {
