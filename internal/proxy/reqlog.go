@@ -37,7 +37,7 @@ func (x *exchange) logged() {
 	t.done = time.Now()
 	r := requestlog.Record{
 		Time: t.start, Kind: requestlog.KindProxy, ConversationID: x.id, Format: x.prov.Name(), Model: x.model,
-		Pipeline: x.pipeline, Compacted: x.compacted, Reason: x.reason, NotCompacted: x.notCompacted,
+		Pipeline: x.pipeline, Route: x.routeName(), Compacted: x.compacted, Reason: x.reason, NotCompacted: x.notCompacted,
 		TokensBefore: x.tokensBefore, TokensAfter: x.forwarded, ContextWindow: x.window,
 		Status: x.status, Upstream: x.upstream, Warnings: x.warnings,
 	}
@@ -61,6 +61,14 @@ func (x *exchange) logged() {
 	}
 	r.Price()
 	f(r)
+}
+
+// routeName is x's route for its record ("" before its model was read).
+func (x *exchange) routeName() string {
+	if x.route == nil {
+		return ""
+	}
+	return x.route.Name
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
