@@ -261,17 +261,22 @@ type Conversation struct {
 	// Title names the conversation for people: the X-Compactd-Title
 	// header (or CompactRequest.Title), else the first line of its task.
 	// Tags and User are the last sent X-Compactd-Tags and X-Compactd-User.
-	Title         string   `json:"title,omitempty"`
-	Tags          []string `json:"tags,omitempty"`
-	User          string   `json:"user,omitempty"`
-	Model         string   `json:"model,omitempty"`
-	Pipeline      []string `json:"pipeline"`
-	Messages      int      `json:"messages"`
-	Tokens        int      `json:"tokens"`
-	MessagesAfter int      `json:"messages_after"`
-	TokensAfter   int      `json:"tokens_after"`
-	ContextWindow int      `json:"context_window,omitempty"`
-	UsageRatio    float64  `json:"usage_ratio"`
+	Title    string   `json:"title,omitempty"`
+	Tags     []string `json:"tags,omitempty"`
+	User     string   `json:"user,omitempty"`
+	Model    string   `json:"model,omitempty"`
+	Pipeline []string `json:"pipeline"`
+	// Route says what chose the last proxied request's pipeline and
+	// threshold: the model pattern of the proxy.routes entry that matched,
+	// "header" (X-Compactd-Policy) or "default"; "" when only /v1/compact
+	// has seen the conversation.
+	Route         string  `json:"route,omitempty"`
+	Messages      int     `json:"messages"`
+	Tokens        int     `json:"tokens"`
+	MessagesAfter int     `json:"messages_after"`
+	TokensAfter   int     `json:"tokens_after"`
+	ContextWindow int     `json:"context_window,omitempty"`
+	UsageRatio    float64 `json:"usage_ratio"`
 	// PeakTokens is the most tokens the conversation reached (a request
 	// before compaction, or a response's usage).
 	PeakTokens  int   `json:"peak_tokens,omitempty"`

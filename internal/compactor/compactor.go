@@ -108,6 +108,22 @@ func New(opts Options) *Compactor {
 	return c
 }
 
+// CheckPolicy reports whether a plugin serves the policy name: nil, or
+// the policy source's error (wrapping registry.ErrUnknownPolicy when no
+// plugin has that name). Like a compaction, it waits while the daemon is
+// still loading a plugin that may serve it, until ctx ends.
+func (c *Compactor) CheckPolicy(ctx context.Context, name string) error {
+	if c.opts.Policies == nil {
+		return fmt.Errorf("no policy source: %q cannot be served", name)
+	}
+	_, release, err := c.opts.Policies.Acquire(ctx, name)
+	if err != nil {
+		return err
+	}
+	release()
+	return nil
+}
+
 // Request is one compaction request.
 type Request struct {
 	// Conversation is the caller's conversation (validated here).

@@ -354,6 +354,8 @@ func (c *Config) WithDefaults(base Config) *Config {
 		out.Log.AccessKeep = DefaultAccessKeep
 	}
 	out.Proxy = out.Proxy.withDefaults(nil)
+	def, single := out.proxyDefault()
+	out.Proxy.compileRoutes(def, single)
 	return &out
 }
 
@@ -402,6 +404,15 @@ func (c *Config) ConfiguredPolicies() []string {
 		set[c.Policy] = true
 	}
 	for _, n := range c.Pipeline {
+		set[n] = true
+	}
+	if c.Proxy.Policy != "" {
+		set[c.Proxy.Policy] = true
+	}
+	for _, n := range c.Proxy.Pipeline {
+		set[n] = true
+	}
+	for _, n := range c.Proxy.routePolicies() {
 		set[n] = true
 	}
 	if c.Compact != nil {

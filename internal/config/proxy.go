@@ -24,6 +24,10 @@ type Proxy struct {
 	// compacted; neither: the config's default (policy or pipeline).
 	Policy   string   `yaml:"policy,omitempty" json:"policy,omitempty"`
 	Pipeline []string `yaml:"pipeline,omitempty" json:"pipeline,omitempty"`
+	// Routes choose the policy or pipeline, and the ratios, by the
+	// request's model: the first entry whose pattern matches runs; none:
+	// Policy or Pipeline and the ratios below (docs/proxy.md, "Routes").
+	Routes []ProxyRoute `yaml:"routes,omitempty" json:"routes,omitempty"`
 	// Threshold is the usage ratio (tokens / context window) at which a
 	// conversation is compacted: the provider's usage of the last response
 	// (the deferred trigger) or the pre-flight count of a request
@@ -96,6 +100,10 @@ type Proxy struct {
 	// "prompt is too long", a 413), the request is compacted with the
 	// proxy's pipeline, ignoring the trigger, and sent once more.
 	RecoverOverflow *bool `yaml:"recover_overflow,omitempty" json:"recover_overflow"`
+
+	// table is Routes resolved (Config.WithDefaults builds it once per
+	// config load; Config.ProxyRoute reads it).
+	table *routeTable
 }
 
 // ProxyUpstream is one provider's upstream.
@@ -210,16 +218,12 @@ func (p *Proxy) IncludeStreamUsage() bool {
 	return p.OpenAI.StreamUsage == nil || *p.OpenAI.StreamUsage
 }
 
-// ProxyPipeline returns what a proxied compaction runs: proxy.policy or
-// proxy.pipeline, else the config's default (nil when neither names one).
+// ProxyPipeline returns what a proxied compaction runs when no route
+// matches: proxy.policy or proxy.pipeline, else the config's default
+// (ProxyRoute gives a request's).
 func (c *Config) ProxyPipeline() []string {
-	switch {
-	case c.Proxy.Policy != "":
-		return []string{c.Proxy.Policy}
-	case len(c.Proxy.Pipeline) > 0:
-		return c.Proxy.Pipeline
-	}
-	return c.DefaultPipeline()
+	p, _ := c.proxyDefault()
+	return p
 }
 
 // Validate checks the block's URLs, names and ranges.
@@ -254,6 +258,9 @@ func (p *Proxy) Validate() error {
 		if !abi.ValidName(n) {
 			return fmt.Errorf("proxy: policy name %q: want 1-64 characters of a-z, 0-9, _ and -, starting with a letter", n)
 		}
+	}
+	if err := p.validateRoutes(); err != nil {
+		return err
 	}
 	// The numbers' ranges are checked with every other setting's
 	// (checkRanges), so that their errors name the line.

@@ -36,6 +36,9 @@ type entry struct {
 	// offset is the provider's input tokens minus compactd's count of the
 	// prompt it was sent, for the last response with usage (>= 0).
 	offset int
+	// chosen is the pipeline the request's X-Compactd-Policy named (nil:
+	// none), for a manual compaction of it (StoredRoute).
+	chosen []string
 }
 
 func (e *entry) size() int64 {
@@ -70,10 +73,10 @@ func (m *memory) snapshot(id string) *entry {
 
 // remember stores a request. The offset of an earlier request is kept. A
 // body that alone is over the bound is not stored (its counts still are).
-func (m *memory) remember(id, provider, model string, body []byte, hashes []uint64, counts []int) {
+func (m *memory) remember(id, provider, model string, body []byte, hashes []uint64, counts []int, chosen []string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e := &entry{id: id, provider: provider, model: model, body: body, hashes: hashes, counts: counts}
+	e := &entry{id: id, provider: provider, model: model, body: body, hashes: hashes, counts: counts, chosen: chosen}
 	if e.size() > m.maxBytes {
 		e.body = nil
 	}

@@ -165,7 +165,7 @@ func (p *Proxy) toolsHash(req *request) uint64 { return maphash.Bytes(p.seed, re
 // "forward".
 func (x *exchange) usePrepared(ctx context.Context, req *request, hashes []uint64, counts []int, pipeline []string, obs *store.Observation) (out []byte, handled bool) {
 	p, pc := x.p, &x.cfg.Proxy
-	if pc.PrepareThreshold <= 0 {
+	if x.route.PrepareThreshold <= 0 {
 		return nil, false
 	}
 	pr := p.prep.lookup(x.id, x.prov.Name(), req.model, pipeline, p.toolsHash(req), hashes)
@@ -220,10 +220,10 @@ func (x *exchange) usePrepared(ctx context.Context, req *request, hashes []uint6
 // messages and that is still below the threshold.
 func (x *exchange) maybePrepare(req *request, hashes []uint64, estimate int, pipeline []string, offset int) {
 	p, pc := x.p, &x.cfg.Proxy
-	if pc.PrepareThreshold <= 0 || x.window <= 0 || len(pipeline) == 0 {
+	if x.route.PrepareThreshold <= 0 || x.window <= 0 || len(pipeline) == 0 {
 		return
 	}
-	at := pc.PrepareThreshold * float64(x.window)
+	at := x.route.PrepareThreshold * float64(x.window)
 	if float64(estimate) < at || x.fromPrepared && float64(x.forwarded+offset) < at {
 		return
 	}
@@ -258,7 +258,7 @@ func (x *exchange) maybePrepare(req *request, hashes []uint64, estimate int, pip
 	pp.inflight.Add(1)
 
 	cfg := x.cfg
-	decision := &abi.Decision{Reason: abi.ReasonPrepare, TargetTokens: targetTokens(pc, abi.ReasonPrepare, x.window, offset)}
+	decision := &abi.Decision{Reason: abi.ReasonPrepare, TargetTokens: targetTokens(x.route, pc.TriggerTokens, abi.ReasonPrepare, x.window, offset)}
 	prov := x.prov
 	go func() {
 		defer pp.wg.Done()

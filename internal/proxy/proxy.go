@@ -332,6 +332,11 @@ type exchange struct {
 	tracked      bool        // the conversation is in the store and gets the usage
 	compaction   *Compaction // the compaction run on the request, if any
 	labels       convlabel.Labels
+	// chosen is the pipeline the request's X-Compactd-Policy named (nil:
+	// none); route is what the request runs under (routeFor), set once
+	// its model is read.
+	chosen []string
+	route  *config.Route
 	// span is the request's trace span (nil without tracing).
 	span trace.Span
 
@@ -410,8 +415,13 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, prov wire.Format) 
 		p.writeError(w, prov, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
+	chosen, err := p.parsePolicyHeader(r.Context(), r.Header.Get(HeaderPolicy))
+	if err != nil {
+		p.writeError(w, prov, http.StatusBadRequest, err.(*policyError).code, err.Error())
+		return
+	}
 	extendDeadline(w, cfg.Limits.RequestTimeout.D()+cfg.Proxy.Timeout.D())
-	x.id, x.notCompacted, x.labels = id, "", labels
+	x.id, x.notCompacted, x.labels, x.chosen = id, "", labels, chosen
 
 	limit := cfg.Limits.MaxBodyBytes
 	body, err := readBody(r, limit)
@@ -487,6 +497,7 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 		return body
 	}
 	x.model = req.model
+	x.route = routeFor(cfg, req.model, x.chosen)
 	if why := x.prov.Uncompactable(req.get); why != "" {
 		x.passThrough(PassProviderHistory, "%s: forwarded uncompacted", why)
 		return body
@@ -525,27 +536,27 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 		offset = prev.offset
 	}
 	estimate := total + offset
-	p.mem.remember(x.id, x.prov.Name(), req.model, body, hashes, counts)
+	p.mem.remember(x.id, x.prov.Name(), req.model, body, hashes, counts, x.chosen)
 
 	status, known := p.opts.Store.Conversation(x.id)
-	pc := &cfg.Proxy
+	pc, rt := &cfg.Proxy, x.route
 	reason, why := "", ""
 	switch {
 	case known && status.NeedsCompaction:
 		reason, why = "the last response's usage reached the threshold", abi.ReasonUsage
-	case x.window > 0 && float64(estimate) >= pc.Threshold*float64(x.window):
+	case x.window > 0 && float64(estimate) >= rt.Threshold*float64(x.window):
 		reason, why = fmt.Sprintf("%d tokens are %.0f%% of the %d-token window", estimate, 100*float64(estimate)/float64(x.window), x.window), abi.ReasonPreflight
 	case pc.TriggerTokens > 0 && estimate >= pc.TriggerTokens:
 		reason, why = fmt.Sprintf("%d tokens reach proxy.trigger_tokens", estimate), abi.ReasonTriggerTokens
 	}
 
-	pipeline := cfg.ProxyPipeline()
+	pipeline := rt.Pipeline
 	x.tokensBefore, x.reason = total, reason
 	if reason != "" {
 		x.pipeline = pipeline
 	}
 	obs := store.Observation{
-		ConversationID: x.id, Model: req.model, Pipeline: pipeline, Provider: x.prov.Name(),
+		ConversationID: x.id, Model: req.model, Pipeline: pipeline, Route: rt.Name, Provider: x.prov.Name(),
 		MessagesBefore: len(req.messages), TokensBefore: total, MessagesAfter: len(req.messages), TokensAfter: total,
 		ContextWindow: x.window, Title: x.labels.Title, Tags: x.labels.Tags, User: x.labels.User,
 	}
@@ -559,7 +570,7 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 		if b, ok := x.usePrepared(ctx, req, hashes, counts, pipeline, &obs); ok {
 			out = b
 		} else {
-			decision := &abi.Decision{Reason: why, TargetTokens: targetTokens(pc, why, x.window, extraCount(status, known, offset))}
+			decision := &abi.Decision{Reason: why, TargetTokens: targetTokens(rt, pc.TriggerTokens, why, x.window, extraCount(status, known, offset))}
 			out = x.compact(ctx, req, pipeline, reason, decision, &obs)
 		}
 	}
@@ -584,7 +595,7 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 func (x *exchange) compact(ctx context.Context, req *request, pipeline []string, reason string, decision *abi.Decision, obs *store.Observation) []byte {
 	p, cfg := x.p, x.cfg
 	if len(pipeline) == 0 {
-		x.warn("compaction is due (%s) but no policy is configured (proxy.policy, or the config's policy): forwarded uncompacted", reason)
+		x.warn("compaction is due (%s) but no policy is configured (proxy.routes, proxy.policy, or the config's policy): forwarded uncompacted", reason)
 		x.notCompacted = NotCompactedNoPolicy
 		return req.body
 	}
@@ -651,18 +662,18 @@ func extraCount(status store.Conversation, known bool, memOffset int) int {
 }
 
 // targetTokens is the token budget a compaction the proxy decided on aims
-// at, in compactd's count: proxy.target of the window (the trigger at
-// proxy.threshold of it), or, when proxy.trigger_tokens fired, the same
+// at, in compactd's count: the route's target of the window (the trigger
+// at its threshold of it), or, when proxy.trigger_tokens fired, the same
 // share of those (target/threshold × trigger_tokens); less what the
 // provider counted beyond compactd last time (offset), at least 1 (as
 // small as the policy can). 0 when neither is known: no target.
-func targetTokens(pc *config.Proxy, why string, window, offset int) int {
+func targetTokens(rt *config.Route, triggerTokens int, why string, window, offset int) int {
 	var t float64
 	switch {
-	case why == abi.ReasonTriggerTokens && pc.TriggerTokens > 0:
-		t = pc.Target / pc.Threshold * float64(pc.TriggerTokens)
+	case why == abi.ReasonTriggerTokens && triggerTokens > 0:
+		t = rt.Target / rt.Threshold * float64(triggerTokens)
 	case window > 0:
-		t = pc.Target * float64(window)
+		t = rt.Target * float64(window)
 	default:
 		return 0
 	}
@@ -741,7 +752,7 @@ func (x *exchange) responseFilter(u store.Usage) {
 	}
 	p := x.p
 	u.Cost = x.cost(u)
-	ratio, needs := p.opts.Store.RecordUsage(x.id, u, x.window, x.cfg.Proxy.Threshold, x.cfg.Proxy.TriggerTokens)
+	ratio, needs := p.opts.Store.RecordUsage(x.id, u, x.window, x.route.Threshold, x.cfg.Proxy.TriggerTokens)
 	p.mem.setOffset(x.id, u.InputTokens-x.forwarded)
 	p.logger.Debug("proxy: usage", "provider", x.prov.Provider(), "conversation", x.id, "input_tokens", u.InputTokens,
 		"output_tokens", u.OutputTokens, "usage_ratio", ratio, "needs_compaction", needs)

@@ -228,7 +228,7 @@ func (x *exchange) recoverOverflow(ctx context.Context, resp *http.Response, cli
 	headers.Stop()
 	req := x.req
 	obs := store.Observation{
-		ConversationID: x.id, Model: req.model, Pipeline: x.pipeline, Provider: x.prov.Name(),
+		ConversationID: x.id, Model: req.model, Pipeline: x.pipeline, Route: x.route.Name, Provider: x.prov.Name(),
 		MessagesBefore: len(req.messages), TokensBefore: x.total, MessagesAfter: len(req.messages), TokensAfter: x.total,
 		ContextWindow: window, Recovery: true,
 	}
@@ -239,7 +239,7 @@ func (x *exchange) recoverOverflow(ctx context.Context, resp *http.Response, cli
 	if e := p.mem.snapshot(x.id); e != nil {
 		offset = e.offset
 	}
-	decision := &abi.Decision{Reason: abi.ReasonOverflow, TargetTokens: targetTokens(pc, abi.ReasonOverflow, window, offset)}
+	decision := &abi.Decision{Reason: abi.ReasonOverflow, TargetTokens: targetTokens(x.route, pc.TriggerTokens, abi.ReasonOverflow, window, offset)}
 	out := x.compact(ctx, req, x.pipeline, reason, decision, &obs)
 	p.opts.Store.Observe(obs)
 	p.observe(x.compaction)

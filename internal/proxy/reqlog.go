@@ -39,7 +39,7 @@ func (x *exchange) logged() {
 	t.done = time.Now()
 	r := requestlog.Record{
 		Time: t.start, Kind: requestlog.KindProxy, ConversationID: x.id, Format: x.prov.Name(), Model: x.model,
-		Pipeline: x.pipeline, Compacted: x.compacted, Reason: x.reason, NotCompacted: x.notCompacted,
+		Pipeline: x.pipeline, Route: x.routeName(), Compacted: x.compacted, Reason: x.reason, NotCompacted: x.notCompacted,
 		TokensBefore: x.tokensBefore, TokensAfter: x.forwarded, ContextWindow: x.window,
 		Status: x.status, Upstream: x.upstream, Warnings: x.warnings,
 	}
@@ -91,7 +91,18 @@ func (x *exchange) endSpan(r *requestlog.Record) {
 	if r.Status >= 500 {
 		x.span.SetStatus(codes.Error, http.StatusText(r.Status))
 	}
+	if r.Route != "" {
+		x.span.SetAttributes(attribute.String("compactd.route", r.Route))
+	}
 	x.span.End()
+}
+
+// routeName is x's route for its record ("" before its model was read).
+func (x *exchange) routeName() string {
+	if x.route == nil {
+		return ""
+	}
+	return x.route.Name
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -38,6 +38,10 @@ type Record struct {
 	Format   string   `json:"format,omitempty"`
 	Model    string   `json:"model,omitempty"`
 	Pipeline []string `json:"pipeline,omitempty"`
+	// Route is what chose a proxied request's pipeline and threshold: the
+	// model pattern of the proxy.routes entry that matched, "header"
+	// (X-Compactd-Policy) or "default".
+	Route string `json:"route,omitempty"`
 	// Compacted is set when the request went on compacted; Reason says
 	// why a compaction ran, NotCompacted why the request went on as it came.
 	Compacted     bool   `json:"compacted"`

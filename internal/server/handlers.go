@@ -171,7 +171,7 @@ func (s *Server) status(limit int, f conversationFilter) client.Status {
 func conversationOf(c store.Conversation) client.Conversation {
 	out := client.Conversation{
 		ID: c.ID, Title: c.Title, Tags: c.Tags, User: c.User, PeakTokens: c.PeakTokens,
-		Model: c.Model, Pipeline: c.Pipeline, Messages: c.Messages, Tokens: c.Tokens,
+		Model: c.Model, Pipeline: c.Pipeline, Route: c.Route, Messages: c.Messages, Tokens: c.Tokens,
 		MessagesAfter: c.MessagesAfter, TokensAfter: c.TokensAfter, ContextWindow: c.ContextWindow, UsageRatio: c.UsageRatio,
 		Requests: c.Requests, Compactions: c.Compactions, Failures: c.Failures, TokensSaved: c.TokensSaved,
 		Recoveries: c.Recoveries, PaidUSD: c.PaidUSD, FullUSD: c.FullUSD, UnpricedRequests: c.UnpricedRequests, FirstSeen: c.FirstSeen, LastSeen: c.LastSeen, LastCompacted: c.LastCompacted,

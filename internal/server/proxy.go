@@ -77,17 +77,22 @@ func requestConversation(req *client.CompactRequest, conv *chat.Conversation) (w
 // compactStored serves POST /v1/compact with a conversation_id and no
 // messages: the proxy's stored last request of that conversation is
 // compacted (policy, pipeline and config apply; the model is the stored
-// request's).
+// request's, and without policy or pipeline its route's pipeline runs).
 func (s *Server) compactStored(ctx context.Context, w http.ResponseWriter, req *client.CompactRequest, cfg *config.Config, rec *requestlog.Record) error {
 	if s.opts.Proxy == nil {
 		return apiErrorf(http.StatusBadRequest, CodeBadRequest, "\"messages\" is required (an array of chat messages)")
 	}
-	pipeline, err := choosePipeline(req, cfg.ProxyPipeline())
+	// The default is what the conversation's requests run: the route of
+	// the stored request's model, or its X-Compactd-Policy.
+	rt, ok := s.opts.Proxy.StoredRoute(cfg, req.ConversationID)
+	if !ok {
+		rt = cfg.ProxyRoute("")
+	}
+	pipeline, err := choosePipeline(req, rt.Pipeline)
 	if err != nil {
 		return err
 	}
-	defaultIsPolicy := cfg.Proxy.Policy != "" || len(cfg.Proxy.Pipeline) == 0 && cfg.Policy != ""
-	keyed := len(req.Pipeline) > 0 || req.Policy == "" && !defaultIsPolicy
+	keyed := len(req.Pipeline) > 0 || req.Policy == "" && !rt.Single
 	overrides, err := splitOverrides(req.Config, pipeline, keyed)
 	if err != nil {
 		return err

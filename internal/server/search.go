@@ -73,7 +73,7 @@ func (f conversationFilter) matches(c *store.Conversation, q string) bool {
 	if q == "" {
 		return true
 	}
-	fields := append([]string{c.ID, c.Title, c.User, c.Model}, c.Tags...)
+	fields := append([]string{c.ID, c.Title, c.User, c.Model, c.Route}, c.Tags...)
 	for _, s := range append(fields, c.Pipeline...) {
 		if strings.Contains(strings.ToLower(s), q) {
 			return true

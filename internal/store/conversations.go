@@ -22,6 +22,11 @@ type Conversation struct {
 	// Model and Pipeline are the last request's.
 	Model    string   `json:"model,omitempty"`
 	Pipeline []string `json:"pipeline"`
+	// Route says what chose the last proxied request's pipeline and
+	// threshold: the model pattern of the proxy.routes entry that matched,
+	// "header" (X-Compactd-Policy) or "default" (proxy.policy or
+	// proxy.pipeline, else the config's default); "" for /v1/compact.
+	Route string `json:"route,omitempty"`
 	// Messages and Tokens are the last request's input; MessagesAfter and
 	// TokensAfter what it returned.
 	Messages      int `json:"messages"`
@@ -101,9 +106,12 @@ func (u Usage) Total() int { return u.InputTokens + u.OutputTokens }
 
 // Observation is one compaction request, as Observe records it.
 type Observation struct {
-	ConversationID               string
-	Model                        string
-	Pipeline                     []string
+	ConversationID string
+	Model          string
+	Pipeline       []string
+	// Route is the proxied request's route (see Conversation.Route; ""
+	// keeps the conversation's).
+	Route                        string
 	MessagesBefore, TokensBefore int
 	MessagesAfter, TokensAfter   int
 	ContextWindow                int
@@ -136,6 +144,9 @@ func (s *Store) Observe(o Observation) {
 		delete(s.removed, o.ConversationID)
 	}
 	c.Model, c.Pipeline = o.Model, append([]string{}, o.Pipeline...) // [] rather than null when none ran
+	if o.Route != "" {
+		c.Route = o.Route
+	}
 	c.Messages, c.Tokens, c.MessagesAfter, c.TokensAfter = o.MessagesBefore, o.TokensBefore, o.MessagesAfter, o.TokensAfter
 	c.ContextWindow, c.UsageRatio = o.ContextWindow, 0
 	if o.ContextWindow > 0 {

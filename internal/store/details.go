@@ -87,6 +87,7 @@ func (s *Store) buildPending() {
 	s.mu.Lock()
 	builders := s.pendingBuilders
 	s.pendingBuilders = map[string]*lazyDetail{}
+	s.buildingDetails = builders // LastCompaction reads them meanwhile
 	s.mu.Unlock()
 	for id, d := range builders {
 		b, err := d.bytes()
@@ -95,15 +96,23 @@ func (s *Store) buildPending() {
 		if err == nil && !newer && s.convs[id] != nil {
 			s.pendingDetails[id] = b
 		}
+		delete(s.buildingDetails, id)
 		s.mu.Unlock()
 	}
+	s.mu.Lock()
+	s.buildingDetails = nil
+	s.mu.Unlock()
 }
 
 // LastCompaction returns the conversation's last-compaction record, or nil
 // when it has none.
 func (s *Store) LastCompaction(ctx context.Context, conversationID string) ([]byte, error) {
 	s.mu.Lock()
-	if d, ok := s.pendingBuilders[conversationID]; ok {
+	d, ok := s.pendingBuilders[conversationID]
+	if !ok {
+		d, ok = s.buildingDetails[conversationID] // a Flush is building it
+	}
+	if ok {
 		s.mu.Unlock()
 		if b, err := d.bytes(); err == nil {
 			return append([]byte(nil), b...), nil

@@ -150,6 +150,9 @@ type Store struct {
 	flushingDetails map[string][]byte
 	// pendingBuilders are records SetLastCompactionFunc left unbuilt.
 	pendingBuilders map[string]*lazyDetail
+	// buildingDetails are the builders a Flush is building (buildPending),
+	// readable until they are pending records.
+	buildingDetails map[string]*lazyDetail
 	flushMu         sync.Mutex   // one Flush at a time
 	lastTime        atomic.Int64 // last timestamp handed out, for a strict order
 

@@ -229,6 +229,10 @@ class Conversation:
     last_seen: _dt.datetime
     needs_compaction: bool
     model: str = ""
+    #: what chose the last proxied request's pipeline and threshold: the
+    #: model pattern of the ``proxy.routes`` entry that matched,
+    #: ``"header"`` (X-Compactd-Policy) or ``"default"``
+    route: str = ""
     context_window: int = 0
     recoveries: int = 0
     last_compacted: Optional[_dt.datetime] = None
@@ -351,6 +355,10 @@ class RequestRecord:
     format: str = ""
     model: str = ""
     pipeline: List[str] = field(default_factory=list)
+    #: what chose a proxied request's pipeline and threshold: the model
+    #: pattern of the ``proxy.routes`` entry that matched, ``"header"`` or
+    #: ``"default"``
+    route: str = ""
     reason: str = ""
     not_compacted: str = ""
     tokens_before: int = 0

@@ -321,6 +321,10 @@ export interface Config {
      */
     recover_overflow?: boolean;
     /**
+     * routes by the request's model: the first entry whose pattern matches runs its policy or pipeline at its ratios; none matches: policy or pipeline and the ratios here (docs/proxy.md, "Routes")
+     */
+    routes?: ProxyRoute[];
+    /**
      * the share of the window a compaction the proxy decides on aims at: the target_tokens handed to the policy (default 0.5; at most threshold)
      */
     target?: number;
@@ -518,6 +522,10 @@ export interface Conversation {
    * the daemon that served the last request, when the replicas of a fleet share a store (state.url)
    */
   replica?: string;
+  /**
+   * what chose the last proxied request's pipeline and threshold: the `model` pattern of the proxy.routes entry that matched, `header` (its X-Compactd-Policy), or `default` (proxy.policy or proxy.pipeline, else the config's default); absent for a conversation only /v1/compact has seen
+   */
+  route?: string;
   /**
    * X-Compactd-Tags (comma-separated) or /v1/compact's `tags`, as last sent
    */
@@ -937,7 +945,8 @@ export interface PolicyList {
  *
  * | code | status | meaning |
  * | --- | --- | --- |
- * | `bad_request` | 400 | `X-Compactd-Conversation` is malformed, or the body could not be read |
+ * | `bad_request` | 400 | `X-Compactd-Conversation` (or `-Title`, `-Tags`, `-User`, `-Policy`) is malformed, or the body could not be read |
+ * | `unknown_policy` | 400 | `X-Compactd-Policy` names a policy no plugin serves |
  * | `unauthorized` | 401 | the TCP listener without `X-Compactd-Token` |
  * | `proxy_off` | 404 | no upstream is configured for this provider |
  * | `not_found` | 404 | a forwarded path whose upstream was removed as the request arrived |
@@ -946,7 +955,31 @@ export interface PolicyList {
  * | `upstream_timeout` | 504 | the upstream did not send its headers within `proxy.timeout`, or went silent after them for `proxy.read_timeout` (a stream: its error event) |
  * | `upstream_event_too_large` | — | a stream's error event: a line or an event of the upstream's ran past `proxy.max_event_bytes` |
  */
-export type ProxyErrorCode = "bad_request" | "unauthorized" | "proxy_off" | "not_found" | "upstream_unreachable" | "bad_upstream" | "upstream_timeout" | "upstream_event_too_large";
+export type ProxyErrorCode = "bad_request" | "unknown_policy" | "unauthorized" | "proxy_off" | "not_found" | "upstream_unreachable" | "bad_upstream" | "upstream_timeout" | "upstream_event_too_large";
+
+/**
+ * one entry of proxy.routes: what a proxied request whose model matches runs (exactly one of policy and pipeline)
+ */
+export interface ProxyRoute {
+  /**
+   * a pattern the whole model name is matched against, as Go's path.Match matches: * any run of characters but /, ? one character, [a-z] a class, \ quotes ("claude-*", "gpt-4o*")
+   */
+  model: string;
+  pipeline?: string[];
+  policy?: string;
+  /**
+   * replaces proxy.prepare_threshold for the route (absent: the proxy's; below the route's threshold)
+   */
+  prepare_threshold?: number;
+  /**
+   * replaces proxy.target for the route (absent: the proxy's; at most the route's threshold)
+   */
+  target?: number;
+  /**
+   * replaces proxy.threshold for the route (absent: the proxy's)
+   */
+  threshold?: number;
+}
 
 /**
  * where the proxy forwards each provider's requests (and the provider keys they carry), and who moved it
@@ -1041,6 +1074,10 @@ export interface RequestRecord {
    * why a compaction ran
    */
   reason?: string;
+  /**
+   * what chose a proxied request's pipeline and threshold: the `model` pattern of the proxy.routes entry that matched, `header` (X-Compactd-Policy) or `default`
+   */
+  route?: string;
   /**
    * the answer's HTTP status: the upstream's when upstream is true, else compactd's own
    */

@@ -20,7 +20,7 @@ const (
 	fNeeds, fUsage, fReplica                      = "needs_compaction", "last_usage", "replica"
 	fTitle, fTags, fUser, fPeak                   = "title", "tags", "user", "peak_tokens"
 	fPaid, fFull, fUnpriced                       = "paid_usd", "full_usd", "unpriced_requests"
-	fRecoveries                                   = "recoveries"
+	fRecoveries, fRoute                           = "recoveries", "route"
 )
 
 // setMax sets a hash field to ARGV[2] if that is more than its value
@@ -53,6 +53,9 @@ func (s *Store) Observe(o store.Observation) {
 	}
 	if o.Provider != "" {
 		fields = append(fields, fProvider, o.Provider)
+	}
+	if o.Route != "" {
+		fields = append(fields, fRoute, o.Route)
 	}
 	if o.Title != "" {
 		fields = append(fields, fTitle, o.Title)
@@ -254,7 +257,7 @@ func decodeConversation(id string, m map[string]string) store.Conversation {
 		Requests: i64(fRequests), Compactions: i64(fCompactions), Failures: i64(fFailures), TokensSaved: i64(fSaved),
 		Recoveries: i64(fRecoveries), FirstSeen: t(fFirst), LastSeen: t(fLast), LastCompacted: t(fLastCompacted),
 		Provider: m[fProvider], NeedsCompaction: m[fNeeds] == "1", Replica: m[fReplica],
-		Title: m[fTitle], User: m[fUser], PeakTokens: i(fPeak), UnpricedRequests: i64(fUnpriced),
+		Title: m[fTitle], User: m[fUser], PeakTokens: i(fPeak), UnpricedRequests: i64(fUnpriced), Route: m[fRoute],
 	}
 	c.PaidUSD, _ = strconv.ParseFloat(m[fPaid], 64)
 	c.FullUSD, _ = strconv.ParseFloat(m[fFull], 64)
