@@ -14,6 +14,9 @@ import (
 	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/policyconfig"
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Plugin is a loaded plugin: its description and a pool of instances.
@@ -517,7 +520,22 @@ func (p *Plugin) finish(ctx context.Context) {
 // run calls export with input on a pooled instance, under the call time
 // limit, and hands the output to decode before the instance is released
 // (the output lives in the instance's memory).
-func (p *Plugin) run(ctx context.Context, export string, input []byte, env CallEnv, msgs []abi.Message, decode func(out []byte) *PluginError) error {
+func (p *Plugin) run(ctx context.Context, export string, input []byte, env CallEnv, msgs []abi.Message, decode func(out []byte) *PluginError) (err error) {
+	if parent := trace.SpanFromContext(ctx); parent.IsRecording() {
+		// A span per call when the caller's trace records (OpenTelemetry
+		// is on): named by the export, under the caller's span.
+		var span trace.Span
+		ctx, span = parent.TracerProvider().Tracer(tracerScope).Start(ctx, "compactd.plugin "+export, trace.WithAttributes(
+			attribute.String("compactd.plugin", p.Name()), attribute.String("compactd.plugin.path", p.Path()),
+			attribute.String("compactd.plugin.tier", p.Tier()), attribute.Int("compactd.plugin.input_bytes", len(input))))
+		defer func() {
+			if err != nil {
+				span.RecordError(err)
+				span.SetStatus(codes.Error, err.Error())
+			}
+			span.End()
+		}()
+	}
 	p.calls.Add(1)
 	defer p.lastCall.Store(time.Now().UnixNano())
 	inst, err := p.acquire(ctx)
@@ -615,6 +633,9 @@ func (p *Plugin) Compact(ctx context.Context, req *Request) (*Response, error) {
 	resp.Duration = time.Since(start)
 	return resp, nil
 }
+
+// tracerScope names the plugin calls' spans' instrumentation scope.
+const tracerScope = "github.com/compactd/compactd/host"
 
 // HasShouldCompact reports whether the plugin implements should_compact.
 func (p *Plugin) HasShouldCompact() bool { return p.hasShouldCompact }

@@ -26,8 +26,12 @@ import (
 	"github.com/compactd/compactd/host"
 	"github.com/compactd/compactd/internal/models"
 	"github.com/compactd/compactd/internal/tokens"
+	"github.com/compactd/compactd/internal/tracing"
 	"github.com/compactd/compactd/policyconfig"
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Errors for requests that cannot be served. They wrap more detail; test
@@ -305,7 +309,9 @@ func (c *Compactor) Compact(ctx context.Context, req Request) (*Response, error)
 			continue
 		}
 		stageStart := time.Now()
-		run := c.runStage(ctx, p, cur, plan.config, abi.Context{
+		sctx, span := tracing.Child(ctx, "compactd.stage "+p.Name(), attribute.String("compactd.policy", p.Name()),
+			attribute.String("compactd.policy.version", p.Version()), attribute.Int("compactd.tokens_before", st.TokensBefore))
+		run := c.runStage(sctx, p, cur, plan.config, abi.Context{
 			Model: req.Model, Encoding: tok.Encoding(), ContextWindow: window, ConversationID: id,
 			Compact: req.Decision,
 		}, env, &st)
@@ -325,6 +331,7 @@ func (c *Compactor) Compact(ctx context.Context, req Request) (*Response, error)
 			cur = out
 			st.TokensAfter, st.MessagesAfter = cur.TotalTokens(), cur.Len()
 		}
+		endStageSpan(span, &st)
 		resp.Stats.Stages = append(resp.Stats.Stages, st)
 	}
 	resp.Conversation = cur
@@ -587,4 +594,17 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// endStageSpan ends a stage's span with what the stage did.
+func endStageSpan(span trace.Span, st *Stage) {
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(attribute.Bool("compactd.compacted", st.Compacted), attribute.Int("compactd.tokens_after", st.TokensAfter),
+		attribute.Int("compactd.messages_before", st.MessagesBefore), attribute.Int("compactd.messages_after", st.MessagesAfter))
+	if st.Error != "" {
+		span.SetStatus(codes.Error, st.Error)
+	}
+	span.End()
 }

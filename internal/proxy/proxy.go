@@ -63,11 +63,14 @@ import (
 	"github.com/compactd/compactd/internal/requestlog"
 	"github.com/compactd/compactd/internal/store"
 	"github.com/compactd/compactd/internal/tokens"
+	"github.com/compactd/compactd/internal/tracing"
 	"github.com/compactd/compactd/internal/wire"
 	"github.com/compactd/compactd/internal/wire/anthropic"
 	"github.com/compactd/compactd/internal/wire/openaichat"
 	"github.com/compactd/compactd/internal/wire/responses"
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Headers compactd reads and writes on proxied requests. The request
@@ -130,6 +133,10 @@ type Options struct {
 	// RequestLog, if set, gets one record per request served on a
 	// format's route, once its answer has gone (SetRequestLog).
 	RequestLog func(requestlog.Record)
+	// Tracer, if set, traces each request: a server span, the compaction's
+	// spans under it, and a client span per upstream exchange, whose
+	// headers carry the trace context (nil: no tracing, no cost).
+	Tracer *tracing.Tracer
 }
 
 // Proxy forwards provider API requests through the request and response
@@ -167,6 +174,7 @@ func New(opts Options) *Proxy {
 			ExpectContinueTimeout: time.Second,
 		}
 	}
+	p.transport = opts.Tracer.Transport(p.transport)
 	p.mem = newMemory(opts.Config.Current().Proxy.MaxStoredBytes)
 	p.prep = newPreparer(opts.Config.Current().Proxy.PrepareWorkers)
 	return p
@@ -329,6 +337,8 @@ type exchange struct {
 	// its model is read.
 	chosen []string
 	route  *config.Route
+	// span is the request's trace span (nil without tracing).
+	span trace.Span
 
 	// For the request log.
 	clock        timing
@@ -378,6 +388,11 @@ func (x *exchange) unreadable(what string, err error) {
 
 func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, prov wire.Format) {
 	x := &exchange{p: p, prov: prov, path: r.URL.Path, clock: timing{start: time.Now()}, notCompacted: NotCompactedError}
+	if t := p.opts.Tracer; t != nil {
+		var ctx context.Context
+		ctx, x.span = t.StartServer(r.Context(), r, "compactd proxy "+prov.Name(), attribute.String("compactd.format", prov.Name()))
+		r = r.WithContext(ctx)
+	}
 	defer x.logged()
 	p.warnIfStoreDown(w.Header())
 	cfg := p.opts.Config.Current()

@@ -6,6 +6,8 @@ import (
 
 	"github.com/compactd/compactd/internal/requestlog"
 	"github.com/compactd/compactd/internal/store"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 )
 
 // Why a request went on uncompacted, in its request-log record (beside the
@@ -60,7 +62,39 @@ func (x *exchange) logged() {
 		}
 	}
 	r.Price()
+	x.endSpan(&r)
 	f(r)
+}
+
+// endSpan ends x's trace span with its record's figures (no prompt
+// content, no header).
+func (x *exchange) endSpan(r *requestlog.Record) {
+	if x.span == nil {
+		return
+	}
+	attrs := []attribute.KeyValue{
+		attribute.String("compactd.conversation.id", r.ConversationID), attribute.String("gen_ai.request.model", r.Model),
+		attribute.String("gen_ai.provider.name", x.prov.Provider()), attribute.Bool("compactd.compacted", r.Compacted),
+		attribute.Int("compactd.tokens_before", r.TokensBefore), attribute.Int("compactd.tokens_after", r.TokensAfter),
+		attribute.Int("http.response.status_code", r.Status),
+	}
+	if len(r.Pipeline) > 0 {
+		attrs = append(attrs, attribute.StringSlice("compactd.pipeline", r.Pipeline))
+	}
+	if r.NotCompacted != "" {
+		attrs = append(attrs, attribute.String("compactd.not_compacted", r.NotCompacted))
+	}
+	if u := r.Usage; u != nil {
+		attrs = append(attrs, attribute.Int("gen_ai.usage.input_tokens", u.InputTokens), attribute.Int("gen_ai.usage.output_tokens", u.OutputTokens))
+	}
+	x.span.SetAttributes(attrs...)
+	if r.Status >= 500 {
+		x.span.SetStatus(codes.Error, http.StatusText(r.Status))
+	}
+	if r.Route != "" {
+		x.span.SetAttributes(attribute.String("compactd.route", r.Route))
+	}
+	x.span.End()
 }
 
 // routeName is x's route for its record ("" before its model was read).

@@ -23,10 +23,13 @@ import (
 	"github.com/compactd/compactd/internal/proxy"
 	"github.com/compactd/compactd/internal/requestlog"
 	"github.com/compactd/compactd/internal/store"
+	"github.com/compactd/compactd/internal/tracing"
 	"github.com/compactd/compactd/internal/wire"
 	"github.com/compactd/compactd/internal/wire/formats"
 	"github.com/compactd/compactd/internal/wire/openaichat"
 	"github.com/compactd/compactd/jsonscan"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Limits of a compaction request (docs/api.md, "POST /v1/compact").
@@ -59,6 +62,11 @@ type compactTail struct {
 // handleCompact serves POST /v1/compact.
 func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) (err error) {
 	rec := requestlog.Record{Kind: requestlog.KindCompact, Time: time.Now()}
+	if t := s.opts.Tracer; t != nil {
+		ctx, span := t.StartServer(r.Context(), r, "compactd compact")
+		r = r.WithContext(ctx)
+		defer func() { endCompactSpan(span, &rec, err) }()
+	}
 	defer func() { s.logCompact(&rec, err) }()
 	s.warnIfStoreDown(w)
 	cfg := s.opts.Config.Current()
@@ -576,4 +584,18 @@ func (s *Server) derivedTitle(req *client.CompactRequest, in *chat.Conversation)
 		return ""
 	}
 	return convlabel.Title(in.Messages)
+}
+
+// endCompactSpan ends a /v1/compact request's span with its record's
+// figures (no content).
+func endCompactSpan(span trace.Span, rec *requestlog.Record, err error) {
+	span.SetAttributes(attribute.String("compactd.conversation.id", rec.ConversationID), attribute.String("compactd.format", rec.Format),
+		attribute.String("gen_ai.request.model", rec.Model), attribute.Bool("compactd.compacted", rec.Compacted),
+		attribute.Int("compactd.tokens_before", rec.TokensBefore), attribute.Int("compactd.tokens_after", rec.TokensAfter),
+		attribute.Int("http.response.status_code", rec.Status))
+	if len(rec.Pipeline) > 0 {
+		span.SetAttributes(attribute.StringSlice("compactd.pipeline", rec.Pipeline))
+	}
+	tracing.Fail(span, err)
+	span.End()
 }

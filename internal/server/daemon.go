@@ -23,6 +23,7 @@ import (
 	"github.com/compactd/compactd/internal/requestlog"
 	"github.com/compactd/compactd/internal/store"
 	"github.com/compactd/compactd/internal/tokens"
+	"github.com/compactd/compactd/internal/tracing"
 	"github.com/compactd/compactd/registry"
 	"github.com/hashicorp/go-hclog"
 )
@@ -88,6 +89,8 @@ type Daemon struct {
 	proxy  *proxy.Proxy
 	// requests is the request log (closed before the store it copies to).
 	requests *requestlog.Log
+	// tracer exports spans over OTLP (nil: tracing off).
+	tracer *tracing.Tracer
 
 	unix      *unixSocket
 	tcp       net.Listener
@@ -151,6 +154,12 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 	if err := os.MkdirAll(cfg.PluginsDir, 0o755); err != nil {
 		return nil, fmt.Errorf("plugins directory: %w", err)
 	}
+	if d.tracer, err = tracing.Setup(ctx, opts.Getenv, opts.Version, d.traceExportFailed()); err != nil {
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
+	if d.tracer != nil {
+		d.logger.Info("tracing: exporting spans over OTLP", "to", d.tracer.Describe())
+	}
 	counter := tokens.New(tokens.Options{})
 	ropts := registry.Options{
 		Dir: cfg.PluginsDir, Engine: d.engine, DefaultLimits: p.pluginDefault, Limits: p.pluginLimits, Smoke: conform.SmokeTest(counter.ForModel("")),
@@ -167,7 +176,7 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 	d.cfg.SetCheck(d.checkConfig)
 
 	copts := compactor.Options{Policies: d.reg, Tokens: counter, Config: d.cfg, State: d.store, Logger: d.logger.Named("compactor")}
-	sopts := Options{Registry: d.reg, Store: d.store, Config: d.cfg, Version: opts.Version, Logger: d.logger.Named("api"),
+	sopts := Options{Tracer: d.tracer, Registry: d.reg, Store: d.store, Config: d.cfg, Version: opts.Version, Logger: d.logger.Named("api"),
 		Memory: chat.NewMemory(chat.MemoryOptions{MaxBytes: cfg.Limits.ConversationCacheBytes}), MemoryBudget: d.engine.MemoryBudget}
 	if opts.LLM != nil {
 		if copts.NewLLM, err = opts.LLM(cfg, d.store); err != nil {
@@ -184,7 +193,7 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 		}
 	}
 	sopts.Compactor = compactor.New(copts)
-	d.proxy = proxy.New(proxy.Options{Config: d.cfg, Compactor: sopts.Compactor, Store: d.store, Tokens: counter, Logger: d.logger.Named("proxy")})
+	d.proxy = proxy.New(proxy.Options{Config: d.cfg, Compactor: sopts.Compactor, Store: d.store, Tokens: counter, Logger: d.logger.Named("proxy"), Tracer: d.tracer})
 	sopts.Proxy = d.proxy
 	if sopts.Requests, err = openRequestLog(cfg, d.store, d.logger.Named("requests")); err != nil {
 		return nil, err
@@ -505,6 +514,14 @@ func (d *Daemon) closeAll(ctx context.Context) error {
 	if d.requests != nil {
 		errs = append(errs, d.requests.Close())
 	}
+	if d.tracer != nil {
+		// The spans still buffered go out, within the bound a stop has.
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := d.tracer.Shutdown(tctx); err != nil {
+			d.logger.Warn("tracing: spans not sent at shutdown", "error", err)
+		}
+		cancel()
+	}
 	if d.store != nil {
 		errs = append(errs, d.store.Close())
 	}
@@ -518,4 +535,24 @@ func (d *Daemon) closeAll(ctx context.Context) error {
 		d.tcp.Close()
 	}
 	return errors.Join(errs...)
+}
+
+// traceExportFailed returns the daemon's handler of the trace exporter's
+// failures: a warning at most once a minute (a collector that is down
+// fails every batch), with the count of those left out.
+func (d *Daemon) traceExportFailed() func(error) {
+	var mu sync.Mutex
+	var last time.Time
+	var quiet int
+	logger := d.logger.Named("tracing")
+	return func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if now := time.Now(); now.Sub(last) >= time.Minute {
+			logger.Warn("exporting spans failed", "error", err, "failures_not_logged", quiet)
+			last, quiet = now, 0
+			return
+		}
+		quiet++
+	}
 }

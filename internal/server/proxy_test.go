@@ -30,6 +30,13 @@ const proxyToken = "proxy-test-token"
 // listener on; extra is appended to its config's proxy block.
 func proxyDaemon(t *testing.T, extra string, plugins ...string) (*testDaemon, *upstreamtest.Server) {
 	t.Helper()
+	td, up := proxySetup(t, extra, plugins...)
+	return td.start(t), up
+}
+
+// proxySetup is proxyDaemon without the start (to set td.opts first).
+func proxySetup(t *testing.T, extra string, plugins ...string) (*testDaemon, *upstreamtest.Server) {
+	t.Helper()
 	up := upstreamtest.New()
 	t.Cleanup(up.Close)
 	td := setup(t, "", plugins...)
@@ -43,7 +50,7 @@ proxy:
   anthropic: {upstream: %s}
 %s`, tokenFile, up.OpenAIBase(), up.AnthropicBase(), extra)
 	os.WriteFile(td.config, []byte(cfg), 0o600)
-	return td.start(t), up
+	return td, up
 }
 
 // post sends a proxied request over the Unix socket, with the provider

@@ -45,12 +45,15 @@ import (
 	"github.com/compactd/compactd/internal/proxy"
 	"github.com/compactd/compactd/internal/requestlog"
 	"github.com/compactd/compactd/internal/store"
+	"github.com/compactd/compactd/internal/tracing"
 	"github.com/compactd/compactd/registry"
 	"github.com/hashicorp/go-hclog"
 )
 
 // Options are what a Server serves.
 type Options struct {
+	// Tracer, if set, traces each /v1/compact request (nil: no tracing).
+	Tracer    *tracing.Tracer
 	Compactor *compactor.Compactor
 	Registry  *registry.Registry
 	Store     store.Backend

@@ -54,8 +54,8 @@ type provider struct {
 
 // cost is a model's price in the catalog, dollars per million tokens.
 type cost struct {
-	Input     float64 `json:"input"`
-	Output    float64 `json:"output"`
+	Input      float64 `json:"input"`
+	Output     float64 `json:"output"`
 	CacheRead  float64 `json:"cache_read"`
 	CacheWrite float64 `json:"cache_write"`
 }
