@@ -346,7 +346,7 @@ func (p *Proxy) validateShadow() error {
 		return fmt.Errorf("proxy.shadow_workers: %d is outside 1..%d", p.ShadowWorkers, MaxShadowWorkers)
 	}
 	if p.ShadowQueue < 0 || p.ShadowQueue > MaxShadowQueue {
-		return fmt.Errorf("proxy.shadow_queue: %d is outside 0..%d", p.ShadowQueue, MaxShadowQueue)
+		return fmt.Errorf("proxy.shadow_queue: %d is outside 1..%d", p.ShadowQueue, MaxShadowQueue)
 	}
 	seen := map[string]bool{}
 	for i, pl := range p.ShadowPipelines() {

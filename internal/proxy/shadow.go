@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/internal/compactor"
@@ -63,6 +64,7 @@ type shadowJob struct {
 	liveTokens int
 	summarizer string
 	window     int
+	timeout    time.Duration
 }
 
 // shadower runs the shadow jobs on a bounded pool.
@@ -173,6 +175,14 @@ func (s *shadower) record(j shadowJob, f func(*ShadowResult)) {
 func (s *shadower) close() {
 	s.cancel()
 	s.wg.Wait()
+	for {
+		select {
+		case <-s.jobs:
+			s.inflight.Add(-1)
+		default:
+			return
+		}
+	}
 }
 
 func (s *shadower) stats() ShadowStats {
@@ -207,6 +217,11 @@ func (p *Proxy) runShadow(ctx context.Context, j shadowJob) (int, bool, error) {
 	if err != nil {
 		return 0, false, err
 	}
+	if j.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, j.timeout)
+		defer cancel()
+	}
 	resp, err := p.opts.Compactor.Compact(ctx, compactor.Request{
 		Conversation: wc.Chat(), Pipeline: j.pipeline, Model: j.model, ConversationID: j.id,
 		ContextWindow: j.window, SummarizerModel: j.summarizer, Decision: j.decision,
@@ -234,6 +249,7 @@ func (x *exchange) shadowRequest(req *request, cfg *config.Config, decision *abi
 	}
 	for _, pl := range cfg.Proxy.ShadowPipelines() {
 		x.p.shadow.submit(shadowJob{id: x.id, model: req.model, prov: x.prov, system: req.system, messages: req.messages,
-			pipeline: pl, decision: d, liveTokens: live, summarizer: cfg.LLMModel(), window: cfg.Proxy.ContextWindow})
+			pipeline: pl, decision: d, liveTokens: live, summarizer: cfg.LLMModel(), window: cfg.Proxy.ContextWindow,
+			timeout: cfg.Limits.RequestTimeout.D()})
 	}
 }
