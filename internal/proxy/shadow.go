@@ -253,3 +253,33 @@ func (x *exchange) shadowRequest(req *request, cfg *config.Config, decision *abi
 			timeout: cfg.Limits.RequestTimeout.D()})
 	}
 }
+
+// ShadowTotals returns each shadow pipeline's counts summed over the
+// conversations, by pipeline.
+func (p *Proxy) ShadowTotals() []ShadowResult {
+	s := p.shadow
+	s.mu.Lock()
+	sum := map[string]*ShadowResult{}
+	for _, m := range s.byConv {
+		for k, r := range m {
+			t := sum[k]
+			if t == nil {
+				t = &ShadowResult{Pipeline: k}
+				sum[k] = t
+			}
+			t.Requests += r.Requests
+			t.Compacted += r.Compacted
+			t.Failed += r.Failed
+			t.Dropped += r.Dropped
+			t.TokensSent += r.TokensSent
+			t.LiveTokens += r.LiveTokens
+		}
+	}
+	s.mu.Unlock()
+	out := make([]ShadowResult, 0, len(sum))
+	for _, r := range sum {
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(i, k int) bool { return out[i].Pipeline < out[k].Pipeline })
+	return out
+}

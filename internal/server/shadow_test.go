@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,6 +50,13 @@ func TestProxyShadowForwardsTheSameBytes(t *testing.T) {
 	if len(res) != 2 || res[0].Pipeline != "deterministic" || res[1].Pipeline != "toolresult,sliding" {
 		t.Fatalf("shadow results: %+v", res)
 	}
+	_, metrics, _ := shadowed.raw(t, http.MethodGet, "/metrics", "")
+	for _, want := range []string{`compactd_proxy_shadow_runs_total{pipeline="deterministic",outcome="ran"} 2`,
+		`compactd_proxy_shadow_runs_total{pipeline="toolresult,sliding",outcome="ran"} 2`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, grepLines(string(metrics), "shadow"))
+		}
+	}
 	for _, r := range res {
 		if r.Requests != 2 || r.Failed != 0 || r.Dropped != 0 || r.TokensSent <= 0 || r.LiveTokens <= 0 {
 			t.Errorf("%s: %+v", r.Pipeline, r)
@@ -92,6 +100,11 @@ func TestProxyShadowDropAndShutdown(t *testing.T) {
 	}
 	if r := px.ShadowResults("c"); len(r) != 1 || r[0].Dropped != 1 || r[0].Requests != 0 {
 		t.Fatalf("c's shadow results: %+v", r)
+	}
+	_, metrics, _ := td.raw(t, http.MethodGet, "/metrics", "")
+	if !strings.Contains(string(metrics), `compactd_proxy_shadow_runs_total{pipeline="llm",outcome="dropped"} 1`) ||
+		!strings.Contains(string(metrics), `compactd_proxy_shadow_in_flight 2`) {
+		t.Errorf("/metrics does not count the dropped shadow run:\n%s", grepLines(string(metrics), "shadow"))
 	}
 
 	done := make(chan error, 1)
