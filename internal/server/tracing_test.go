@@ -238,24 +238,7 @@ func BenchmarkTracingCost(b *testing.B) {
 	plain := start(nil)
 	body := openAIBody(tauConversation(b, 12000), "")
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
-	send := func(url string) time.Duration {
-		req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer sk-bench")
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(proxy.HeaderToken, proxyToken)
-		req.Header.Set(proxy.HeaderConversation, "bench-trace")
-		t0 := time.Now()
-		resp, err := hc.Do(req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			b.Fatalf("%d", resp.StatusCode)
-		}
-		return time.Since(t0)
-	}
+	send := func(url string) time.Duration { return timedProxyPost(b, hc, url, body, "bench-trace") }
 	send(traced)
 	send(plain)
 	var with, without []time.Duration
