@@ -53,6 +53,10 @@ type ShadowStats struct {
 	InFlight int
 }
 
+// maxShadowConversations bounds the conversations whose shadow results
+// are held; past it an arbitrary other conversation's are forgotten.
+const maxShadowConversations = 10_000
+
 // shadowJob is one request's conversation for one shadow pipeline.
 type shadowJob struct {
 	id, model  string
@@ -75,8 +79,9 @@ type shadower struct {
 	wg     sync.WaitGroup
 	run    func(context.Context, shadowJob) (tokens int, compacted bool, err error)
 
-	mu     sync.Mutex
-	byConv map[string]map[string]*ShadowResult // conversation → pipeline
+	mu       sync.Mutex
+	byConv   map[string]map[string]*ShadowResult // conversation → pipeline
+	maxConvs int                                 // past it, another conversation's results are forgotten
 
 	runs, dropped, failed atomic.Uint64
 	inflight              atomic.Int64
@@ -87,7 +92,7 @@ type shadower struct {
 func newShadower(workers, queue int, run func(context.Context, shadowJob) (int, bool, error)) *shadower {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &shadower{ctx: ctx, cancel: cancel, jobs: make(chan shadowJob, max(queue, 0)), run: run,
-		byConv: map[string]map[string]*ShadowResult{}}
+		byConv: map[string]map[string]*ShadowResult{}, maxConvs: maxShadowConversations}
 	for range max(workers, 1) {
 		s.wg.Add(1)
 		go s.work()
@@ -159,6 +164,12 @@ func (s *shadower) record(j shadowJob, f func(*ShadowResult)) {
 	defer s.mu.Unlock()
 	m := s.byConv[j.id]
 	if m == nil {
+		for id := range s.byConv {
+			if len(s.byConv) < s.maxConvs {
+				break
+			}
+			delete(s.byConv, id)
+		}
 		m = map[string]*ShadowResult{}
 		s.byConv[j.id] = m
 	}
