@@ -234,7 +234,7 @@ func (p *Proxy) runShadow(ctx context.Context, j shadowJob) (int, bool, error) {
 		defer cancel()
 	}
 	resp, err := p.opts.Compactor.Compact(ctx, compactor.Request{
-		Conversation: wc.Chat(), Pipeline: j.pipeline, Model: j.model, ConversationID: j.id,
+		Conversation: wc.Chat(), Pipeline: j.pipeline, Model: j.model, ConversationID: shadowStateID(j.id, j.pipeline),
 		ContextWindow: j.window, SummarizerModel: j.summarizer, Decision: j.decision,
 	})
 	if err != nil {
@@ -293,4 +293,12 @@ func (p *Proxy) ShadowTotals() []ShadowResult {
 	}
 	sort.Slice(out, func(i, k int) bool { return out[i].Pipeline < out[k].Pipeline })
 	return out
+}
+
+// shadowStateID is the conversation id a shadow pipeline's policies keep
+// their state under: the conversation's, set apart per shadow pipeline,
+// so that a shadow never reads or writes the live pipeline's state (nor
+// another shadow's), even when it runs the same policy.
+func shadowStateID(id string, pipeline []string) string {
+	return id + "\x1fshadow:" + strings.Join(pipeline, ",")
 }

@@ -26,7 +26,7 @@ func TestProxyShadowForwardsTheSameBytes(t *testing.T) {
 		return startDaemon(t, cfg, "plugins/sliding", "plugins/deterministic", "plugins/toolresult"), up
 	}
 	plain, plainUp := start("")
-	shadowed, shadowUp := start(", shadow: [deterministic, 'toolresult,sliding']")
+	shadowed, shadowUp := start(", shadow: [deterministic, 'toolresult,sliding', sliding]")
 	id := map[string]string{proxy.HeaderConversation: "same"}
 	for i, msgs := range [][]byte{openAIBody(full[:k], ""), openAIBody(full, "")} {
 		r1, b1 := plain.post(t, proxy.RouteOpenAI, msgs, id)
@@ -45,10 +45,16 @@ func TestProxyShadowForwardsTheSameBytes(t *testing.T) {
 		}
 	}
 	px := shadowed.server.opts.Proxy
-	waitFor(t, "the shadow runs", 2*time.Minute, func() bool { st := px.ShadowStats(); return st.Runs == 4 && st.InFlight == 0 })
+	waitFor(t, "the shadow runs", 2*time.Minute, func() bool { st := px.ShadowStats(); return st.Runs == 6 && st.InFlight == 0 })
 	res := px.ShadowResults("same")
-	if len(res) != 2 || res[0].Pipeline != "deterministic" || res[1].Pipeline != "toolresult,sliding" {
+	if len(res) != 3 || res[0].Pipeline != "deterministic" || res[1].Pipeline != "sliding" || res[2].Pipeline != "toolresult,sliding" {
 		t.Fatalf("shadow results: %+v", res)
+	}
+	// The live policy itself runs as a shadow (its state kept apart, so
+	// the forwarded bytes above stay the same); at the trigger it was
+	// told what the live one was, so it compacted there too.
+	if r := res[1]; r.Compacted < 1 || r.TokensSent >= r.LiveTokens+r.LiveTokens {
+		t.Errorf("sliding as a shadow of sliding: %+v", r)
 	}
 	_, metrics, _ := shadowed.raw(t, http.MethodGet, "/metrics", "")
 	for _, want := range []string{`compactd_proxy_shadow_runs_total{pipeline="deterministic",outcome="ran"} 2`,
