@@ -415,6 +415,11 @@ func (c *Config) ConfiguredPolicies() []string {
 	for _, n := range c.Proxy.routePolicies() {
 		set[n] = true
 	}
+	for _, pl := range c.Proxy.ShadowPipelines() {
+		for _, n := range pl {
+			set[n] = true
+		}
+	}
 	if c.Compact != nil {
 		set[LLMPolicy] = true
 	}

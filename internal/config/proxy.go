@@ -64,6 +64,17 @@ type Proxy struct {
 	// PrepareQueue bounds the preparations waiting for a worker (default
 	// 64); past it a preparation is dropped, and counted.
 	PrepareQueue int `yaml:"prepare_queue,omitempty" json:"prepare_queue,omitempty"`
+	// Shadow lists policies or pipelines that run beside the live one on
+	// every proxied request, off the request path, for comparison only:
+	// their results are never forwarded (docs/proxy.md, "Shadow
+	// policies"). Each entry is a policy name or a pipeline "a,b".
+	Shadow []string `yaml:"shadow,omitempty" json:"shadow,omitempty"`
+	// ShadowWorkers is how many shadow runs go at once (default 1; read
+	// at start).
+	ShadowWorkers int `yaml:"shadow_workers,omitempty" json:"shadow_workers,omitempty"`
+	// ShadowQueue bounds the shadow runs waiting for a worker (default
+	// 64; read at start); past it a run is dropped, and counted.
+	ShadowQueue int `yaml:"shadow_queue,omitempty" json:"shadow_queue,omitempty"`
 	// ContextWindow overrides the model's context window for every
 	// proxied request (0: the model's, from the model table).
 	ContextWindow int `yaml:"context_window,omitempty" json:"context_window,omitempty"`
@@ -137,6 +148,13 @@ const (
 	DefaultProxyMaxStoredBytes = 64 << 20
 	DefaultPrepareWorkers      = 2
 	DefaultPrepareQueue        = 64
+	// DefaultShadowWorkers and DefaultShadowQueue are proxy.shadow_workers
+	// and proxy.shadow_queue's defaults; MaxShadowWorkers and
+	// MaxShadowQueue their bounds.
+	DefaultShadowWorkers = 1
+	DefaultShadowQueue   = 64
+	MaxShadowWorkers     = 64
+	MaxShadowQueue       = 100_000
 	// MaxPrepareWorkers, MaxPrepareQueue and MaxPrepareWait bound the
 	// background preparation's settings.
 	MaxPrepareWorkers = 64
@@ -187,6 +205,12 @@ func (p Proxy) withDefaults(getenv func(string) string) Proxy {
 	}
 	if p.PrepareQueue == 0 {
 		p.PrepareQueue = DefaultPrepareQueue
+	}
+	if p.ShadowWorkers == 0 {
+		p.ShadowWorkers = DefaultShadowWorkers
+	}
+	if p.ShadowQueue == 0 {
+		p.ShadowQueue = DefaultShadowQueue
 	}
 	if p.AllowUpstreamChange == nil {
 		allow := true
@@ -247,6 +271,9 @@ func (p *Proxy) Validate() error {
 	default:
 		return fmt.Errorf("proxy.prepare_miss: %q is not %q or %q", p.PrepareMiss, PrepareMissCompact, PrepareMissForward)
 	}
+	if err := p.validateShadow(); err != nil {
+		return err
+	}
 	if p.Policy != "" && len(p.Pipeline) > 0 {
 		return fmt.Errorf("proxy.policy and proxy.pipeline are exclusive: set one")
 	}
@@ -297,4 +324,42 @@ func (c *Config) LLMModel() string {
 		return ""
 	}
 	return strings.TrimSpace(b.Model)
+}
+
+// ShadowPipelines returns proxy.shadow's entries as pipelines (an entry
+// "a,b" is the pipeline a then b).
+func (p *Proxy) ShadowPipelines() [][]string {
+	out := make([][]string, 0, len(p.Shadow))
+	for _, e := range p.Shadow {
+		var names []string
+		for _, n := range strings.Split(e, ",") {
+			names = append(names, strings.TrimSpace(n))
+		}
+		out = append(out, names)
+	}
+	return out
+}
+
+// validateShadow checks proxy.shadow's names and its pool's bounds.
+func (p *Proxy) validateShadow() error {
+	if p.ShadowWorkers < 0 || p.ShadowWorkers > MaxShadowWorkers {
+		return fmt.Errorf("proxy.shadow_workers: %d is outside 1..%d", p.ShadowWorkers, MaxShadowWorkers)
+	}
+	if p.ShadowQueue < 0 || p.ShadowQueue > MaxShadowQueue {
+		return fmt.Errorf("proxy.shadow_queue: %d is outside 1..%d", p.ShadowQueue, MaxShadowQueue)
+	}
+	seen := map[string]bool{}
+	for i, pl := range p.ShadowPipelines() {
+		for _, n := range pl {
+			if !abi.ValidName(n) {
+				return fmt.Errorf("proxy.shadow[%d]: policy name %q: want 1-64 characters of a-z, 0-9, _ and -, starting with a letter", i, n)
+			}
+		}
+		key := strings.Join(pl, ",")
+		if seen[key] {
+			return fmt.Errorf("proxy.shadow[%d]: %q is listed twice", i, key)
+		}
+		seen[key] = true
+	}
+	return nil
 }

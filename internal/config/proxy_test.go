@@ -70,6 +70,10 @@ func TestProxyInvalid(t *testing.T) {
 		{"stored", "proxy: {max_stored_bytes: -5}", "proxy.max_stored_bytes"},
 		{"both", "proxy: {policy: sliding, pipeline: [lastn]}", "exclusive"},
 		{"name", "proxy: {policy: Bad}", "policy name"},
+		{"shadow name", "proxy: {shadow: [sliding, 'toolresult,Bad']}", "proxy.shadow[1]"},
+		{"shadow twice", "proxy: {shadow: [sliding, ' sliding']}", "listed twice"},
+		{"shadow workers", "proxy: {shadow_workers: 65}", "proxy.shadow_workers"},
+		{"shadow queue", "proxy: {shadow_queue: -1}", "proxy.shadow_queue"},
 		{"unknown key", "proxy: {upstream: x}", `unknown key "proxy.upstream"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -150,6 +150,7 @@ type Proxy struct {
 	faults    faults
 	passed    passthroughs
 	prep      *preparer
+	shadow    *shadower
 	rec       recoveries
 }
 
@@ -177,6 +178,8 @@ func New(opts Options) *Proxy {
 	p.transport = opts.Tracer.Transport(p.transport)
 	p.mem = newMemory(opts.Config.Current().Proxy.MaxStoredBytes)
 	p.prep = newPreparer(opts.Config.Current().Proxy.PrepareWorkers)
+	pc := opts.Config.Current().Proxy
+	p.shadow = newShadower(pc.ShadowWorkers, pc.ShadowQueue, p.runShadow)
 	return p
 }
 
@@ -214,6 +217,7 @@ func (p *Proxy) ConfigChanged(c *config.Config) { p.mem.setLimit(c.Proxy.MaxStor
 // releases idle upstream connections.
 func (p *Proxy) Close() {
 	p.prep.close()
+	p.shadow.close()
 	if t, ok := p.transport.(interface{ CloseIdleConnections() }); ok {
 		t.CloseIdleConnections()
 	}
@@ -577,6 +581,13 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 	x.maybePrepare(req, hashes, estimate, pipeline, offset)
 	p.opts.Store.Observe(obs)
 	p.observe(x.compaction)
+	if len(pc.Shadow) > 0 {
+		var d *abi.Decision
+		if reason != "" {
+			d = &abi.Decision{Reason: why, TargetTokens: targetTokens(rt, pc.TriggerTokens, why, x.window, extraCount(status, known, offset))}
+		}
+		x.shadowRequest(req, cfg, d, x.forwarded)
+	}
 	x.tracked = true
 
 	if x.prov.StreamUsageOption() && req.stream && !req.clientUsage && pc.IncludeStreamUsage() {

@@ -439,6 +439,7 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) error {
 		}
 		recovered.write(&b)
 		writePrepareMetrics(&b, s.opts.Proxy.PrepareStats())
+		writeShadowMetrics(&b, s.opts.Proxy.ShadowStats(), s.opts.Proxy.ShadowTotals())
 	}
 	writeGauge(&b, "compactd_start_time_seconds", "When the daemon started (Unix time).", float64(s.started.UnixNano())/1e9)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")

@@ -325,6 +325,18 @@ export interface Config {
      */
     routes?: ProxyRoute[];
     /**
+     * policies, or pipelines written "a,b", run beside the live one on every proxied request, off the request path; their results are counted, never forwarded (docs/proxy.md, "Shadow policies")
+     */
+    shadow?: string[];
+    /**
+     * shadow runs waiting for a worker; past it one is dropped and counted (default 64; read at start)
+     */
+    shadow_queue?: number;
+    /**
+     * shadow runs at once (default 1; read at start)
+     */
+    shadow_workers?: number;
+    /**
      * the share of the window a compaction the proxy decides on aims at: the target_tokens handed to the policy (default 0.5; at most threshold)
      */
     target?: number;

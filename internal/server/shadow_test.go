@@ -1,0 +1,129 @@
+package server
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/compactd/compactd/internal/proxy"
+	"github.com/compactd/compactd/internal/proxy/upstreamtest"
+)
+
+// TestProxyShadowForwardsTheSameBytes: a daemon with shadow policies
+// forwards byte for byte what one without them forwards, below and at
+// the trigger, while its shadows run on every request and are counted.
+func TestProxyShadowForwardsTheSameBytes(t *testing.T) {
+	t.Parallel()
+	full, k, _, fullTokens := prepareConversation(t)
+	start := func(extra string) (*testDaemon, *upstreamtest.Server) {
+		up := upstreamtest.New()
+		t.Cleanup(up.Close)
+		cfg := fmt.Sprintf("policy: sliding\ncompact: {token_threshold: 1000, retention_window: 4}\n"+
+			"proxy: {openai: {upstream: '%s'}, context_window: %d%s}\n", up.OpenAIBase(), fullTokens*10/9, extra)
+		return startDaemon(t, cfg, "plugins/sliding", "plugins/deterministic", "plugins/toolresult"), up
+	}
+	plain, plainUp := start("")
+	shadowed, shadowUp := start(", shadow: [deterministic, 'toolresult,sliding', sliding]")
+	id := map[string]string{proxy.HeaderConversation: "same"}
+	for i, msgs := range [][]byte{openAIBody(full[:k], ""), openAIBody(full, "")} {
+		r1, b1 := plain.post(t, proxy.RouteOpenAI, msgs, id)
+		r2, b2 := shadowed.post(t, proxy.RouteOpenAI, msgs, id)
+		if r1.StatusCode != http.StatusOK || r2.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: %d %s / %d %s", i, r1.StatusCode, b1, r2.StatusCode, b2)
+		}
+		if r1.Header.Get(proxy.HeaderCompacted) != r2.Header.Get(proxy.HeaderCompacted) {
+			t.Fatalf("request %d: compacted %q without shadows, %q with", i, r1.Header.Get(proxy.HeaderCompacted), r2.Header.Get(proxy.HeaderCompacted))
+		}
+		if i == 1 && r1.Header.Get(proxy.HeaderCompacted) != "true" {
+			t.Fatalf("the full conversation was not compacted: the test does not cover a compacted request")
+		}
+		if a, b := plainUp.Last().Body, shadowUp.Last().Body; !bytes.Equal(a, b) {
+			t.Fatalf("request %d: the upstream got %d bytes without shadows, %d different bytes with", i, len(a), len(b))
+		}
+	}
+	px := shadowed.server.opts.Proxy
+	waitFor(t, "the shadow runs", 2*time.Minute, func() bool { st := px.ShadowStats(); return st.Runs == 6 && st.InFlight == 0 })
+	res := px.ShadowResults("same")
+	if len(res) != 3 || res[0].Pipeline != "deterministic" || res[1].Pipeline != "sliding" || res[2].Pipeline != "toolresult,sliding" {
+		t.Fatalf("shadow results: %+v", res)
+	}
+	// The live policy itself runs as a shadow (its state kept apart, so
+	// the forwarded bytes above stay the same); at the trigger it was
+	// told what the live one was, so it compacted there too.
+	if r := res[1]; r.Compacted < 1 || r.TokensSent >= r.LiveTokens+r.LiveTokens {
+		t.Errorf("sliding as a shadow of sliding: %+v", r)
+	}
+	_, metrics, _ := shadowed.raw(t, http.MethodGet, "/metrics", "")
+	for _, want := range []string{`compactd_proxy_shadow_runs_total{pipeline="deterministic",outcome="ran"} 2`,
+		`compactd_proxy_shadow_runs_total{pipeline="toolresult,sliding",outcome="ran"} 2`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, grepLines(string(metrics), "shadow"))
+		}
+	}
+	for _, r := range res {
+		if r.Requests != 2 || r.Failed != 0 || r.Dropped != 0 || r.TokensSent <= 0 || r.LiveTokens <= 0 {
+			t.Errorf("%s: %+v", r.Pipeline, r)
+		}
+	}
+	if st := plain.server.opts.Proxy.ShadowStats(); st.Runs != 0 {
+		t.Errorf("no shadows configured, yet %+v", st)
+	}
+}
+
+// TestProxyShadowDropAndShutdown: with one shadow worker and a queue of
+// one, a shadow run held by the summarizer and one queued make the third
+// request's run be dropped and counted (the request itself goes on
+// untouched); a daemon stopped with one run held and one queued cancels
+// both and stops.
+func TestProxyShadowDropAndShutdown(t *testing.T) {
+	t.Parallel()
+	full, k, _, fullTokens := prepareConversation(t)
+	gate, sumURL, hold := heldSummarizer(t)
+	defer close(hold)
+	up := upstreamtest.New()
+	t.Cleanup(up.Close)
+	td := prepareDaemon(t, sumURL, up, fullTokens*10/8, ", shadow: [llm], shadow_workers: 1, shadow_queue: 1")
+	px := td.server.opts.Proxy
+	send := func(id string) {
+		t.Helper()
+		resp, got := td.post(t, proxy.RouteOpenAI, openAIBody(full[:k], ""), map[string]string{proxy.HeaderConversation: id})
+		if resp.StatusCode != http.StatusOK || resp.Header.Get(proxy.HeaderCompacted) != "" || resp.Header.Get(proxy.HeaderWarning) != "" {
+			t.Fatalf("%s: %d %v %s", id, resp.StatusCode, resp.Header, got)
+		}
+		if n := upstreamMessages(t, up); n != k {
+			t.Fatalf("%s: the upstream got %d of %d messages", id, n, k)
+		}
+	}
+	send("a")
+	waitFor(t, "a's shadow run to hold the worker", 2*time.Minute, func() bool { return gate.arrived.Load() > 0 })
+	send("b") // queued
+	send("c") // the worker is busy and the queue full: dropped
+	if st := px.ShadowStats(); st.Dropped != 1 || st.InFlight != 2 || st.Runs != 0 {
+		t.Fatalf("one worker, a queue of one, three requests: %+v", st)
+	}
+	if r := px.ShadowResults("c"); len(r) != 1 || r[0].Dropped != 1 || r[0].Requests != 0 {
+		t.Fatalf("c's shadow results: %+v", r)
+	}
+	_, metrics, _ := td.raw(t, http.MethodGet, "/metrics", "")
+	if !strings.Contains(string(metrics), `compactd_proxy_shadow_runs_total{pipeline="llm",outcome="dropped"} 1`) ||
+		!strings.Contains(string(metrics), `compactd_proxy_shadow_in_flight 2`) {
+		t.Errorf("/metrics does not count the dropped shadow run:\n%s", grepLines(string(metrics), "shadow"))
+	}
+
+	done := make(chan error, 1)
+	go func() { done <- td.Daemon.Shutdown(bg) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("shutdown: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the daemon did not stop with a shadow run held by the summarizer")
+	}
+	if st := px.ShadowStats(); st.InFlight != 0 || st.Runs != 0 {
+		t.Fatalf("after the stop: %+v", st)
+	}
+}
