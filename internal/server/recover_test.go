@@ -34,6 +34,7 @@ func TestProxyRecoversFromContextOverflow(t *testing.T) {
 		{"messages", proxy.RouteAnthropic, anth, false},
 		{"messages-stream", proxy.RouteAnthropic, bytes.Replace(anth, []byte(`"max_tokens":1024`), []byte(`"max_tokens":1024,"stream":true`), 1), true},
 		{"responses", proxy.RouteResponses, resp, false},
+		{"responses-stream", proxy.RouteResponses, responsesBody(msgs[1:], `,"stream":true`), true},
 	} {
 		id := "overflow-" + c.name
 		h := map[string]string{proxy.HeaderConversation: id, provider.HeaderContextLimit: "150"}
@@ -68,7 +69,7 @@ func TestProxyRecoversFromContextOverflow(t *testing.T) {
 	}
 	_, metrics := td.do(t, http.MethodGet, "/metrics", nil, nil)
 	for _, want := range []string{
-		`compactd_proxy_overflow_recoveries_total{provider="openai",outcome="recovered"} 3`,
+		`compactd_proxy_overflow_recoveries_total{provider="openai",outcome="recovered"} 4`,
 		`compactd_proxy_overflow_recoveries_total{provider="anthropic",outcome="recovered"} 2`,
 	} {
 		if !strings.Contains(string(metrics), want) {
