@@ -292,6 +292,14 @@ func (tr *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// CloseIdleConnections closes the wrapped transport's idle connections,
+// as the proxy does when it stops.
+func (tr *transport) CloseIdleConnections() {
+	if c, ok := tr.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 // endOnClose ends a span when the body it wraps is closed.
 type endOnClose struct {
 	io.ReadCloser

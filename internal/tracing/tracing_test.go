@@ -83,3 +83,34 @@ func BenchmarkChildOff(b *testing.B) {
 		span.End()
 	}
 }
+
+// idleCounter is a RoundTripper that counts CloseIdleConnections calls.
+type idleCounter struct {
+	http.RoundTripper
+	closed int
+}
+
+func (c *idleCounter) CloseIdleConnections() { c.closed++ }
+
+// TestTransportClosesIdleConnections: the traced transport passes
+// CloseIdleConnections on, so a stopping proxy still closes its pool.
+func TestTransportClosesIdleConnections(t *testing.T) {
+	t.Parallel()
+	tr, err := Setup(context.Background(), func(k string) string {
+		return map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}[k]
+	}, "test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Shutdown(context.Background())
+	next := &idleCounter{RoundTripper: http.DefaultTransport}
+	rt := tr.Transport(next)
+	c, ok := rt.(interface{ CloseIdleConnections() })
+	if !ok {
+		t.Fatal("the traced transport has no CloseIdleConnections")
+	}
+	c.CloseIdleConnections()
+	if next.closed != 1 {
+		t.Fatalf("CloseIdleConnections reached the wrapped transport %d times", next.closed)
+	}
+}
