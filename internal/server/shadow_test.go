@@ -46,15 +46,19 @@ func TestProxyShadowForwardsTheSameBytes(t *testing.T) {
 	}
 	px := shadowed.server.opts.Proxy
 	waitFor(t, "the shadow runs", 2*time.Minute, func() bool { st := px.ShadowStats(); return st.Runs == 6 && st.InFlight == 0 })
-	res := px.ShadowResults("same")
-	if len(res) != 3 || res[0].Pipeline != "deterministic" || res[1].Pipeline != "sliding" || res[2].Pipeline != "toolresult,sliding" {
+	sc, ok := px.ShadowResults("same")
+	res := sc.Pipelines
+	if !ok || len(res) != 3 || res[0].Pipeline != "deterministic" || res[1].Pipeline != "sliding" || res[2].Pipeline != "toolresult,sliding" {
 		t.Fatalf("shadow results: %+v", res)
 	}
 	// The live policy itself runs as a shadow (its state kept apart, so
 	// the forwarded bytes above stay the same); at the trigger it was
 	// told what the live one was, so it compacted there too.
-	if r := res[1]; r.Compacted < 1 || r.TokensSent >= r.LiveTokens+r.LiveTokens {
-		t.Errorf("sliding as a shadow of sliding: %+v", r)
+	if r := res[1]; r.Compacted < 1 || r.TokensSent > sc.Live.TokensSent {
+		t.Errorf("sliding as a shadow of sliding: %+v, live %+v", r, sc.Live)
+	}
+	if sc.Live.Requests != 2 || sc.Live.TokensSent >= sc.Full.TokensSent || sc.Live.ProbesKept > sc.Full.ProbesKept || sc.Full.Probes == 0 {
+		t.Errorf("live %+v, full %+v: the compacted request should send less than everything", sc.Live, sc.Full)
 	}
 	_, metrics, _ := shadowed.raw(t, http.MethodGet, "/metrics", "")
 	for _, want := range []string{`compactd_proxy_shadow_runs_total{pipeline="deterministic",outcome="ran"} 2`,
@@ -64,7 +68,7 @@ func TestProxyShadowForwardsTheSameBytes(t *testing.T) {
 		}
 	}
 	for _, r := range res {
-		if r.Requests != 2 || r.Failed != 0 || r.Dropped != 0 || r.TokensSent <= 0 || r.LiveTokens <= 0 {
+		if r.Requests != 2 || r.Failed != 0 || r.Dropped != 0 || r.TokensSent <= 0 || len(r.CostsUSD) != len(px.ShadowCostModels()) {
 			t.Errorf("%s: %+v", r.Pipeline, r)
 		}
 	}
@@ -104,7 +108,7 @@ func TestProxyShadowDropAndShutdown(t *testing.T) {
 	if st := px.ShadowStats(); st.Dropped != 1 || st.InFlight != 2 || st.Runs != 0 {
 		t.Fatalf("one worker, a queue of one, three requests: %+v", st)
 	}
-	if r := px.ShadowResults("c"); len(r) != 1 || r[0].Dropped != 1 || r[0].Requests != 0 {
+	if r, _ := px.ShadowResults("c"); len(r.Pipelines) != 1 || r.Pipelines[0].Dropped != 1 || r.Pipelines[0].Requests != 0 || r.Live.Requests != 0 {
 		t.Fatalf("c's shadow results: %+v", r)
 	}
 	_, metrics, _ := td.raw(t, http.MethodGet, "/metrics", "")
