@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/url"
 	"testing"
 	"time"
 
@@ -144,4 +145,38 @@ func TestProxyShadowMatchesEval(t *testing.T) {
 	if st.Totals.Shadow == nil || len(st.Totals.Shadow.Pipelines) != 2 || st.Totals.Shadow.Full.TokensSent != sh.Full.TokensSent {
 		t.Errorf("/v1/status totals: %+v", st.Totals.Shadow)
 	}
+
+	// The status page shows the same figures side by side, in the totals
+	// and on the conversation's page.
+	pageWant := func(key string, sh *client.Shadow) map[string]string {
+		want := map[string]string{key + ":shadow:requests": formatInt(sh.Live.Requests)}
+		add := func(name string, f client.ShadowFigures) {
+			k := key + ":shadow:" + name
+			want[k+":tokens_sent"] = formatInt(f.TokensSent)
+			want[k+":tokens_ratio"] = ratio(float64(f.TokensSent), float64(sh.Full.TokensSent))
+			want[k+":task_kept"] = formatInt(f.TaskKept)
+			for i, c := range f.CostsUSD {
+				want[fmt.Sprintf("%s:cost:%d", k, i)] = formatUSD(c)
+				want[fmt.Sprintf("%s:cost_ratio:%d", k, i)] = ratio(c, sh.Full.CostsUSD[i])
+			}
+		}
+		add("live", sh.Live)
+		add("full", sh.Full)
+		for _, p := range sh.Pipelines {
+			add(p.Pipeline, p.ShadowFigures)
+			want[key+":shadow:"+p.Pipeline+":compacted"] = formatInt(p.Compacted)
+			want[key+":shadow:"+p.Pipeline+":dropped"] = formatInt(p.Dropped)
+		}
+		return want
+	}
+	code, page, _ := td.raw(t, http.MethodGet, "/", "")
+	if code != http.StatusOK {
+		t.Fatalf("the status page: %d", code)
+	}
+	compare(t, "the status page", shown(string(page)), pageWant("totals", st.Totals.Shadow))
+	code, page, _ = td.raw(t, http.MethodGet, "/conversation?id="+url.QueryEscape(conv.ID), "")
+	if code != http.StatusOK {
+		t.Fatalf("the conversation's page: %d", code)
+	}
+	compare(t, "the conversation's page", shown(string(page)), pageWant("conv:"+conv.ID, sh))
 }
