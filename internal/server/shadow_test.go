@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -130,4 +132,47 @@ func TestProxyShadowDropAndShutdown(t *testing.T) {
 	if st := px.ShadowStats(); st.InFlight != 0 || st.Runs != 0 {
 		t.Fatalf("after the stop: %+v", st)
 	}
+}
+
+// BenchmarkShadowCost: what shadow policies add to a proxied request —
+// two daemons beside each other, one with two shadows (deterministic,
+// and toolresult then sliding) measuring every request, one without,
+// requests alternating between them (ratios within one run). The shadow
+// work itself runs off the request path but on the same CPUs, so the
+// figure includes its competition for them; "dropped" counts the
+// requests the shadows' queue was too full to take.
+func BenchmarkShadowCost(b *testing.B) {
+	up := benchUpstream()
+	defer up.Close()
+	start := func(extra string) (*testDaemon, string) {
+		td := setup(b, "", pluginSliding, "plugins/deterministic", pluginToolresult)
+		tokenFile := filepath.Join(td.dir, "token")
+		os.WriteFile(tokenFile, []byte(proxyToken), 0o600)
+		os.WriteFile(td.config, []byte(fmt.Sprintf("policy: sliding\ntcp: {listen: '127.0.0.1:0', token_file: %s}\nproxy: {openai: {upstream: '%s/v1'}%s}\n", tokenFile, up.URL, extra)), 0o600)
+		td.start(b)
+		return td, "http://" + td.TCPAddr() + proxy.RouteOpenAI
+	}
+	shadowed, withURL := start(", shadow: [deterministic, 'toolresult,sliding']")
+	_, plainURL := start("")
+	body := openAIBody(tauConversation(b, 12000), "")
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	send := func(url string, i int) time.Duration {
+		return timedProxyPost(b, hc, url, body, fmt.Sprintf("bench-shadow-%d", i%8))
+	}
+	send(withURL, 0)
+	send(plainURL, 0)
+	var with, without []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		with = append(with, send(withURL, i))
+		without = append(without, send(plainURL, i))
+	}
+	b.StopTimer()
+	pw, po := p50(with), p50(without)
+	b.ReportMetric(float64(pw.Microseconds()), "shadowed-p50-µs")
+	b.ReportMetric(float64(po.Microseconds()), "plain-p50-µs")
+	b.ReportMetric(float64(pw-po)/1000, "added-p50-µs")
+	b.ReportMetric(float64(pw)/float64(po), "ratio")
+	st := shadowed.server.opts.Proxy.ShadowStats()
+	b.ReportMetric(float64(st.Dropped)/2/float64(b.N+1), "dropped/req")
 }
