@@ -176,3 +176,32 @@ func TestPlainRunHoldsNothing(t *testing.T) {
 		t.Fatalf("%d of %d runs plain: the test's runs do not exercise both sides", plain, len(runs))
 	}
 }
+
+// TestSaidShortcuts checks saidItems' shortcuts against what they stand
+// for: instruction's one-pass ASCII scan against the lowered search,
+// oneLineRunes against counting oneLine's runes, on a table of edge cases
+// and every line and message of the repository's conversations.
+func TestSaidShortcuts(t *testing.T) {
+	texts := []string{"", " ", "Please fix it.", "PLEASE", "xplease", "please_x", "do  not touch", "Do not", "don't", "DON'T!",
+		"you MUST run it", "mustard", "at   least", "At least 3", "onlyx only", "\u212Aeep make sure", "ma\u212Ae sure", "İnstead",
+		"\tmust\n", "a\u00a0b  c", "\xff\xfe must", strings.Repeat("word ", 60), " lead and trail "}
+	for _, c := range plugtest.Load(t, false) {
+		for i := range c.Messages {
+			text := c.Messages[i].Text()
+			texts = append(texts, text)
+			texts = append(texts, strings.Split(text, "\n")...)
+		}
+	}
+	for _, s := range texts {
+		if got, want := instruction(s), instructionLowered(strings.ToLower(s)); got != want {
+			t.Fatalf("instruction(%q) = %v, the lowered search says %v", s, got, want)
+		}
+		want := len([]rune(oneLine(s)))
+		for _, limit := range []int{0, 1, 5, 200} {
+			got := oneLineRunes(s, limit)
+			if want <= limit && got != want || want > limit && got != limit+1 {
+				t.Fatalf("oneLineRunes(%q, %d) = %d; oneLine has %d runes", s, limit, got, want)
+			}
+		}
+	}
+}

@@ -285,21 +285,31 @@ type extraction struct {
 
 // extractMessages returns the items of msgs. Their texts point into msgs.
 func extractMessages(msgs []abi.Message, cfg config) *extraction {
-	var buf []item
-	x := &extraction{}
-	at := make(map[item]int)
+	// Every message's items first, so the deduplication's map is made
+	// at its size once instead of growing.
+	var all []item
+	var assistant []int // [from, to) of each assistant message's items, in pairs
 	for i := range msgs {
-		buf = fold(buf[:0], &msgs[i], cfg)
-		used := msgs[i].Role == abi.RoleAssistant
-		for _, it := range buf {
-			if k, ok := at[it]; ok {
-				x.used[k] = x.used[k] || used
-				continue
-			}
-			at[it] = len(x.items)
-			x.items = append(x.items, it)
-			x.used = append(x.used, used)
+		from := len(all)
+		all = fold(all, &msgs[i], cfg)
+		if msgs[i].Role == abi.RoleAssistant {
+			assistant = append(assistant, from, len(all))
 		}
+	}
+	x := &extraction{items: make([]item, 0, len(all)), used: make([]bool, 0, len(all))}
+	at := make(map[item]int, len(all))
+	for k, it := range all {
+		for len(assistant) > 0 && assistant[1] <= k {
+			assistant = assistant[2:]
+		}
+		used := len(assistant) > 0 && assistant[0] <= k
+		if i, ok := at[it]; ok {
+			x.used[i] = x.used[i] || used
+			continue
+		}
+		at[it] = len(x.items)
+		x.items = append(x.items, it)
+		x.used = append(x.used, used)
 	}
 	return x
 }
