@@ -232,12 +232,22 @@ func plainRun(run string) bool {
 
 // classify appends the items one run of path bytes holds.
 func classify(out []item, run string, next, after byte, prevWord string, observed, key bool) []item {
-	run = strings.TrimRight(run, ".-")
-	run = strings.TrimLeft(run, "-")
+	// Trimmed as strings.TrimRight(run, ".-") and TrimLeft(run, "-")
+	// would, without building their cutset on every run.
+	for len(run) > 0 && (run[len(run)-1] == '.' || run[len(run)-1] == '-') {
+		run = run[:len(run)-1]
+	}
+	for len(run) > 0 && run[0] == '-' {
+		run = run[1:]
+	}
 	if run == "" {
 		return out
 	}
-	if p := filePath(run); p != "" {
+	p := ""
+	if strings.IndexByte(run, '.') >= 0 { // a path has a dot before its extension
+		p = filePath(run)
+	}
+	if p != "" {
 		// The words of a path are the path's: its item holds them. A
 		// library's file seen in a traceback or a log is the
 		// environment's, not the workspace's.
@@ -255,7 +265,7 @@ func classify(out []item, run string, next, after byte, prevWord string, observe
 		// A called name: a qualified one holds its parts.
 		return append(out, item{kindName, run})
 	}
-	if observed && (isDecimal(run) || isDate(run)) {
+	if observed && isDigit(run[0]) && (isDecimal(run) || isDate(run)) {
 		return append(out, item{kindNumber, run})
 	}
 	// The words of the run (a dotted name's parts, a dashed id): ids,
