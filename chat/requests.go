@@ -2,7 +2,6 @@ package chat
 
 import (
 	"encoding/json"
-	"fmt"
 	"hash/maphash"
 )
 
@@ -21,7 +20,7 @@ type LastRequest struct {
 	// nil when it alone is over the bound. It must not be modified.
 	Body []byte
 	// Hashes and Counts are per message (or item) of the request's
-	// conversation, in order: a hash of its bytes (CountItems) and its
+	// conversation, in order: a hash of its bytes (ItemCounts) and its
 	// token count.
 	Hashes []uint64
 	Counts []int
@@ -118,29 +117,29 @@ func (m *Memory) evictRequestsLocked() {
 	}
 }
 
-// CountItems returns each item's hash and token count, for a request's
-// messages (or a format's items) as raw bytes. An item whose bytes
-// hash as one of prev's items (the conversation's last request, nil if
-// none) takes that item's count; the others are counted by count, which
-// is given their indexes in order and returns their counts in the same
-// order. Its error is returned as it is. Items are matched by a 64-bit
-// hash of their bytes (seeded per Memory), not compared.
-func (m *Memory) CountItems(items []json.RawMessage, prev *LastRequest, count func(miss []int) ([]int, error)) (hashes []uint64, counts []int, err error) {
+// ItemCounts returns each item's hash and, for the items prev held, its
+// token count, for a request's messages (or a format's items) as raw
+// bytes: an item whose bytes hash as one of prev's items (the
+// conversation's last request, nil if none), in place or moved, takes
+// that item's count. missing lists, in order, the indexes of the others:
+// their counts are 0, for the caller to count and fill in. Items are
+// matched by a 64-bit hash of their bytes (seeded per Memory), not
+// compared.
+func (m *Memory) ItemCounts(items []json.RawMessage, prev *LastRequest) (hashes []uint64, counts []int, missing []int) {
 	hashes = make([]uint64, len(items))
 	counts = make([]int, len(items))
 	var seen map[uint64]int
-	var miss []int
 	for i, raw := range items {
 		h := maphash.Bytes(m.seed, raw)
 		hashes[i] = h
 		if prev != nil {
-			if i < len(prev.Hashes) && prev.Hashes[i] == h {
+			if i < len(prev.Hashes) && prev.Hashes[i] == h && i < len(prev.Counts) {
 				counts[i] = prev.Counts[i]
 				continue
 			}
 			if seen == nil {
 				seen = make(map[uint64]int, len(prev.Hashes))
-				for j, ph := range prev.Hashes {
+				for j, ph := range prev.Hashes[:min(len(prev.Hashes), len(prev.Counts))] {
 					seen[ph] = j
 				}
 			}
@@ -149,20 +148,7 @@ func (m *Memory) CountItems(items []json.RawMessage, prev *LastRequest, count fu
 				continue
 			}
 		}
-		miss = append(miss, i)
+		missing = append(missing, i)
 	}
-	if len(miss) == 0 {
-		return hashes, counts, nil
-	}
-	got, err := count(miss)
-	if err != nil {
-		return nil, nil, err
-	}
-	if len(got) != len(miss) {
-		return nil, nil, fmt.Errorf("chat: counting %d items gave %d counts", len(miss), len(got))
-	}
-	for k, i := range miss {
-		counts[i] = got[k]
-	}
-	return hashes, counts, nil
+	return hashes, counts, missing
 }

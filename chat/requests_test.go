@@ -3,7 +3,6 @@ package chat
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -54,10 +53,9 @@ func TestRequestsBound(t *testing.T) {
 	}
 }
 
-// TestCountItems: items whose bytes were in the previous request, in
-// place or moved, take its counts; only the rest are counted, and a
-// counter's error or wrong answer is returned.
-func TestCountItems(t *testing.T) {
+// TestItemCounts: items whose bytes were in the previous request, in
+// place or moved, take its counts; only the rest are left to count.
+func TestItemCounts(t *testing.T) {
 	t.Parallel()
 	m := NewMemory(MemoryOptions{})
 	raw := func(ss ...string) []json.RawMessage {
@@ -67,43 +65,32 @@ func TestCountItems(t *testing.T) {
 		}
 		return out
 	}
-	var asked [][]int
-	byLen := func(items []json.RawMessage) func([]int) ([]int, error) {
-		return func(miss []int) ([]int, error) {
-			asked = append(asked, slices.Clone(miss))
-			out := make([]int, len(miss))
-			for k, i := range miss {
-				out[k] = len(items[i])
-			}
-			return out, nil
-		}
-	}
 	first := raw(`"a"`, `"bb"`, `"ccc"`)
-	h1, c1, err := m.CountItems(first, nil, byLen(first))
-	if err != nil || !slices.Equal(c1, []int{3, 4, 5}) || len(h1) != 3 {
-		t.Fatalf("%v %v %v", h1, c1, err)
+	h1, c1, missing := m.ItemCounts(first, nil)
+	if len(h1) != 3 || !slices.Equal(c1, []int{0, 0, 0}) || !slices.Equal(missing, []int{0, 1, 2}) {
+		t.Fatalf("%v %v %v", h1, c1, missing)
 	}
-	prev := &LastRequest{Hashes: h1, Counts: []int{30, 40, 50}} // counts as the caller remembered them
-	// The first item dropped (a compacted history), one edited, one added.
-	next := raw(`"bb"`, `"ccc"`, `"dddd"`)
-	asked = nil
-	h2, c2, err := m.CountItems(next, prev, byLen(next))
-	if err != nil || !slices.Equal(c2, []int{40, 50, 6}) || h2[0] != h1[1] || h2[1] != h1[2] {
-		t.Fatalf("%v %v %v", h2, c2, err)
+	if h1[0] == h1[1] || h1[1] == h1[2] {
+		t.Fatalf("distinct items hash alike: %v", h1)
 	}
-	if len(asked) != 1 || !slices.Equal(asked[0], []int{2}) {
-		t.Fatalf("counted %v, want only item 2", asked)
+	prev := &LastRequest{Hashes: h1, Counts: []int{30, 40, 50}} // as the caller counted them
+	// The first item dropped (a compacted history), the rest moved, one added.
+	h2, c2, missing := m.ItemCounts(raw(`"bb"`, `"ccc"`, `"dddd"`), prev)
+	if !slices.Equal(c2, []int{40, 50, 0}) || !slices.Equal(missing, []int{2}) || h2[0] != h1[1] || h2[1] != h1[2] {
+		t.Fatalf("%v %v %v", h2, c2, missing)
 	}
-	asked = nil
-	if _, _, err := m.CountItems(first, prev, byLen(first)); err != nil || len(asked) != 0 {
-		t.Fatalf("a repeated request was counted again (%v) or failed: %v", asked, err)
+	// The same request again: nothing left to count.
+	if _, c, missing := m.ItemCounts(first, prev); missing != nil || !slices.Equal(c, []int{30, 40, 50}) {
+		t.Fatalf("%v %v", c, missing)
 	}
-	boom := errors.New("boom")
-	if _, _, err := m.CountItems(next, nil, func([]int) ([]int, error) { return nil, boom }); !errors.Is(err, boom) {
-		t.Fatalf("err %v", err)
+	// An item edited in place is counted again.
+	if _, c, missing := m.ItemCounts(raw(`"a"`, `"bX"`, `"ccc"`), prev); !slices.Equal(missing, []int{1}) || !slices.Equal(c, []int{30, 0, 50}) {
+		t.Fatalf("%v %v", c, missing)
 	}
-	if _, _, err := m.CountItems(next, nil, func([]int) ([]int, error) { return []int{1}, nil }); err == nil {
-		t.Fatal("a counter that answered 1 count for 3 items was trusted")
+	// A LastRequest with fewer counts than hashes is read only as far as
+	// it has counts.
+	if _, c, missing := m.ItemCounts(first, &LastRequest{Hashes: h1, Counts: []int{7}}); !slices.Equal(missing, []int{1, 2}) || c[0] != 7 {
+		t.Fatalf("%v %v", c, missing)
 	}
 }
 
@@ -125,11 +112,7 @@ func TestRequestsConcurrent(t *testing.T) {
 				if ok {
 					prev = &last
 				}
-				h, c, err := m.CountItems(items, prev, func(miss []int) ([]int, error) { return make([]int, len(miss)), nil })
-				if err != nil {
-					t.Error(err)
-					return
-				}
+				h, c, _ := m.ItemCounts(items, prev)
 				m.RememberRequest(id, LastRequest{Format: "openai", Model: "m", Body: bytes.Repeat([]byte("y"), 500), Hashes: h, Counts: c})
 				m.Calibrate(id, i)
 			}

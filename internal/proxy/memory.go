@@ -19,7 +19,7 @@ type requestMemory interface {
 	LastRequest(id string) (chat.LastRequest, bool)
 	RememberRequest(id string, r chat.LastRequest)
 	Calibrate(id string, offset int)
-	CountItems(items []json.RawMessage, prev *chat.LastRequest, count func(miss []int) ([]int, error)) (hashes []uint64, counts []int, err error)
+	ItemCounts(items []json.RawMessage, prev *chat.LastRequest) (hashes []uint64, counts []int, missing []int)
 	SetRequestLimit(maxBytes int64)
 	Stats() chat.MemoryStats
 }

@@ -708,28 +708,22 @@ func targetTokens(rt *config.Route, triggerTokens int, why string, window, offse
 // count returns each item's hash and token count, and their sum. Items of
 // prev (the conversation's previous request) are not counted again.
 func (p *Proxy) count(prov wire.Format, tok *tokens.Tokenizer, items []json.RawMessage, hasSystem bool, prev *chat.LastRequest) ([]uint64, []int, int, error) {
-	hashes, counts, err := p.mem.CountItems(items, prev, func(miss []int) ([]int, error) {
-		var msgs []abi.Message
-		var owner []int
-		for k, i := range miss {
-			ms, err := prov.ItemMessages(items[i], hasSystem && i == 0)
-			if err != nil {
-				return nil, fmt.Errorf("message %d: %w", i, err)
-			}
-			for range ms {
-				owner = append(owner, k)
-			}
-			msgs = append(msgs, ms...)
+	hashes, counts, missing := p.mem.ItemCounts(items, prev)
+	var msgs []abi.Message
+	var owner []int
+	for _, i := range missing {
+		ms, err := prov.ItemMessages(items[i], hasSystem && i == 0)
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("message %d: %w", i, err)
 		}
-		tok.CountMessages(msgs)
-		got := make([]int, len(miss))
-		for j := range msgs {
-			got[owner[j]] += msgs[j].Tokens
+		for range ms {
+			owner = append(owner, i)
 		}
-		return got, nil
-	})
-	if err != nil {
-		return nil, nil, 0, err
+		msgs = append(msgs, ms...)
+	}
+	tok.CountMessages(msgs)
+	for k := range msgs {
+		counts[owner[k]] += msgs[k].Tokens
 	}
 	total := 0
 	for _, c := range counts {
