@@ -246,6 +246,9 @@ type Totals struct {
 	PaidUSD          float64 `json:"paid_usd"`
 	FullUSD          float64 `json:"full_usd"`
 	UnpricedRequests int64   `json:"unpriced_requests"`
+	// Shadow sums the conversations' shadow figures (see Conversation);
+	// nil when no shadow policy ran.
+	Shadow *Shadow `json:"shadow,omitempty"`
 }
 
 // StoreDescriptor says where state lives and how long it is kept.
@@ -314,6 +317,68 @@ type Conversation struct {
 	// Replica names the daemon that served the last request, when the
 	// daemons of a fleet share a store (state.url).
 	Replica string `json:"replica,omitempty"`
+	// Shadow compares the live pipeline with the shadow policies
+	// (proxy.shadow) on this conversation's requests; nil when none ran.
+	Shadow *Shadow `json:"shadow,omitempty"`
+}
+
+// Shadow compares the live pipeline with the shadow policies
+// (proxy.shadow) over the same proxied requests, each measured as
+// `compactd eval` measures a replayed request: its tokens as sent, its
+// input side priced under each cost model's prompt cache (against the
+// same way's previous request), and how many identifiers of its history
+// and whether its task it still holds. The figures are the answering
+// daemon's, kept in its memory: a fleet's daemons each measure the
+// requests they proxy.
+type Shadow struct {
+	// CostModels are the models CostsUSD are priced under, in order.
+	CostModels []ShadowCostModel `json:"cost_models"`
+	// Live is what the live pipeline forwarded; Full what sending every
+	// message would have sent.
+	Live ShadowFigures `json:"live"`
+	Full ShadowFigures `json:"full"`
+	// Pipelines are the shadow pipelines', by name.
+	Pipelines []ShadowPipeline `json:"pipelines"`
+}
+
+// ShadowCostModel is a model shadow figures are priced under: its name
+// and its prompt cache ("automatic": the longest prefix shared with the
+// previous request; "breakpoints": Anthropic's cache_control marks).
+type ShadowCostModel struct {
+	Model string `json:"model"`
+	Cache string `json:"cache"`
+}
+
+// ShadowFigures sum one way of sending a conversation's requests.
+type ShadowFigures struct {
+	// Requests measured.
+	Requests int `json:"requests"`
+	// TokensSent sums the requests' tokens (the messages', without reply
+	// priming, as compactd eval counts them).
+	TokensSent int `json:"tokens_sent"`
+	// CostsUSD prices the requests' input side under each of
+	// Shadow.CostModels, in its order.
+	CostsUSD []float64 `json:"costs_usd"`
+	// Probes are identifiers (paths, names, ids, numbers) of the
+	// requests' histories looked for; ProbesKept were still in what was
+	// sent; TaskKept counts the requests that still held the task.
+	Probes     int `json:"probes"`
+	ProbesKept int `json:"probes_kept"`
+	TaskKept   int `json:"task_kept"`
+}
+
+// ShadowPipeline is one shadow pipeline's figures.
+type ShadowPipeline struct {
+	// Pipeline is the shadow's policies, joined by ",".
+	Pipeline string `json:"pipeline"`
+	ShadowFigures
+	// Compacted runs shortened the conversation; Failed ended in an
+	// error (measured as sent uncompacted, as the proxy forwards a request
+	// whose compaction fails); Dropped requests were not measured because
+	// proxy.shadow_queue was full.
+	Compacted int `json:"compacted"`
+	Failed    int `json:"failed"`
+	Dropped   int `json:"dropped"`
 }
 
 // CompactionDetail is what one compaction did, message by message, for

@@ -29,9 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/chat"
-	"github.com/compactd/compactd/convo"
 	"github.com/compactd/compactd/host"
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/dataset"
@@ -126,10 +124,11 @@ type costModel struct {
 
 // runner is one Run's state.
 type runner struct {
-	opts  Options
-	tok   *tokens.Tokenizer
-	costs []costModel
-	specs []Spec // the baseline first
+	opts   Options
+	tok    *tokens.Tokenizer
+	biller *Biller
+	costs  []costModel // biller's
+	specs  []Spec      // the baseline first
 
 	done, total atomic.Int64
 }
@@ -226,22 +225,11 @@ func newRunner(opts Options) (*runner, error) {
 		}
 	}
 	r := &runner{opts: opts, tok: opts.Tokens.ForModel(opts.Model)}
-	names := opts.CostModels
-	if len(names) == 0 {
-		names = opts.Pricing.Compare
+	b, err := NewBiller(opts.Pricing, opts.CostModels, opts.Tokens)
+	if err != nil {
+		return nil, err
 	}
-	seen := map[string]bool{}
-	for _, n := range names {
-		if seen[n] {
-			continue
-		}
-		seen[n] = true
-		pm, err := opts.Pricing.Lookup(n)
-		if err != nil {
-			return nil, err
-		}
-		r.costs = append(r.costs, costModel{PricedModel: pm, tok: opts.Tokens.ForModel(n)})
-	}
+	r.biller, r.costs = b, b.costs
 	r.specs = append(r.specs, Spec{Name: Baseline, Pipeline: nil})
 	for _, s := range opts.Specs {
 		if len(s.Pipeline) == 0 {
@@ -390,14 +378,6 @@ type Turn struct {
 	ProbesKept int `json:"probes_kept,omitempty"`
 }
 
-// sent is the previous request as sent, for prefix comparisons.
-type sent struct {
-	raw []json.RawMessage
-	// alive holds, per cost model, the cache entries the request left
-	// (Rules.Entries).
-	alive [][]int
-}
-
 func (r *runner) replayConversation(ctx context.Context, df *dataFile, ci int) error {
 	c := df.convs[ci]
 	skip := func(reason string) {
@@ -454,7 +434,7 @@ func (r *runner) replay(ctx context.Context, c dataset.Conversation, turns []int
 	if spec.Name != Baseline {
 		compact = r.opts.newCompact(newMemState(), llm)
 	}
-	var prev *sent
+	var prev *Sent
 	for ti, at := range turns {
 		if err := ctx.Err(); err != nil {
 			return nil, context.Cause(ctx)
@@ -504,7 +484,9 @@ func (r *runner) replay(ctx context.Context, c dataset.Conversation, turns []int
 		t.TokensIn = in.TotalTokens()
 		t.Tokens = r.countSent(out)
 		t.TaskKept = TaskKept(in, out)
-		prev = r.bill(&t, prev, ti == 0, out, marks, &c.Chat.Messages[at])
+		var bill Bill
+		bill, prev = r.biller.Bill(r.tok, prev, out, marks, &c.Chat.Messages[at])
+		t.PrefixMessages, t.Prefix, t.PrevKept, t.Bills = bill.PrefixMessages, bill.Prefix, bill.PrevKept, bill.Usages
 		ret := ps.retainSent(probes[ti], out)
 		t.Probes, t.ProbesKept = ret.Probes, ret.Retained
 		res.Retention.Add(ret)
@@ -551,48 +533,6 @@ func Breakpoints(n, lead int, marks []int) []int {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// bill fills t's prefix figures and bills, and returns out as the
-// previous request for the next turn. marks are the messages the policy
-// marked as cache breakpoints (nil when the request did not ask).
-func (r *runner) bill(t *Turn, prev *sent, first bool, out *chat.Conversation, marks []int, reply *abi.Message) *sent {
-	cur := &sent{raw: out.Raw, alive: make([][]int, len(r.costs))}
-	evalTokens := make([]int, out.Len())
-	blocks := make([]int, out.Len())
-	for i := range out.Messages {
-		evalTokens[i] = out.Messages[i].Tokens
-		blocks[i] = Blocks(&out.Messages[i])
-	}
-	if prev != nil {
-		t.PrefixMessages, t.Prefix = CommonPrefix(prev.raw, out.Raw, evalTokens)
-		t.PrevKept = t.PrefixMessages == len(prev.raw)
-	}
-	breaks := Breakpoints(out.Len(), convo.LeadingSystem(out.Messages), marks)
-	t.Bills = make([]Usage, len(r.costs))
-	for k, cm := range r.costs {
-		toks := evalTokens
-		if cm.tok != r.tok {
-			toks = make([]int, out.Len())
-			for i := range out.Messages {
-				toks[i] = cm.tok.CountMessage(&out.Messages[i])
-			}
-		}
-		q := Request{Priming: tokens.ReplyPrimingTokens, First: first, Output: cm.tok.CountMessage(reply),
-			Messages: toks, Blocks: blocks, Breakpoints: breaks, PrefixMessages: t.PrefixMessages}
-		for i, n := range toks {
-			q.Tokens += n
-			if i < t.PrefixMessages {
-				q.Prefix += n
-			}
-		}
-		if prev != nil {
-			q.Alive = prev.alive[k]
-		}
-		t.Bills[k] = cm.Rules.Split(q)
-		cur.alive[k] = cm.Rules.Entries(q)
-	}
-	return cur
 }
 
 // contextWindow is the window the policies see.

@@ -85,8 +85,10 @@ type PrepareStats struct {
 	// preparations whose compaction failed; Missed: requests at the
 	// trigger whose preparation was not ready in time.
 	Started, Used, Discarded, Dropped, Failed, Missed uint64
-	// InFlight preparations (queued or running); Held prepared results.
-	InFlight, Held int
+	// InFlight preparations (queued or running); Held prepared results;
+	// Waiting requests at the trigger waiting for their preparation
+	// (proxy.prepare_wait).
+	InFlight, Held, Waiting int
 }
 
 // preparer runs and holds the preparations.
@@ -103,7 +105,7 @@ type preparer struct {
 	fresh map[string]*preparation // the conversation's running preparation, if any
 
 	started, used, discarded, dropped, failed, missed atomic.Uint64
-	inflight                                          atomic.Int64
+	inflight, waiting                                 atomic.Int64
 }
 
 func newPreparer(workers int) *preparer {
@@ -124,7 +126,7 @@ func (pp *preparer) stats() PrepareStats {
 	pp.mu.Unlock()
 	return PrepareStats{Started: pp.started.Load(), Used: pp.used.Load(), Discarded: pp.discarded.Load(),
 		Dropped: pp.dropped.Load(), Failed: pp.failed.Load(), Missed: pp.missed.Load(),
-		InFlight: int(pp.inflight.Load()), Held: held}
+		InFlight: int(pp.inflight.Load()), Held: held, Waiting: int(pp.waiting.Load())}
 }
 
 // PrepareStats returns the background preparation's counts.
@@ -174,6 +176,7 @@ func (x *exchange) usePrepared(ctx context.Context, req *request, hashes []uint6
 	}
 	if !pr.ready() {
 		if wait := pc.PrepareWait.D(); wait > 0 {
+			p.prep.waiting.Add(1)
 			t := time.NewTimer(wait)
 			select {
 			case <-pr.done:
@@ -181,6 +184,7 @@ func (x *exchange) usePrepared(ctx context.Context, req *request, hashes []uint6
 			case <-ctx.Done():
 			}
 			t.Stop()
+			p.prep.waiting.Add(-1)
 		}
 		if !pr.ready() {
 			p.prep.missed.Add(1)

@@ -59,6 +59,7 @@ import (
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/convlabel"
+	"github.com/compactd/compactd/internal/eval"
 	"github.com/compactd/compactd/internal/models"
 	"github.com/compactd/compactd/internal/requestlog"
 	"github.com/compactd/compactd/internal/store"
@@ -157,6 +158,7 @@ type Proxy struct {
 	passed    passthroughs
 	prep      *preparer
 	shadow    *shadower
+	biller    *eval.Biller // prices the shadow figures (nil: shadows are not measured)
 	rec       recoveries
 }
 
@@ -191,6 +193,11 @@ func New(opts Options) *Proxy {
 	p.prep = newPreparer(opts.Config.Current().Proxy.PrepareWorkers)
 	pc := opts.Config.Current().Proxy
 	p.shadow = newShadower(pc.ShadowWorkers, pc.ShadowQueue, p.runShadow)
+	if b, err := newShadowBiller(p.opts.Tokens); err != nil {
+		p.logger.Error("proxy: the shadow policies' pricing table cannot be read: shadows are not run", "error", err)
+	} else {
+		p.biller = b
+	}
 	return p
 }
 
@@ -600,7 +607,7 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 		if reason != "" {
 			d = &abi.Decision{Reason: why, TargetTokens: targetTokens(rt, pc.TriggerTokens, why, x.window, extraCount(status, known, offset))}
 		}
-		x.shadowRequest(req, cfg, d, x.forwarded)
+		x.shadowRequest(req, cfg, d, out)
 	}
 	x.tracked = true
 

@@ -119,6 +119,7 @@ func (s *Server) conversation(ctx context.Context, id string) (*client.Conversat
 		return nil, apiErrorf(http.StatusNotFound, CodeNotFound, "no tracked conversation %q", id)
 	}
 	out := conversationOf(c)
+	out.Shadow = s.shadowOf(id)
 	b, err := s.opts.Store.LastCompaction(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("conversation %q: %w", id, err)
@@ -155,6 +156,11 @@ func (s *Server) status(limit int, f conversationFilter) client.Status {
 	st.Totals = client.Totals{Conversations: t.Conversations, Requests: t.Requests, Compactions: t.Compactions, Failures: t.Failures, TokensSaved: t.TokensSaved,
 		PaidUSD: t.PaidUSD, FullUSD: t.FullUSD, UnpricedRequests: t.UnpricedRequests}
 	st.Proxy = s.proxyStatus(cfg)
+	if s.opts.Proxy != nil {
+		if sc, ok := s.opts.Proxy.ShadowTotals(); ok {
+			st.Totals.Shadow = shadowStatus(s.opts.Proxy.ShadowCostModels(), sc)
+		}
+	}
 	var convs []store.Conversation
 	if f.empty() {
 		convs = s.opts.Store.Conversations(limit)
@@ -163,7 +169,9 @@ func (s *Server) status(limit int, f conversationFilter) client.Status {
 	}
 	st.Conversations = make([]client.Conversation, 0, len(convs))
 	for _, c := range convs {
-		st.Conversations = append(st.Conversations, conversationOf(c))
+		out := conversationOf(c)
+		out.Shadow = s.shadowOf(c.ID)
+		st.Conversations = append(st.Conversations, out)
 	}
 	return st
 }
@@ -439,7 +447,8 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) error {
 		}
 		recovered.write(&b)
 		writePrepareMetrics(&b, s.opts.Proxy.PrepareStats())
-		writeShadowMetrics(&b, s.opts.Proxy.ShadowStats(), s.opts.Proxy.ShadowTotals())
+		totals, _ := s.opts.Proxy.ShadowTotals()
+		writeShadowMetrics(&b, s.opts.Proxy.ShadowStats(), totals)
 	}
 	writeGauge(&b, "compactd_start_time_seconds", "When the daemon started (Unix time).", float64(s.started.UnixNano())/1e9)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")

@@ -218,4 +218,5 @@ func writePrepareMetrics(w io.Writer, st proxy.PrepareStats) {
 	c.write(w)
 	writeGauge(w, "compactd_proxy_prepare_in_flight", "Background preparations queued or running.", float64(st.InFlight))
 	writeGauge(w, "compactd_proxy_prepare_held", "Prepared compactions held for use at the trigger (in this process only).", float64(st.Held))
+	writeGauge(w, "compactd_proxy_prepare_waiting", "Requests at the trigger waiting for their conversation's preparation (proxy.prepare_wait).", float64(st.Waiting))
 }

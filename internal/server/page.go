@@ -64,9 +64,10 @@ func parsePages() *template.Template {
 			}
 			return float64(n) / float64(window)
 		},
-		"unit": messageUnit,
-		"usd":  formatUSD,
-		"ms":   func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) + " ms" },
+		"unit":        messageUnit,
+		"shadowTable": shadowTableOf,
+		"usd":         formatUSD,
+		"ms":          func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) + " ms" },
 	}
 	return template.Must(template.New("page").Funcs(funcs).ParseFS(pageFiles, "page/*.html"))
 }

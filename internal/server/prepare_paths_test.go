@@ -155,3 +155,64 @@ func TestProxyPreparationQueueAndShutdown(t *testing.T) {
 		t.Fatalf("after the stop: %+v", st)
 	}
 }
+
+// TestProxyPreparationWait: with prepare_wait set, the request that
+// reaches the trigger while its preparation is still running waits for
+// it (within the bound, counted as waiting in /metrics) instead of
+// compacting on its own: once the preparation finishes, the request is
+// sent from it — compacted, the preparation counted as used, not
+// missed.
+func TestProxyPreparationWait(t *testing.T) {
+	t.Parallel()
+	full, k, _, fullTokens := prepareConversation(t)
+	gate, sumURL, hold := heldSummarizer(t)
+	up := upstreamtest.New()
+	t.Cleanup(up.Close)
+	td := prepareDaemon(t, sumURL, up, fullTokens*10/8, ", prepare_threshold: 0.5, prepare_wait: 5m")
+	px := td.server.opts.Proxy
+	id := map[string]string{proxy.HeaderConversation: "wait"}
+
+	resp, got := td.post(t, proxy.RouteOpenAI, openAIBody(full[:k], ""), id)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(proxy.HeaderCompacted) != "" {
+		t.Fatalf("below the trigger: %d %v %s", resp.StatusCode, resp.Header, got)
+	}
+	waitFor(t, "the preparation to reach the summarizer", 2*time.Minute, func() bool { return gate.arrived.Load() > 0 })
+
+	type answer struct {
+		resp *http.Response
+		body []byte
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, got := td.post(t, proxy.RouteOpenAI, openAIBody(full, ""), id)
+		done <- answer{resp, got}
+	}()
+	// The triggering request is in the proxy, waiting for the held
+	// preparation: it has not gone upstream.
+	waitFor(t, "the triggering request to wait for its preparation", 2*time.Minute, func() bool { return px.PrepareStats().Waiting == 1 })
+	_, metrics, _ := td.raw(t, http.MethodGet, "/metrics", "")
+	if !strings.Contains(string(metrics), "compactd_proxy_prepare_waiting 1") {
+		t.Errorf("/metrics does not show the waiting request:\n%s", grepLines(string(metrics), "prepare"))
+	}
+	select {
+	case a := <-done:
+		t.Fatalf("the triggering request did not wait for its preparation: %d %v %s", a.resp.StatusCode, a.resp.Header, a.body)
+	default:
+	}
+	close(hold)
+	var a answer
+	select {
+	case a = <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the triggering request did not end once its preparation was done")
+	}
+	if a.resp.StatusCode != http.StatusOK || a.resp.Header.Get(proxy.HeaderCompacted) != "true" || a.resp.Header.Get(proxy.HeaderWarning) != "" {
+		t.Fatalf("the waiting request: %d %v %s", a.resp.StatusCode, a.resp.Header, a.body)
+	}
+	if st := px.PrepareStats(); st.Used != 1 || st.Missed != 0 || st.Waiting != 0 {
+		t.Fatalf("the waiting request was not sent from its preparation: %+v", st)
+	}
+	if n := upstreamMessages(t, up); n >= len(full) {
+		t.Fatalf("the prepared request sent %d of %d messages", n, len(full))
+	}
+}

@@ -120,6 +120,7 @@ func TestProxyUsesThePreparedCompaction(t *testing.T) {
 			"llm: {provider: openai, base_url: '%s/v1', model: summarizer-1, api_key_env: COMPACTD_TEST_SUMMARIZER_KEY}\n"+
 			"proxy: {openai: {upstream: '%s'}, context_window: %d%s}\n", sum.URL, up.OpenAIBase(), window, proxyExtra)
 		td := setup(t, cfg, "plugins/llm")
+		td.log = &lockedBuffer{} // kept for a failure's message
 		td.opts.Getenv = func(k string) string {
 			if k == "COMPACTD_TEST_SUMMARIZER_KEY" {
 				return upstreamtest.OpenAIKey
@@ -176,7 +177,10 @@ func TestProxyUsesThePreparedCompaction(t *testing.T) {
 		t.Fatalf("four requests of one conversation: %+v, want one preparation", st)
 	}
 	close(hold)
-	waitFor(t, "the preparation", 2*time.Minute, func() bool { st := px.PrepareStats(); return st.Held == 1 && st.InFlight == 0 })
+	waitFor(t, "the preparation", 2*time.Minute, func() bool { return px.PrepareStats().InFlight == 0 })
+	if st := px.PrepareStats(); st.Held != 1 {
+		t.Fatalf("the preparation ended without a held result: %+v\n%s", st, td.log.String())
+	}
 
 	// From now on the summarizer refuses: the trigger must not call it.
 	gate.set(nil, true)

@@ -80,40 +80,55 @@ func TestProxyRecoversFromContextOverflow(t *testing.T) {
 
 // TestProxyOverflowRetryFailsOnce: an upstream that refuses the retry too
 // (a 413 for any body over 10 bytes) gets exactly two requests, and the
-// agent gets the second error as the upstream gave it; an error that is
+// agent gets the second error as the upstream gave it, in every wire
+// format; an error that is
 // not about length is passed on without a retry; with
 // proxy.recover_overflow off nothing is retried.
 func TestProxyOverflowRetryFailsOnce(t *testing.T) {
 	t.Parallel()
 	td, up := proxyDaemon(t, "", pluginSliding)
 	msgs := chatMessages(21)
-	up.Reset()
-	r, got := td.post(t, proxy.RouteOpenAI, openAIBody(msgs, ""), map[string]string{proxy.HeaderConversation: "too-large", provider.HeaderMaxBytes: "10"})
-	if r.StatusCode != http.StatusRequestEntityTooLarge || r.Header.Get(proxy.HeaderRecovered) != "" || r.Header.Get(proxy.HeaderUpstream) != "openai" {
-		t.Fatalf("want the retry's 413 passed on: %d %v %s", r.StatusCode, r.Header, got)
-	}
-	rec := up.Received()
-	if len(rec) != 2 || len(rec[1].Body) >= len(rec[0].Body) {
-		t.Fatalf("the upstream got %d requests, want the request and one compacted retry: %v %s", len(rec), r.Header, got)
-	}
-	var e struct {
-		Error struct{ Type, Message string }
-	}
-	if json.Unmarshal(got, &e) != nil || e.Error.Type != "request_too_large" || !strings.Contains(e.Error.Message, "(10)") {
-		t.Fatalf("the second error must come unchanged: %s", got)
-	}
-	if st := td.status(t, "too-large"); st.Recoveries != 1 {
-		t.Fatalf("status: %+v", st)
+	anth, _ := anthropicBody(t, msgs, "")
+	for _, c := range []struct {
+		name, route, provider string
+		body                  []byte
+	}{
+		{"chat", proxy.RouteOpenAI, "openai", openAIBody(msgs, "")},
+		{"messages", proxy.RouteAnthropic, "anthropic", anth},
+		{"responses", proxy.RouteResponses, "openai", responsesBody(msgs[1:], "")},
+	} {
+		up.Reset()
+		id := "too-large-" + c.name
+		r, got := td.post(t, c.route, c.body, map[string]string{proxy.HeaderConversation: id, provider.HeaderMaxBytes: "10"})
+		if r.StatusCode != http.StatusRequestEntityTooLarge || r.Header.Get(proxy.HeaderRecovered) != "" || r.Header.Get(proxy.HeaderUpstream) != c.provider {
+			t.Fatalf("%s: want the retry's 413 passed on: %d %v %s", c.name, r.StatusCode, r.Header, got)
+		}
+		rec := up.Received()
+		if len(rec) != 2 || len(rec[1].Body) >= len(rec[0].Body) {
+			t.Fatalf("%s: the upstream got %d requests, want the request and one compacted retry: %v %s", c.name, len(rec), r.Header, got)
+		}
+		var e struct {
+			Error struct{ Type, Message string }
+		}
+		if json.Unmarshal(got, &e) != nil || e.Error.Type != "request_too_large" || !strings.Contains(e.Error.Message, "(10)") {
+			t.Fatalf("%s: the second error must come unchanged: %s", c.name, got)
+		}
+		if st := td.status(t, id); st.Recoveries != 1 {
+			t.Fatalf("%s: status: %+v", c.name, st)
+		}
 	}
 
 	up.Reset()
-	r, got = td.post(t, proxy.RouteOpenAI, openAIBody(msgs, ""), map[string]string{proxy.HeaderConversation: "other-400", "X-Upstream-Status": "400"})
+	r, got := td.post(t, proxy.RouteOpenAI, openAIBody(msgs, ""), map[string]string{proxy.HeaderConversation: "other-400", "X-Upstream-Status": "400"})
 	if r.StatusCode != http.StatusBadRequest || len(up.Received()) != 1 {
 		t.Fatalf("a 400 that is not about length: %d, %d upstream requests: %s", r.StatusCode, len(up.Received()), got)
 	}
 	_, metrics := td.do(t, http.MethodGet, "/metrics", nil, nil)
-	if want := `compactd_proxy_overflow_recoveries_total{provider="openai",outcome="retry_failed"} 1`; !strings.Contains(string(metrics), want) {
-		t.Fatalf("metrics lack %s:\n%s", want, metrics)
+	for _, want := range []string{`compactd_proxy_overflow_recoveries_total{provider="openai",outcome="retry_failed"} 2`,
+		`compactd_proxy_overflow_recoveries_total{provider="anthropic",outcome="retry_failed"} 1`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Fatalf("metrics lack %s:\n%s", want, metrics)
+		}
 	}
 
 	off, up2 := proxyDaemon(t, "  recover_overflow: false\n", pluginSliding)

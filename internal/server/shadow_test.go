@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -46,15 +48,19 @@ func TestProxyShadowForwardsTheSameBytes(t *testing.T) {
 	}
 	px := shadowed.server.opts.Proxy
 	waitFor(t, "the shadow runs", 2*time.Minute, func() bool { st := px.ShadowStats(); return st.Runs == 6 && st.InFlight == 0 })
-	res := px.ShadowResults("same")
-	if len(res) != 3 || res[0].Pipeline != "deterministic" || res[1].Pipeline != "sliding" || res[2].Pipeline != "toolresult,sliding" {
+	sc, ok := px.ShadowResults("same")
+	res := sc.Pipelines
+	if !ok || len(res) != 3 || res[0].Pipeline != "deterministic" || res[1].Pipeline != "sliding" || res[2].Pipeline != "toolresult,sliding" {
 		t.Fatalf("shadow results: %+v", res)
 	}
 	// The live policy itself runs as a shadow (its state kept apart, so
 	// the forwarded bytes above stay the same); at the trigger it was
 	// told what the live one was, so it compacted there too.
-	if r := res[1]; r.Compacted < 1 || r.TokensSent >= r.LiveTokens+r.LiveTokens {
-		t.Errorf("sliding as a shadow of sliding: %+v", r)
+	if r := res[1]; r.Compacted < 1 || r.TokensSent > sc.Live.TokensSent {
+		t.Errorf("sliding as a shadow of sliding: %+v, live %+v", r, sc.Live)
+	}
+	if sc.Live.Requests != 2 || sc.Live.TokensSent >= sc.Full.TokensSent || sc.Live.ProbesKept > sc.Full.ProbesKept || sc.Full.Probes == 0 {
+		t.Errorf("live %+v, full %+v: the compacted request should send less than everything", sc.Live, sc.Full)
 	}
 	_, metrics, _ := shadowed.raw(t, http.MethodGet, "/metrics", "")
 	for _, want := range []string{`compactd_proxy_shadow_runs_total{pipeline="deterministic",outcome="ran"} 2`,
@@ -64,7 +70,7 @@ func TestProxyShadowForwardsTheSameBytes(t *testing.T) {
 		}
 	}
 	for _, r := range res {
-		if r.Requests != 2 || r.Failed != 0 || r.Dropped != 0 || r.TokensSent <= 0 || r.LiveTokens <= 0 {
+		if r.Requests != 2 || r.Failed != 0 || r.Dropped != 0 || r.TokensSent <= 0 || len(r.CostsUSD) != len(px.ShadowCostModels()) {
 			t.Errorf("%s: %+v", r.Pipeline, r)
 		}
 	}
@@ -104,7 +110,7 @@ func TestProxyShadowDropAndShutdown(t *testing.T) {
 	if st := px.ShadowStats(); st.Dropped != 1 || st.InFlight != 2 || st.Runs != 0 {
 		t.Fatalf("one worker, a queue of one, three requests: %+v", st)
 	}
-	if r := px.ShadowResults("c"); len(r) != 1 || r[0].Dropped != 1 || r[0].Requests != 0 {
+	if r, _ := px.ShadowResults("c"); len(r.Pipelines) != 1 || r.Pipelines[0].Dropped != 1 || r.Pipelines[0].Requests != 0 || r.Live.Requests != 0 {
 		t.Fatalf("c's shadow results: %+v", r)
 	}
 	_, metrics, _ := td.raw(t, http.MethodGet, "/metrics", "")
@@ -126,4 +132,47 @@ func TestProxyShadowDropAndShutdown(t *testing.T) {
 	if st := px.ShadowStats(); st.InFlight != 0 || st.Runs != 0 {
 		t.Fatalf("after the stop: %+v", st)
 	}
+}
+
+// BenchmarkShadowCost: what shadow policies add to a proxied request —
+// two daemons beside each other, one with two shadows (deterministic,
+// and toolresult then sliding) measuring every request, one without,
+// requests alternating between them (ratios within one run). The shadow
+// work itself runs off the request path but on the same CPUs, so the
+// figure includes its competition for them; "dropped" counts the
+// requests the shadows' queue was too full to take.
+func BenchmarkShadowCost(b *testing.B) {
+	up := benchUpstream()
+	defer up.Close()
+	start := func(extra string) (*testDaemon, string) {
+		td := setup(b, "", pluginSliding, "plugins/deterministic", pluginToolresult)
+		tokenFile := filepath.Join(td.dir, "token")
+		os.WriteFile(tokenFile, []byte(proxyToken), 0o600)
+		os.WriteFile(td.config, []byte(fmt.Sprintf("policy: sliding\ntcp: {listen: '127.0.0.1:0', token_file: %s}\nproxy: {openai: {upstream: '%s/v1'}%s}\n", tokenFile, up.URL, extra)), 0o600)
+		td.start(b)
+		return td, "http://" + td.TCPAddr() + proxy.RouteOpenAI
+	}
+	shadowed, withURL := start(", shadow: [deterministic, 'toolresult,sliding']")
+	_, plainURL := start("")
+	body := openAIBody(tauConversation(b, 12000), "")
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	send := func(url string, i int) time.Duration {
+		return timedProxyPost(b, hc, url, body, fmt.Sprintf("bench-shadow-%d", i%8))
+	}
+	send(withURL, 0)
+	send(plainURL, 0)
+	var with, without []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		with = append(with, send(withURL, i))
+		without = append(without, send(plainURL, i))
+	}
+	b.StopTimer()
+	pw, po := p50(with), p50(without)
+	b.ReportMetric(float64(pw.Microseconds()), "shadowed-p50-µs")
+	b.ReportMetric(float64(po.Microseconds()), "plain-p50-µs")
+	b.ReportMetric(float64(pw-po)/1000, "added-p50-µs")
+	b.ReportMetric(float64(pw)/float64(po), "ratio")
+	st := shadowed.server.opts.Proxy.ShadowStats()
+	b.ReportMetric(float64(st.Dropped)/2/float64(b.N+1), "dropped/req")
 }

@@ -208,6 +208,54 @@ class Usage:
 
 
 @dataclass
+class ShadowCostModel:
+    """A model shadow figures are priced under, and its prompt cache
+    ("automatic": OpenAI's shared prefix; "breakpoints": Anthropic's
+    cache_control marks)."""
+
+    model: str
+    cache: str
+
+
+@dataclass
+class ShadowFigures:
+    """One way of sending a conversation's requests, summed: tokens as
+    ``compactd eval`` counts them, the input side's dollars under each of
+    ``Shadow.cost_models`` (in order), identifiers of the histories looked
+    for and kept, and requests that still held the task."""
+
+    requests: int
+    tokens_sent: int
+    costs_usd: List[float]
+    probes: int
+    probes_kept: int
+    task_kept: int
+
+
+@dataclass
+class ShadowPipeline(ShadowFigures):
+    """One shadow pipeline's figures and its runs' outcomes."""
+
+    pipeline: str = ""
+    compacted: int = 0
+    failed: int = 0
+    dropped: int = 0
+
+
+@dataclass
+class Shadow:
+    """The live pipeline (``live``), every message (``full``) and each
+    shadow policy (``proxy.shadow``) measured over the same proxied
+    requests, as ``compactd eval`` measures them; the answering daemon's
+    figures."""
+
+    cost_models: List[ShadowCostModel]
+    live: ShadowFigures
+    full: ShadowFigures
+    pipelines: List[ShadowPipeline]
+
+
+@dataclass
 class Conversation:
     """One tracked conversation: its last request and counters over all.
     A conversation that came through the proxy also has its ``provider``,
@@ -257,6 +305,9 @@ class Conversation:
     full_usd: float = 0.0
     #: responses whose model the catalog does not price (left out of both)
     unpriced_requests: int = 0
+    #: the live pipeline and the shadow policies compared on this
+    #: conversation's requests (None: no shadow ran)
+    shadow: Optional[Shadow] = None
 
 
 @dataclass
@@ -275,6 +326,8 @@ class Totals:
     paid_usd: float = 0.0
     full_usd: float = 0.0
     unpriced_requests: int = 0
+    #: the conversations' shadow figures summed (None: no shadow ran)
+    shadow: Optional[Shadow] = None
 
 
 @dataclass

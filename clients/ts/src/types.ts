@@ -538,6 +538,7 @@ export interface Conversation {
    * what chose the last proxied request's pipeline and threshold: the `model` pattern of the proxy.routes entry that matched, `header` (its X-Compactd-Policy), or `default` (proxy.policy or proxy.pipeline, else the config's default); absent for a conversation only /v1/compact has seen
    */
   route?: string;
+  shadow?: Shadow;
   /**
    * X-Compactd-Tags (comma-separated) or /v1/compact's `tags`, as last sent
    */
@@ -1156,6 +1157,108 @@ export interface ResponsesItem {
 }
 
 /**
+ * The live pipeline and the shadow policies (`proxy.shadow`) compared
+ * over the same proxied requests (absent: no shadow ran), each request
+ * measured as `compactd eval` measures a replayed one: its tokens as
+ * sent, its input side priced under each cost model's prompt cache
+ * (against the same way's previous request of the conversation), the
+ * identifiers of its history and its task still held. Figures are
+ * the answering daemon's, kept in its memory: in a fleet each daemon
+ * measures the requests it proxied.
+ */
+export interface Shadow {
+  /**
+   * the models `costs_usd` are priced under, in order (the eval's default pricing table's comparison models)
+   */
+  cost_models: ({
+    /**
+     * `automatic`: the longest prefix shared with the previous request is cached (OpenAI); `breakpoints`: cache_control marks (Anthropic)
+     */
+    cache: "automatic" | "breakpoints";
+    model: string;
+  })[];
+  full: ShadowFigures;
+  live: ShadowFigures;
+  pipelines: ShadowPipeline[];
+}
+
+/**
+ * one way of sending a conversation's requests, summed (`live`, what the live pipeline forwarded; `full`, every message; or a shadow pipeline's)
+ */
+export interface ShadowFigures {
+  /**
+   * the input side in dollars under each of `cost_models`, in its order
+   */
+  costs_usd: number[];
+  /**
+   * identifiers (paths, names, ids, numbers) of the requests' histories looked for
+   */
+  probes: number;
+  /**
+   * of those, still in what was sent
+   */
+  probes_kept: number;
+  /**
+   * requests measured
+   */
+  requests: number;
+  /**
+   * requests that still held the task
+   */
+  task_kept: number;
+  /**
+   * tokens as `compactd eval` counts them (the messages', without reply priming)
+   */
+  tokens_sent: number;
+}
+
+/**
+ * one shadow pipeline's figures (see ShadowFigures), with its runs' outcomes
+ */
+export interface ShadowPipeline {
+  /**
+   * runs that shortened the conversation
+   */
+  compacted: number;
+  /**
+   * the input side in dollars under each of `cost_models`, in its order
+   */
+  costs_usd: number[];
+  /**
+   * requests not measured because proxy.shadow_queue was full
+   */
+  dropped: number;
+  /**
+   * runs that ended in an error (measured as sent uncompacted, as the proxy forwards a request whose compaction fails)
+   */
+  failed: number;
+  /**
+   * the shadow's policies, joined by ","
+   */
+  pipeline: string;
+  /**
+   * identifiers (paths, names, ids, numbers) of the requests' histories looked for
+   */
+  probes: number;
+  /**
+   * of those, still in what was sent
+   */
+  probes_kept: number;
+  /**
+   * requests measured
+   */
+  requests: number;
+  /**
+   * requests that still held the task
+   */
+  task_kept: number;
+  /**
+   * tokens as `compactd eval` counts them (the messages', without reply priming)
+   */
+  tokens_sent: number;
+}
+
+/**
  * one policy's run in a compaction
  */
 export interface Stage {
@@ -1236,6 +1339,7 @@ export interface Status {
      * responses with usage whose model the catalog does not price (left out of both sums)
      */
     unpriced_requests: number;
+    shadow?: Shadow;
   };
   uptime_seconds: number;
   version: string;
