@@ -43,6 +43,37 @@ func heldSummarizer(t *testing.T) (*gatedSummarizer, string, chan struct{}) {
 	return gate, sum.URL, hold
 }
 
+// heldPreparation is a conversation whose preparation is running, held
+// by the summarizer until hold is closed.
+type heldPreparation struct {
+	full []json.RawMessage
+	td   *testDaemon
+	px   *proxy.Proxy
+	id   map[string]string
+	up   *upstreamtest.Server
+	hold chan struct{}
+}
+
+// startHeldPreparation starts a daemon preparing at half its window
+// (with the extra proxy settings), sends the conversation id's prefix
+// below the trigger (forwarded untouched) and waits for its preparation
+// to reach the held summarizer.
+func startHeldPreparation(t *testing.T, conversation, proxyExtra string) heldPreparation {
+	t.Helper()
+	full, k, _, fullTokens := prepareConversation(t)
+	gate, sumURL, hold := heldSummarizer(t)
+	up := upstreamtest.New()
+	t.Cleanup(up.Close)
+	td := prepareDaemon(t, sumURL, up, fullTokens*10/8, ", prepare_threshold: 0.5"+proxyExtra)
+	h := heldPreparation{full: full, td: td, px: td.server.opts.Proxy, id: map[string]string{proxy.HeaderConversation: conversation}, up: up, hold: hold}
+	resp, got := td.post(t, proxy.RouteOpenAI, openAIBody(full[:k], ""), h.id)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(proxy.HeaderCompacted) != "" {
+		t.Fatalf("below the trigger: %d %v %s", resp.StatusCode, resp.Header, got)
+	}
+	waitFor(t, "the preparation to reach the summarizer", 2*time.Minute, func() bool { return gate.arrived.Load() > 0 })
+	return h
+}
+
 // upstreamMessages returns how many messages the upstream's last request
 // had.
 func upstreamMessages(t *testing.T, up *upstreamtest.Server) int {
@@ -62,22 +93,11 @@ func upstreamMessages(t *testing.T, up *upstreamtest.Server) int {
 // once the preparation is done, the next request is sent from it.
 func TestProxyPreparationMissForward(t *testing.T) {
 	t.Parallel()
-	full, k, _, fullTokens := prepareConversation(t)
-	gate, sumURL, hold := heldSummarizer(t)
-	up := upstreamtest.New()
-	t.Cleanup(up.Close)
-	td := prepareDaemon(t, sumURL, up, fullTokens*10/8, ", prepare_threshold: 0.5, prepare_miss: forward")
-	px := td.server.opts.Proxy
-	id := map[string]string{proxy.HeaderConversation: "miss"}
-
-	resp, got := td.post(t, proxy.RouteOpenAI, openAIBody(full[:k], ""), id)
-	if resp.StatusCode != http.StatusOK || resp.Header.Get(proxy.HeaderCompacted) != "" {
-		t.Fatalf("below the trigger: %d %v %s", resp.StatusCode, resp.Header, got)
-	}
-	waitFor(t, "the preparation to reach the summarizer", 2*time.Minute, func() bool { return gate.arrived.Load() > 0 })
+	h := startHeldPreparation(t, "miss", ", prepare_miss: forward")
+	full, td, px, id, up, hold := h.full, h.td, h.px, h.id, h.up, h.hold
 
 	// At the trigger, the preparation held: forwarded whole, a miss.
-	resp, got = td.post(t, proxy.RouteOpenAI, openAIBody(full, ""), id)
+	resp, got := td.post(t, proxy.RouteOpenAI, openAIBody(full, ""), id)
 	if resp.StatusCode != http.StatusOK || resp.Header.Get(proxy.HeaderCompacted) != "" ||
 		!strings.Contains(resp.Header.Get(proxy.HeaderWarning), "prepare_miss: forward") {
 		t.Fatalf("a miss: %d %v %s", resp.StatusCode, resp.Header, got)
@@ -164,19 +184,8 @@ func TestProxyPreparationQueueAndShutdown(t *testing.T) {
 // missed.
 func TestProxyPreparationWait(t *testing.T) {
 	t.Parallel()
-	full, k, _, fullTokens := prepareConversation(t)
-	gate, sumURL, hold := heldSummarizer(t)
-	up := upstreamtest.New()
-	t.Cleanup(up.Close)
-	td := prepareDaemon(t, sumURL, up, fullTokens*10/8, ", prepare_threshold: 0.5, prepare_wait: 5m")
-	px := td.server.opts.Proxy
-	id := map[string]string{proxy.HeaderConversation: "wait"}
-
-	resp, got := td.post(t, proxy.RouteOpenAI, openAIBody(full[:k], ""), id)
-	if resp.StatusCode != http.StatusOK || resp.Header.Get(proxy.HeaderCompacted) != "" {
-		t.Fatalf("below the trigger: %d %v %s", resp.StatusCode, resp.Header, got)
-	}
-	waitFor(t, "the preparation to reach the summarizer", 2*time.Minute, func() bool { return gate.arrived.Load() > 0 })
+	h := startHeldPreparation(t, "wait", ", prepare_wait: 5m")
+	full, td, px, id, up, hold := h.full, h.td, h.px, h.id, h.up, h.hold
 
 	type answer struct {
 		resp *http.Response
