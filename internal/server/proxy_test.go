@@ -776,7 +776,7 @@ func TestProxySummarizerModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := fmt.Sprintf("policy: llm\ncompact: {token_threshold: 2000, retention_window: 4}\n"+
+	cfg := fmt.Sprintf("policy: llm\ncompact: {token_threshold: 2000, retention_window: 4}\n"+llmCallLimit+
 		"llm: {provider: openai, base_url: %s, model: summarizer-1}\nproxy: {openai: {upstream: '%s'}, trigger_tokens: 2000}\n", srv.URL, up.OpenAIBase())
 	td := setup(t, cfg, "plugins/llm").start(t)
 	// The recording ends with the agent's tool call; a request ends
