@@ -38,6 +38,11 @@ const DefaultMemoryBytes = 64 << 20
 // conversations (agents that share a system prompt and a first message);
 // the least recently used of them goes first. A Memory is safe for
 // concurrent use; entries are never modified after they are stored.
+//
+// A Memory also keeps, under a conversation id, the last request a caller
+// forwarded in a provider's wire format (LastRequest, RememberRequest):
+// the proxy's per-item counts, calibration and body for manual
+// compaction. Those are bounded apart, by MemoryOptions.MaxRequestBytes.
 type Memory struct {
 	seed maphash.Seed
 	max  int64
@@ -47,13 +52,22 @@ type Memory struct {
 	byKey map[uint64][]*list.Element // most recent first
 	lru   *list.List                 // of *memEntry, most recent at the front
 
+	// The last requests by conversation id (requests.go).
+	maxRequests, requestBytes int64
+	byID                      map[string]*list.Element
+	requests                  *list.List // of *requestEntry, most recent at the front
+
 	hits, misses, reused, parsed atomic.Uint64
 }
 
 // MemoryOptions configure a Memory. The zero value holds DefaultMemoryBytes.
 type MemoryOptions struct {
-	// MaxBytes bounds the memory; 0 means DefaultMemoryBytes.
+	// MaxBytes bounds the memory of conversations ScanMessages read; 0
+	// means DefaultMemoryBytes.
 	MaxBytes int64
+	// MaxRequestBytes bounds the last requests kept by id
+	// (RememberRequest); 0 means DefaultMemoryBytes.
+	MaxRequestBytes int64
 }
 
 // maxPerKey is how many conversations one key keeps.
@@ -64,7 +78,11 @@ func NewMemory(opts MemoryOptions) *Memory {
 	if opts.MaxBytes <= 0 {
 		opts.MaxBytes = DefaultMemoryBytes
 	}
-	return &Memory{seed: maphash.MakeSeed(), max: opts.MaxBytes, byKey: map[uint64][]*list.Element{}, lru: list.New()}
+	if opts.MaxRequestBytes <= 0 {
+		opts.MaxRequestBytes = DefaultMemoryBytes
+	}
+	return &Memory{seed: maphash.MakeSeed(), max: opts.MaxBytes, byKey: map[uint64][]*list.Element{}, lru: list.New(),
+		maxRequests: opts.MaxRequestBytes, byID: map[string]*list.Element{}, requests: list.New()}
 }
 
 // memEntry is one remembered request. Immutable once stored.
@@ -105,6 +123,10 @@ type MemoryStats struct {
 	// Entries and Bytes are what it holds now.
 	Entries int
 	Bytes   int64
+	// Requests and RequestBytes are the last requests held by id
+	// (RememberRequest).
+	Requests     int
+	RequestBytes int64
 }
 
 // Stats returns the memory's counters.
@@ -112,7 +134,7 @@ func (m *Memory) Stats() MemoryStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return MemoryStats{Hits: m.hits.Load(), Misses: m.misses.Load(), Reused: m.reused.Load(), Parsed: m.parsed.Load(),
-		Entries: m.lru.Len(), Bytes: m.used}
+		Entries: m.lru.Len(), Bytes: m.used, Requests: m.requests.Len(), RequestBytes: m.requestBytes}
 }
 
 // keyMessages is how many leading messages the key may cover at most when

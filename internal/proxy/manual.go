@@ -36,15 +36,15 @@ type Stored struct {
 // no request for id (never proxied, evicted by proxy.max_stored_bytes, or
 // proxied before the daemon last started).
 func (p *Proxy) CompactStored(ctx context.Context, id string, pipeline []string, overrides map[string]map[string]any) (*Stored, error) {
-	e := p.mem.snapshot(id)
-	if e == nil || e.body == nil {
+	e, ok := p.mem.LastRequest(id)
+	if !ok || e.Body == nil {
 		return nil, fmt.Errorf("%w %q (the proxy keeps the last request of conversations proxied since the daemon started, within proxy.max_stored_bytes)", ErrNotStored, id)
 	}
-	prov, ok := formats.Lookup(e.provider)
+	prov, ok := formats.Lookup(e.Format)
 	if !ok {
-		return nil, fmt.Errorf("%w: the stored request's format %q is unknown", ErrNotStored, e.provider)
+		return nil, fmt.Errorf("%w: the stored request's format %q is unknown", ErrNotStored, e.Format)
 	}
-	req, err := parseRequest(e.body, prov)
+	req, err := parseRequest(e.Body, prov)
 	if err != nil {
 		return nil, fmt.Errorf("%w: the stored request cannot be read: %v", ErrNotStored, err)
 	}
@@ -55,7 +55,7 @@ func (p *Proxy) CompactStored(ctx context.Context, id string, pipeline []string,
 	conv := wc.Chat()
 	cfg := p.opts.Config.Current()
 	resp, err := p.opts.Compactor.Compact(ctx, compactor.Request{
-		Conversation: conv, Pipeline: pipeline, Overrides: overrides, Model: e.model, ConversationID: id,
+		Conversation: conv, Pipeline: pipeline, Overrides: overrides, Model: e.Model, ConversationID: id,
 		ContextWindow: cfg.Proxy.ContextWindow, SummarizerModel: cfg.LLMModel(),
 	})
 	if err != nil {
@@ -63,18 +63,18 @@ func (p *Proxy) CompactStored(ctx context.Context, id string, pipeline []string,
 	}
 	// The list as the format's elements (a Responses string input is
 	// answered as the one user message item it is).
-	out := &Stored{Provider: e.provider, Model: e.model, Messages: wc.List(), System: req.system, Response: resp}
+	out := &Stored{Provider: e.Format, Model: e.Model, Messages: wc.List(), System: req.system, Response: resp}
 	failed := false
 	for _, st := range resp.Stats.Stages {
 		failed = failed || st.Error != ""
 	}
 	obs := store.Observation{
-		ConversationID: id, Model: e.model, Pipeline: pipeline, Provider: e.provider,
+		ConversationID: id, Model: e.Model, Pipeline: pipeline, Provider: e.Format,
 		MessagesBefore: len(out.Messages), TokensBefore: resp.Stats.TokensBefore,
 		MessagesAfter: len(out.Messages), TokensAfter: resp.Stats.TokensBefore, Failed: failed,
 	}
 	if obs.ContextWindow = cfg.Proxy.ContextWindow; obs.ContextWindow <= 0 {
-		obs.ContextWindow = models.ContextWindow(e.model)
+		obs.ContextWindow = models.ContextWindow(e.Model)
 	}
 	if resp.Compacted {
 		list, err := req.back(prov, wc, resp)
@@ -85,8 +85,8 @@ func (p *Proxy) CompactStored(ctx context.Context, id string, pipeline []string,
 		obs.Compacted, obs.MessagesAfter, obs.TokensAfter = true, len(out.Messages), resp.Stats.TokensAfter
 	}
 	p.opts.Store.Observe(obs)
-	p.observe(&Compaction{Input: conv, Response: resp, Model: e.model, Pipeline: pipeline,
-		Format: e.provider, MessagesBefore: obs.MessagesBefore, MessagesAfter: obs.MessagesAfter})
+	p.observe(&Compaction{Input: conv, Response: resp, Model: e.Model, Pipeline: pipeline,
+		Format: e.Format, MessagesBefore: obs.MessagesBefore, MessagesAfter: obs.MessagesAfter})
 	if resp.Compacted {
 		p.opts.Store.SetNeedsCompaction(id, true)
 	}

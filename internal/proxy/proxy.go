@@ -122,6 +122,12 @@ type Options struct {
 	// Tokens counts the pre-flight tokens (a new Counter if nil; the
 	// daemon shares the compactor's, so counts are cached once).
 	Tokens *tokens.Counter
+	// Memory keeps each proxied conversation's last request (its counts,
+	// calibration and body, for manual compaction), bounded by
+	// proxy.max_stored_bytes, which the proxy sets on it (SetRequestLimit).
+	// The daemon shares the one /v1/compact reads through; a new one if
+	// nil.
+	Memory *chat.Memory
 	// Observe, if set, is told of every compaction the proxy runs, once
 	// the conversation's status is recorded (the daemon counts it in its
 	// metrics and keeps its record for the status page).
@@ -146,7 +152,7 @@ type Proxy struct {
 	opts      Options
 	logger    hclog.Logger
 	seed      maphash.Seed
-	mem       *memory
+	mem       requestMemory
 	transport http.RoundTripper
 	faults    faults
 	passed    passthroughs
@@ -178,7 +184,12 @@ func New(opts Options) *Proxy {
 		}
 	}
 	p.transport = opts.Tracer.Transport(p.transport)
-	p.mem = newMemory(opts.Config.Current().Proxy.MaxStoredBytes)
+	if opts.Memory != nil {
+		p.mem = opts.Memory
+		p.mem.SetRequestLimit(opts.Config.Current().Proxy.MaxStoredBytes)
+	} else {
+		p.mem = chat.NewMemory(chat.MemoryOptions{MaxRequestBytes: opts.Config.Current().Proxy.MaxStoredBytes})
+	}
 	p.prep = newPreparer(opts.Config.Current().Proxy.PrepareWorkers)
 	pc := opts.Config.Current().Proxy
 	p.shadow = newShadower(pc.ShadowWorkers, pc.ShadowQueue, p.runShadow)
@@ -218,7 +229,7 @@ func (p *Proxy) observe(c *Compaction) {
 
 // ConfigChanged applies a new config's bounds (the daemon calls it after
 // a reload or update).
-func (p *Proxy) ConfigChanged(c *config.Config) { p.mem.setLimit(c.Proxy.MaxStoredBytes) }
+func (p *Proxy) ConfigChanged(c *config.Config) { p.mem.SetRequestLimit(c.Proxy.MaxStoredBytes) }
 
 // Close cancels the background preparations, waits for them to end, and
 // releases idle upstream connections.
@@ -232,7 +243,10 @@ func (p *Proxy) Close() {
 
 // Stored reports how many conversations' last requests are held, and
 // their size in bytes.
-func (p *Proxy) Stored() (conversations int, bytes int64) { return p.mem.stats() }
+func (p *Proxy) Stored() (conversations int, bytes int64) {
+	st := p.mem.Stats()
+	return st.Requests, st.RequestBytes
+}
 
 // ServeFormat serves POST on the format's route (Formats).
 func (p *Proxy) ServeFormat(f wire.Format) http.HandlerFunc {
@@ -532,9 +546,9 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 	// tokenized.
 	tok := p.opts.Tokens.ForModel(req.model)
 	items, hasSystem := req.items()
-	prev := p.mem.snapshot(x.id)
-	if prev != nil && (prev.model != req.model || prev.provider != x.prov.Name()) {
-		prev = nil
+	var prev *chat.LastRequest
+	if last, ok := p.mem.LastRequest(x.id); ok && last.Model == req.model && last.Format == x.prov.Name() {
+		prev = &last
 	}
 	hashes, counts, total, err := p.count(x.prov, tok, items, hasSystem, prev)
 	if err != nil {
@@ -544,10 +558,10 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 	total += tokens.ReplyPrimingTokens
 	offset := 0
 	if prev != nil {
-		offset = prev.offset
+		offset = prev.Offset
 	}
 	estimate := total + offset
-	p.mem.remember(x.id, x.prov.Name(), req.model, body, hashes, counts, x.chosen)
+	p.mem.RememberRequest(x.id, chat.LastRequest{Format: x.prov.Name(), Model: req.model, Body: body, Hashes: hashes, Counts: counts, Pipeline: x.chosen})
 
 	status, known := p.opts.Store.Conversation(x.id)
 	pc, rt := &cfg.Proxy, x.route
@@ -700,35 +714,11 @@ func targetTokens(rt *config.Route, triggerTokens int, why string, window, offse
 
 // count returns each item's hash and token count, and their sum. Items of
 // prev (the conversation's previous request) are not counted again.
-func (p *Proxy) count(prov wire.Format, tok *tokens.Tokenizer, items []json.RawMessage, hasSystem bool, prev *entry) ([]uint64, []int, int, error) {
-	hashes := make([]uint64, len(items))
-	counts := make([]int, len(items))
-	var seen map[uint64]int
-	var miss []int
-	for i, raw := range items {
-		h := maphash.Bytes(p.seed, raw)
-		hashes[i] = h
-		if prev != nil {
-			if i < len(prev.hashes) && prev.hashes[i] == h {
-				counts[i] = prev.counts[i]
-				continue
-			}
-			if seen == nil {
-				seen = make(map[uint64]int, len(prev.hashes))
-				for j, ph := range prev.hashes {
-					seen[ph] = j
-				}
-			}
-			if j, ok := seen[h]; ok {
-				counts[i] = prev.counts[j]
-				continue
-			}
-		}
-		miss = append(miss, i)
-	}
+func (p *Proxy) count(prov wire.Format, tok *tokens.Tokenizer, items []json.RawMessage, hasSystem bool, prev *chat.LastRequest) ([]uint64, []int, int, error) {
+	hashes, counts, missing := p.mem.ItemCounts(items, prev)
 	var msgs []abi.Message
 	var owner []int
-	for _, i := range miss {
+	for _, i := range missing {
 		ms, err := prov.ItemMessages(items[i], hasSystem && i == 0)
 		if err != nil {
 			return nil, nil, 0, fmt.Errorf("message %d: %w", i, err)
@@ -771,7 +761,7 @@ func (x *exchange) responseFilter(u store.Usage) {
 	p := x.p
 	u.Cost = x.cost(u)
 	ratio, needs := p.opts.Store.RecordUsage(x.id, u, x.window, x.route.Threshold, x.cfg.Proxy.TriggerTokens)
-	p.mem.setOffset(x.id, u.InputTokens-x.forwarded)
+	p.mem.Calibrate(x.id, u.InputTokens-x.forwarded)
 	p.logger.Debug("proxy: usage", "provider", x.prov.Provider(), "conversation", x.id, "input_tokens", u.InputTokens,
 		"output_tokens", u.OutputTokens, "usage_ratio", ratio, "needs_compaction", needs)
 }

@@ -236,8 +236,8 @@ func (x *exchange) recoverOverflow(ctx context.Context, resp *http.Response, cli
 	x.compacted = false
 	reason := fmt.Sprintf("the upstream answered %d: context length exceeded", resp.StatusCode)
 	offset := 0
-	if e := p.mem.snapshot(x.id); e != nil {
-		offset = e.offset
+	if last, ok := p.mem.LastRequest(x.id); ok {
+		offset = last.Offset
 	}
 	decision := &abi.Decision{Reason: abi.ReasonOverflow, TargetTokens: targetTokens(x.route, pc.TriggerTokens, abi.ReasonOverflow, window, offset)}
 	out := x.compact(ctx, req, x.pipeline, reason, decision, &obs)

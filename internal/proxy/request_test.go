@@ -206,38 +206,6 @@ func TestJSONUsage(t *testing.T) {
 	}
 }
 
-func TestMemoryBound(t *testing.T) {
-	m := newMemory(4000)
-	body := bytes.Repeat([]byte("x"), 1000)
-	for _, id := range []string{"a", "b", "c", "d"} {
-		m.remember(id, OpenAI, "gpt-4o", body, []uint64{1}, []int{1}, nil)
-	}
-	if n, size := m.stats(); n != 3 || size > 4000 {
-		t.Fatalf("%d entries, %d bytes", n, size)
-	}
-	if m.snapshot("a") != nil || m.snapshot("d") == nil {
-		t.Fatal("the least recently used was not the one dropped")
-	}
-	m.setOffset("d", -5)
-	m.remember("d", OpenAI, "gpt-4o", body, nil, nil, nil)
-	if e := m.snapshot("d"); e.offset != 0 {
-		t.Fatalf("offset %d", e.offset)
-	}
-	m.setOffset("d", 42)
-	m.remember("d", OpenAI, "gpt-4o", body, nil, nil, nil)
-	if e := m.snapshot("d"); e.offset != 42 {
-		t.Fatalf("offset not kept: %d", e.offset)
-	}
-	m.remember("huge", OpenAI, "gpt-4o", bytes.Repeat(body, 10), nil, nil, nil)
-	if e := m.snapshot("huge"); e == nil || e.body != nil {
-		t.Fatal("a body over the bound is kept, or its entry lost")
-	}
-	m.setLimit(0)
-	if n, _ := m.stats(); n != 0 {
-		t.Fatalf("%d entries after the limit went to 0", n)
-	}
-}
-
 // TestWithListOneCopy: a compacted list goes into the body in one
 // allocation, the caller's bytes around it unchanged.
 func TestWithListOneCopy(t *testing.T) {

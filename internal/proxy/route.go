@@ -79,9 +79,9 @@ func routeFor(cfg *config.Config, model string, chosen []string) *config.Route {
 // route for its model, or the pipeline its X-Compactd-Policy header
 // chose. ok is false when the proxy holds no request for id.
 func (p *Proxy) StoredRoute(cfg *config.Config, id string) (rt *config.Route, ok bool) {
-	e := p.mem.snapshot(id)
-	if e == nil {
+	last, ok := p.mem.LastRequest(id)
+	if !ok {
 		return nil, false
 	}
-	return routeFor(cfg, e.model, e.chosen), true
+	return routeFor(cfg, last.Model, last.Pipeline), true
 }

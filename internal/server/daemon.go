@@ -177,7 +177,8 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 
 	copts := compactor.Options{Policies: d.reg, Tokens: counter, Config: d.cfg, State: d.store, Logger: d.logger.Named("compactor")}
 	sopts := Options{Tracer: d.tracer, Registry: d.reg, Store: d.store, Config: d.cfg, Version: opts.Version, Logger: d.logger.Named("api"),
-		Memory: chat.NewMemory(chat.MemoryOptions{MaxBytes: cfg.Limits.ConversationCacheBytes}), MemoryBudget: d.engine.MemoryBudget}
+		Memory:       chat.NewMemory(chat.MemoryOptions{MaxBytes: cfg.Limits.ConversationCacheBytes, MaxRequestBytes: cfg.Proxy.MaxStoredBytes}),
+		MemoryBudget: d.engine.MemoryBudget}
 	if opts.LLM != nil {
 		if copts.NewLLM, err = opts.LLM(cfg, d.store); err != nil {
 			return nil, fmt.Errorf("llm provider: %w", err)
@@ -193,7 +194,7 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 		}
 	}
 	sopts.Compactor = compactor.New(copts)
-	d.proxy = proxy.New(proxy.Options{Config: d.cfg, Compactor: sopts.Compactor, Store: d.store, Tokens: counter, Logger: d.logger.Named("proxy"), Tracer: d.tracer})
+	d.proxy = proxy.New(proxy.Options{Config: d.cfg, Compactor: sopts.Compactor, Store: d.store, Tokens: counter, Memory: sopts.Memory, Logger: d.logger.Named("proxy"), Tracer: d.tracer})
 	sopts.Proxy = d.proxy
 	if sopts.Requests, err = openRequestLog(cfg, d.store, d.logger.Named("requests")); err != nil {
 		return nil, err

@@ -14,12 +14,19 @@ import (
 	"github.com/compactd/compactd/internal/proxy/upstreamtest"
 )
 
+// llmCallLimit is the config line giving the llm policy a call_timeout
+// that covers a summarizer the test holds (and a loaded machine's
+// -race run): call_timeout is wall-clock and includes llm_complete's
+// wait, so the default 10s would fail a held call (docs/configuration.md
+// advises 90s for llm).
+const llmCallLimit = "limits: {plugins: {llm: {call_timeout: 10m}}}\n"
+
 // prepareDaemon starts a daemon whose proxy runs the llm policy against
 // the summarizer at sumURL, in front of up, with the given window and
 // extra proxy settings.
 func prepareDaemon(t *testing.T, sumURL string, up *upstreamtest.Server, window int, proxyExtra string) *testDaemon {
 	t.Helper()
-	cfg := fmt.Sprintf("policy: llm\ncompact: {token_threshold: 1000, retention_window: 4}\n"+
+	cfg := fmt.Sprintf("policy: llm\ncompact: {token_threshold: 1000, retention_window: 4}\n"+llmCallLimit+
 		"llm: {provider: openai, base_url: '%s/v1', model: summarizer-1, api_key_env: COMPACTD_TEST_SUMMARIZER_KEY}\n"+
 		"proxy: {openai: {upstream: '%s'}, context_window: %d%s}\n", sumURL, up.OpenAIBase(), window, proxyExtra)
 	td := setup(t, cfg, "plugins/llm")

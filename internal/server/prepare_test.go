@@ -116,7 +116,7 @@ func TestProxyUsesThePreparedCompaction(t *testing.T) {
 	up := upstreamtest.New()
 	defer up.Close()
 	daemon := func(proxyExtra string) *testDaemon {
-		cfg := fmt.Sprintf("policy: llm\ncompact: {token_threshold: 1000, retention_window: 4}\n"+
+		cfg := fmt.Sprintf("policy: llm\ncompact: {token_threshold: 1000, retention_window: 4}\n"+llmCallLimit+
 			"llm: {provider: openai, base_url: '%s/v1', model: summarizer-1, api_key_env: COMPACTD_TEST_SUMMARIZER_KEY}\n"+
 			"proxy: {openai: {upstream: '%s'}, context_window: %d%s}\n", sum.URL, up.OpenAIBase(), window, proxyExtra)
 		td := setup(t, cfg, "plugins/llm")

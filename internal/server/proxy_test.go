@@ -687,6 +687,12 @@ func TestProxyManualCompaction(t *testing.T) {
 	if c, _ := errorCode(t, out); code != 404 || c != CodeNotFound {
 		t.Fatalf("%d %s", code, out)
 	}
+	// The proxy's last requests are held in the daemon's one memory, the
+	// one /v1/compact reads conversations through.
+	n, size := td.server.opts.Proxy.Stored()
+	if st := td.server.opts.Memory.Stats(); st.Requests != 2 || n != 2 || st.RequestBytes != size || size == 0 {
+		t.Fatalf("memory %+v, proxy stored %d (%d bytes)", st, n, size)
+	}
 }
 
 func TestProxyBadRequestsAreForwarded(t *testing.T) {
@@ -770,7 +776,7 @@ func TestProxySummarizerModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := fmt.Sprintf("policy: llm\ncompact: {token_threshold: 2000, retention_window: 4}\n"+
+	cfg := fmt.Sprintf("policy: llm\ncompact: {token_threshold: 2000, retention_window: 4}\n"+llmCallLimit+
 		"llm: {provider: openai, base_url: %s, model: summarizer-1}\nproxy: {openai: {upstream: '%s'}, trigger_tokens: 2000}\n", srv.URL, up.OpenAIBase())
 	td := setup(t, cfg, "plugins/llm").start(t)
 	// The recording ends with the agent's tool call; a request ends

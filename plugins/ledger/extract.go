@@ -34,6 +34,7 @@ const (
 	cUpper             // A-Z
 	cPath              // word bytes and . / -
 	cLower             // a-z
+	cMark              // _ and . (what makes a plain word a name, a path or a number's part)
 )
 
 var class = func() (t [256]uint8) {
@@ -46,8 +47,10 @@ var class = func() (t [256]uint8) {
 		case c >= 'a' && c <= 'z':
 			t[c] = cWord | cLower | cPath
 		case c == '_':
-			t[c] = cWord | cPath
-		case c == '.' || c == '/' || c == '-':
+			t[c] = cWord | cPath | cMark
+		case c == '.':
+			t[c] = cPath | cMark
+		case c == '/' || c == '-':
 			t[c] = cPath
 		}
 	}
@@ -117,6 +120,12 @@ func extract(out []item, text string, observed bool) []item {
 		var next, after byte // the byte after the run, and the first one after spaces
 		if i < len(text) {
 			next = text[i]
+		}
+		if next != '(' && plainRun(run) && !definer(prevWord) {
+			// Most runs are words of prose or code that hold no
+			// item: classify would find none.
+			prevWord = run
+			continue
 		}
 		for k := i; k < len(text) && k < i+8; k++ {
 			if text[k] != ' ' {
@@ -197,14 +206,48 @@ func (r *lineRun) flush(out []item) []item {
 	return out
 }
 
+// plainRun reports whether a run of path bytes (classify trims its
+// trailing '.' and '-') holds no digit, '_' or '.', nor a capital after a
+// lower-case letter: then it is no path, number, id or name, and holds an
+// item only as a called or defined name.
+func plainRun(run string) bool {
+	end := len(run)
+	for end > 0 && (run[end-1] == '.' || run[end-1] == '-') {
+		end--
+	}
+	lower := false
+	for k := 0; k < end; k++ {
+		c := class[run[k]]
+		switch {
+		case c&(cDigit|cMark) != 0:
+			return false
+		case c&cLower != 0:
+			lower = true
+		case c&cUpper != 0 && lower:
+			return false
+		}
+	}
+	return true
+}
+
 // classify appends the items one run of path bytes holds.
 func classify(out []item, run string, next, after byte, prevWord string, observed, key bool) []item {
-	run = strings.TrimRight(run, ".-")
-	run = strings.TrimLeft(run, "-")
+	// Trimmed as strings.TrimRight(run, ".-") and TrimLeft(run, "-")
+	// would, without building their cutset on every run.
+	for len(run) > 0 && (run[len(run)-1] == '.' || run[len(run)-1] == '-') {
+		run = run[:len(run)-1]
+	}
+	for len(run) > 0 && run[0] == '-' {
+		run = run[1:]
+	}
 	if run == "" {
 		return out
 	}
-	if p := filePath(run); p != "" {
+	p := ""
+	if strings.IndexByte(run, '.') >= 0 { // a path has a dot before its extension
+		p = filePath(run)
+	}
+	if p != "" {
 		// The words of a path are the path's: its item holds them. A
 		// library's file seen in a traceback or a log is the
 		// environment's, not the workspace's.
@@ -222,7 +265,7 @@ func classify(out []item, run string, next, after byte, prevWord string, observe
 		// A called name: a qualified one holds its parts.
 		return append(out, item{kindName, run})
 	}
-	if observed && (isDecimal(run) || isDate(run)) {
+	if observed && isDigit(run[0]) && (isDecimal(run) || isDate(run)) {
 		return append(out, item{kindNumber, run})
 	}
 	// The words of the run (a dotted name's parts, a dashed id): ids,

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/compactd/compactd/internal/plugtest"
 )
 
 func TestExtract(t *testing.T) {
@@ -123,6 +125,83 @@ func TestUnescapeJSON(t *testing.T) {
 	for in, want := range tests {
 		if got := unescapeJSON(in); got != want {
 			t.Errorf("unescapeJSON(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestPlainRunHoldsNothing checks extract's shortcut: a run plainRun
+// passes holds no item classify would find, whatever the bytes around it
+// (other than a '(' after it or a definer before it, which extract checks
+// first). The runs are every run of the repository's conversations and a
+// table of edge cases.
+func TestPlainRunHoldsNothing(t *testing.T) {
+	runs := []string{"", ".", "-", "--", "word", "word.", "word-", "-word", "The", "HTTP", "ALLCAPS", "Capital", "path/to/dir",
+		"a-b-c", "getUser", "get.user", "x_y", "abc1", "1234", "2024-05-15", "a.py", "Word.", "wORD", "aB", "x/Y", "a-B"}
+	for _, c := range plugtest.Load(t, false) {
+		for i := range c.Messages {
+			text := c.Messages[i].Text()
+			for j := 0; j < len(text); {
+				if class[text[j]]&cPath == 0 {
+					j++
+					continue
+				}
+				k := j
+				for k < len(text) && class[text[k]]&cPath != 0 {
+					k++
+				}
+				runs = append(runs, text[j:k])
+				j = k
+			}
+		}
+	}
+	plain := 0
+	for _, run := range runs {
+		if !plainRun(run) {
+			continue
+		}
+		plain++
+		for _, next := range []byte{0, ' ', '"', ':', '.', '\n'} {
+			for _, after := range []byte{0, '(', ':', '{', '<', '['} {
+				for _, observed := range []bool{false, true} {
+					for _, key := range []bool{false, true} {
+						if got := classify(nil, run, next, after, "x", observed, key); len(got) > 0 {
+							t.Fatalf("plainRun(%q) = true, but classify finds %v (next %q, after %q, observed %v, key %v)", run, got, next, after, observed, key)
+						}
+					}
+				}
+			}
+		}
+	}
+	if plain == 0 || plain == len(runs) {
+		t.Fatalf("%d of %d runs plain: the test's runs do not exercise both sides", plain, len(runs))
+	}
+}
+
+// TestSaidShortcuts checks saidItems' shortcuts against what they stand
+// for: instruction's one-pass ASCII scan against the lowered search,
+// oneLineRunes against counting oneLine's runes, on a table of edge cases
+// and every line and message of the repository's conversations.
+func TestSaidShortcuts(t *testing.T) {
+	texts := []string{"", " ", "Please fix it.", "PLEASE", "xplease", "please_x", "do  not touch", "Do not", "don't", "DON'T!",
+		"you MUST run it", "mustard", "at   least", "At least 3", "onlyx only", "\u212Aeep make sure", "ma\u212Ae sure", "İnstead",
+		"\tmust\n", "a\u00a0b  c", "\xff\xfe must", strings.Repeat("word ", 60), " lead and trail "}
+	for _, c := range plugtest.Load(t, false) {
+		for i := range c.Messages {
+			text := c.Messages[i].Text()
+			texts = append(texts, text)
+			texts = append(texts, strings.Split(text, "\n")...)
+		}
+	}
+	for _, s := range texts {
+		if got, want := instruction(s), instructionLowered(strings.ToLower(s)); got != want {
+			t.Fatalf("instruction(%q) = %v, the lowered search says %v", s, got, want)
+		}
+		want := len([]rune(oneLine(s)))
+		for _, limit := range []int{0, 1, 5, 200} {
+			got := oneLineRunes(s, limit)
+			if want <= limit && got != want || want > limit && got != limit+1 {
+				t.Fatalf("oneLineRunes(%q, %d) = %d; oneLine has %d runes", s, limit, got, want)
+			}
 		}
 	}
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/compactd/compactd/abi"
 )
@@ -45,8 +47,8 @@ func saidItems(buf []item, text string, userChars int) []item {
 	if userChars <= 0 {
 		return buf
 	}
-	if line := oneLine(text); line != "" && len([]rune(line)) <= userChars {
-		return append(buf, item{kindSaid, line})
+	if n := oneLineRunes(text, userChars); n > 0 && n <= userChars {
+		return append(buf, item{kindSaid, oneLine(text)})
 	}
 	for len(text) > 0 {
 		end := sentenceEnd(text)
@@ -79,10 +81,40 @@ func sentenceEnd(text string) int {
 var instructionWords = []string{"must", "never", "do not", "don't", "make sure", "please", "should", "need to", "have to",
 	"only", "avoid", "instead", "cannot", "can't", "not allowed", "required", "ensure", "at least", "at most", "no more than", "prefer"}
 
+// instructionStarts lists instructionWords by their first byte.
+var instructionStarts = func() (t [256][]string) {
+	for _, w := range instructionWords {
+		t[w[0]] = append(t[w[0]], w)
+	}
+	return t
+}()
+
 // instruction reports whether sentence s holds one of instructionWords as
-// words (any case).
+// words (any case). An ASCII sentence is read in one pass, each word start
+// compared with the words that begin with its letter; another is lowered
+// first (strings.ToLower may change its length).
 func instruction(s string) bool {
-	lower := strings.ToLower(s)
+	for k := 0; k < len(s); k++ {
+		if s[k] >= utf8.RuneSelf {
+			return instructionLowered(strings.ToLower(s))
+		}
+	}
+	for i := 0; i < len(s); i++ {
+		if i > 0 && isWord(s[i-1]) {
+			continue
+		}
+		for _, w := range instructionStarts[lowerASCII(s[i])] {
+			end := i + len(w)
+			if end <= len(s) && equalFoldASCII(s[i:end], w) && (end == len(s) || !isWord(s[end])) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// instructionLowered is instruction on a sentence already lowered.
+func instructionLowered(lower string) bool {
 	for _, w := range instructionWords {
 		for from := 0; ; {
 			i := strings.Index(lower[from:], w)
@@ -98,6 +130,23 @@ func instruction(s string) bool {
 		}
 	}
 	return false
+}
+
+func lowerASCII(c byte) byte {
+	if c >= 'A' && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// equalFoldASCII reports whether s, ASCII, lowered is lower.
+func equalFoldASCII(s, lower string) bool {
+	for k := 0; k < len(s); k++ {
+		if lowerASCII(s[k]) != lower[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // fencedCommands appends the programs of the commands in a text's fenced
@@ -289,6 +338,28 @@ func hex4(s string) (rune, bool) {
 		}
 	}
 	return r, true
+}
+
+// oneLineRunes returns the runes of oneLine(s), counted only up to just
+// past limit (a longer text returns limit+1): a long text is not copied
+// to learn that it is long.
+func oneLineRunes(s string, limit int) int {
+	n, gap := 0, false
+	for _, r := range s {
+		if unicode.IsSpace(r) {
+			gap = n > 0
+			continue
+		}
+		if gap {
+			n++
+			gap = false
+		}
+		n++
+		if n > limit {
+			return limit + 1
+		}
+	}
+	return n
 }
 
 // oneLine puts s on one line: runs of white space become one space.

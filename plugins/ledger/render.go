@@ -120,12 +120,11 @@ func seenBefore(pinned []abi.Message, pkey [2]uint64, entries []*entry, keys [][
 func buildChunk(msgs []abi.Message, seen map[uint64]bool, first bool, span [2]int, cfg config) *entry {
 	x := extractMessages(msgs, cfg)
 	budget := cfg.Share * float64(messagesTokens(msgs))
-	picked := selectItems(x, seen, budget)
-	e := &entry{}
+	picked, hashes := selectItems(x, seen, budget)
+	e := &entry{hashes: hashes}
 	for i, it := range x.items {
 		if picked[i] {
 			e.lists[it.kind] = append(e.lists[it.kind], strings.Clone(it.text))
-			e.hashes = seeHashes(e.hashes, it)
 		}
 	}
 	e.text = renderChunk(&e.lists, first, span)
@@ -138,19 +137,26 @@ func buildChunk(msgs []abi.Message, seen map[uint64]bool, first bool, span [2]in
 // them in seen: of those seen does not hold, every one the agent used,
 // then what it only observed, the kinds taking turns (each in order of
 // appearance), while the chunk's estimated size stays within budget
-// tokens.
-func selectItems(x *extraction, seen map[uint64]bool, budget float64) []bool {
-	picked := make([]bool, len(x.items))
+// tokens. hashes are what the picked items make known (see seeHashes).
+func selectItems(x *extraction, seen map[uint64]bool, budget float64) (picked []bool, hashes []uint64) {
+	picked = make([]bool, len(x.items))
+	// Each item's text hash, computed once.
+	th := make([]uint64, len(x.items))
+	for i, it := range x.items {
+		th[i] = textHash(it.text)
+	}
 	var queues [numKinds][]int
 	take := func(i int) {
 		picked[i] = true
-		for _, h := range seeHashes(nil, x.items[i]) {
+		from := len(hashes)
+		hashes = seeHashesOf(hashes, x.items[i], th[i])
+		for _, h := range hashes[from:] {
 			seen[h] = true
 		}
 	}
 	for i, it := range x.items {
 		switch {
-		case seen[textHash(it.text)]:
+		case seen[th[i]]:
 		case x.used[i]:
 			take(i)
 			budget -= itemTokens(it.text)
@@ -168,13 +174,13 @@ func selectItems(x *extraction, seen map[uint64]bool, budget float64) []bool {
 			more = true
 			queues[kind] = q[1:]
 			it := x.items[q[0]]
-			if cost := itemTokens(it.text); cost <= budget && !seen[textHash(it.text)] {
+			if cost := itemTokens(it.text); cost <= budget && !seen[th[q[0]]] {
 				take(q[0])
 				budget -= cost
 			}
 		}
 	}
-	return picked
+	return picked, hashes
 }
 
 // itemTokens estimates an item's tokens in a ledger line.
@@ -202,7 +208,12 @@ func textHash(s string) uint64 {
 // (self.match_re.search holds match_re), a path what ends it after a
 // slash (/testbed/a/b.py holds a/b.py and b.py).
 func seeHashes(dst []uint64, it item) []uint64 {
-	dst = append(dst, textHash(it.text))
+	return seeHashesOf(dst, it, textHash(it.text))
+}
+
+// seeHashesOf is seeHashes with the hash of it's text, h, known.
+func seeHashesOf(dst []uint64, it item, h uint64) []uint64 {
+	dst = append(dst, h)
 	switch it.kind {
 	case kindName:
 		if strings.IndexByte(it.text, '.') >= 0 {
@@ -285,21 +296,31 @@ type extraction struct {
 
 // extractMessages returns the items of msgs. Their texts point into msgs.
 func extractMessages(msgs []abi.Message, cfg config) *extraction {
-	var buf []item
-	x := &extraction{}
-	at := make(map[item]int)
+	// Every message's items first, so the deduplication's map is made
+	// at its size once instead of growing.
+	var all []item
+	var assistant []int // [from, to) of each assistant message's items, in pairs
 	for i := range msgs {
-		buf = fold(buf[:0], &msgs[i], cfg)
-		used := msgs[i].Role == abi.RoleAssistant
-		for _, it := range buf {
-			if k, ok := at[it]; ok {
-				x.used[k] = x.used[k] || used
-				continue
-			}
-			at[it] = len(x.items)
-			x.items = append(x.items, it)
-			x.used = append(x.used, used)
+		from := len(all)
+		all = fold(all, &msgs[i], cfg)
+		if msgs[i].Role == abi.RoleAssistant {
+			assistant = append(assistant, from, len(all))
 		}
+	}
+	x := &extraction{items: make([]item, 0, len(all)), used: make([]bool, 0, len(all))}
+	at := make(map[item]int, len(all))
+	for k, it := range all {
+		for len(assistant) > 0 && assistant[1] <= k {
+			assistant = assistant[2:]
+		}
+		used := len(assistant) > 0 && assistant[0] <= k
+		if i, ok := at[it]; ok {
+			x.used[i] = x.used[i] || used
+			continue
+		}
+		at[it] = len(x.items)
+		x.items = append(x.items, it)
+		x.used = append(x.used, used)
 	}
 	return x
 }
