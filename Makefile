@@ -38,8 +38,9 @@ run: build plugins
 # suite", has its time per package; scripts/test-busy.sh runs it beside
 # busy loops). test-short runs the quick variant of each test, without
 # -race. test-unit leaves out the tests that start a daemon, a browser or
-# node (they skip themselves when COMPACTD_TEST=unit, see
-# internal/testenv): about a minute. TESTFLAGS go to go test (-json, -v,
+# node (they skip themselves when COMPACTD_TEST=unit, and the test files
+# whose tests all do are built out by -tags unit, see internal/testenv):
+# about a minute. TESTFLAGS go to go test (-json, -v,
 # -run ...). TESTTIMEOUT is each package's hang guard, not its budget (5
 # minutes, quiet): under -race on a 2-core machine other work kept at a
 # load average of 20-30, the host package's tests alone took about go
@@ -53,7 +54,7 @@ test-short: deps
 	$(GO) test -short -count=1 $(TESTFLAGS) ./...
 
 test-unit: deps
-	COMPACTD_TEST=unit $(GO) test -short -count=1 $(TESTFLAGS) ./...
+	COMPACTD_TEST=unit $(GO) test -short -tags unit -count=1 $(TESTFLAGS) ./...
 
 # bench runs every benchmark and `compactd eval` on the full data set
 # ($COMPACTD_DATA, default ../shared/data) and rewrites docs/benchmarks.md

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/compactd/compactd/chat"
+	"github.com/compactd/compactd/internal/testenv"
 	"github.com/compactd/compactd/internal/wasmbuild"
 )
 
@@ -53,8 +54,10 @@ func TestPublicPackagesStandAlone(t *testing.T) {
 // go.mod replaces this module with the checkout, so it can import only
 // public packages, and runs it on a real plugin: another Go program can
 // embed the host and the registry. RATIONALE.md quotes the example; the
-// quote must be the file's.
+// quote must be the file's. A unit run skips it: like the tests that run
+// the compactd binary, it links and runs a program of its own.
 func TestEmbedFromOutside(t *testing.T) {
+	testenv.Integration(t, "a program built from examples/embed")
 	t.Parallel()
 	root, err := os.Getwd()
 	if err != nil {

@@ -1,3 +1,10 @@
+//go:build !unit
+
+// `make test-unit` builds with -tags unit and leaves this file out: every
+// test in it needs node, Python and a daemon and skips in a unit run
+// anyway (internal/testenv), and linking the test binary alone takes
+// seconds.
+
 // Package clients holds compactd's API clients for other languages
 // (python/, ts/). This test runs their test suites against a real daemon:
 // `go test ./clients`, part of `make test`. Each client talks to the

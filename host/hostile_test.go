@@ -279,20 +279,42 @@ func TestKernelStaysWithinItsLimit(t *testing.T) {
 // come first, in its start section (the backstop, shortened here from a
 // minute); the load's retry, compiled, is stopped the same way by the
 // stop global.
+//
+// With -short (make test-unit) the wall-clock limit is 250ms instead of
+// 2s, and the looping call is compact_loop.wat's instead of the Go
+// guest's, whose interpreted load alone takes seconds: the guests loop
+// forever, so the shorter limit cannot be missed by a slow machine.
 func TestInterpretedTierInterruptible(t *testing.T) {
 	// Not parallel: it holds the compiler to stay on the interpreter; run
 	// beside the other tests, its quick load of gohostile came back
 	// compiled once (cause not found yet).
 	ctx := context.Background()
-	short := newTestEngine(t, false, Limits{CallTimeout: 2 * time.Second})
-	short.minStartTimeout = time.Second // the backstop is the call timeout, 2s
+	limit := 2 * time.Second
+	if testing.Short() {
+		limit = 250 * time.Millisecond
+	}
+	short := newTestEngine(t, false, Limits{CallTimeout: limit})
+	short.minStartTimeout = limit / 2 // the backstop is the call timeout
 	defer short.HoldCompiles()()
 	for _, name := range []string{"fast_start_loop", "fast_start_recurse"} {
 		_, err := short.Load(ctx, hostileWat(t, name), LoadOptions{Source: "/plugins/" + name + ".wasm", Quick: true, Limits: Limits{StartWorkBudget: MaxWorkBudget}})
 		if pe, ok := IsPluginError(err); !ok || !errors.Is(err, ErrTimeout) || pe.Export != "instantiate" ||
-			!strings.Contains(err.Error(), "the start section or _initialize ran past its wall-clock time limit of 2s") {
+			!strings.Contains(err.Error(), "the start section or _initialize ran past its wall-clock time limit of "+limit.String()) {
 			t.Fatalf("%s: err = %v, want the wall clock in instantiate", name, err)
 		}
+	}
+	if testing.Short() {
+		p, err := short.Load(ctx, hostileWat(t, "compact_loop"), LoadOptions{Source: "/plugins/compact_loop.wasm", Quick: true, Limits: Limits{WorkBudget: MaxWorkBudget}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close(ctx)
+		if p.Tier() != TierInterpreted || p.Path() != "fast" {
+			t.Fatalf("tier %q on the %s path, want interpreted on the fast path", p.Tier(), p.Path())
+		}
+		_, err = p.Compact(ctx, modeRequest(testConversation(t), "loop"))
+		checkPluginError(t, err, "compact-loop", ErrTimeout, "", "time limit of "+limit.String())
+		return
 	}
 
 	// A healthy Go plugin's instantiation keeps its backstop of a minute

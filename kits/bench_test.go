@@ -1,3 +1,10 @@
+//go:build !unit
+
+// `make test-unit` builds with -tags unit and leaves this file out: every
+// test in it needs the kits' compilers and a daemon and skips in a unit
+// run anyway (internal/testenv), and linking the test binary alone takes
+// seconds.
+
 package kits_test
 
 import (

@@ -1,3 +1,10 @@
+//go:build !unit
+
+// `make test-unit` builds with -tags unit and leaves this file out: every
+// test in it needs the kits' compilers and a daemon and skips in a unit
+// run anyway (internal/testenv), and linking the test binary alone takes
+// seconds.
+
 // Package kits_test checks the plugin kits end to end, as a policy author
 // uses them: for each language, `compactd new LANG NAME DIR` writes the
 // example policy, `make` builds it with that language's real compiler and

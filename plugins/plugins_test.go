@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/compactd/compactd/abi"
@@ -53,6 +54,77 @@ func builtins(t *testing.T) []string {
 		t.Fatalf("found only %v under plugins/", out)
 	}
 	return out
+}
+
+// builtinLoads are the built-ins loaded once per test binary into one
+// engine, for the tests that run every built-in on the fixtures
+// (TestBuiltinsOnRealData, TestTaskKeptOnEveryPrefix): a load is a go
+// build and a compile from the shared cache, seconds each on a busy
+// machine. A plugin serves concurrent callers; TestMain closes them.
+var builtinLoads = struct {
+	mu     sync.Mutex
+	engine *host.Engine
+	loads  map[string]*builtinLoad
+}{loads: map[string]*builtinLoad{}}
+
+type builtinLoad struct {
+	once sync.Once
+	p    *host.Plugin
+	err  error
+}
+
+// loadBuiltin returns the built-in at rel (as builtins lists it), loaded
+// by the first test that asks.
+func loadBuiltin(t *testing.T, rel string) *host.Plugin {
+	t.Helper()
+	ctx := context.Background()
+	builtinLoads.mu.Lock()
+	if builtinLoads.engine == nil {
+		e, err := host.NewEngine(host.Config{CacheDir: wasmbuild.TestCacheDir(t)})
+		if err != nil {
+			builtinLoads.mu.Unlock()
+			t.Fatal(err)
+		}
+		builtinLoads.engine = e
+	}
+	l := builtinLoads.loads[rel]
+	if l == nil {
+		l = &builtinLoad{}
+		builtinLoads.loads[rel] = l
+	}
+	engine := builtinLoads.engine
+	builtinLoads.mu.Unlock()
+	l.once.Do(func() {
+		path, err := wasmbuild.ForTestMain(rel)
+		if err != nil {
+			l.err = err
+			return
+		}
+		wasm, err := os.ReadFile(path)
+		if err != nil {
+			l.err = err
+			return
+		}
+		l.p, l.err = engine.Load(ctx, wasm, host.LoadOptions{Source: rel})
+	})
+	if l.err != nil {
+		t.Fatalf("load %s: %v", rel, l.err)
+	}
+	return l.p
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	ctx := context.Background()
+	for _, l := range builtinLoads.loads {
+		if l.p != nil {
+			l.p.Close(ctx)
+		}
+	}
+	if builtinLoads.engine != nil {
+		builtinLoads.engine.Close(ctx)
+	}
+	os.Exit(code)
 }
 
 // TestLayout checks that every plugin directory has the files a plugin
@@ -104,25 +176,12 @@ func TestBuiltinsOnRealData(t *testing.T) {
 	for _, c := range convs {
 		tok.CountMessages(c.Chat.Messages)
 	}
-	engine, err := host.NewEngine(host.Config{CacheDir: wasmbuild.TestCacheDir(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer engine.Close(context.Background())
 	ctx := context.Background()
 
 	for _, rel := range builtins(t) {
 		t.Run(filepath.Base(rel), func(t *testing.T) {
 			t.Parallel()
-			wasm, err := os.ReadFile(wasmbuild.ForTest(t, rel))
-			if err != nil {
-				t.Fatal(err)
-			}
-			p, err := engine.Load(ctx, wasm, host.LoadOptions{Source: rel})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close(ctx)
+			p := loadBuiltin(t, rel)
 			if report := conform.Run(ctx, p, tok, nil); !report.OK() {
 				for _, f := range report.Failures() {
 					t.Errorf("conformance: %s: %v", f.Check, f.Err)
@@ -265,11 +324,6 @@ func TestTaskKeptOnEveryPrefix(t *testing.T) {
 	for _, c := range convs {
 		tok.CountMessages(c.Chat.Messages)
 	}
-	engine, err := host.NewEngine(host.Config{CacheDir: wasmbuild.TestCacheDir(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer engine.Close(context.Background())
 	ctx := context.Background()
 	stride := 1
 	if testing.Short() {
@@ -278,15 +332,7 @@ func TestTaskKeptOnEveryPrefix(t *testing.T) {
 	for _, rel := range builtins(t) {
 		t.Run(filepath.Base(rel), func(t *testing.T) {
 			t.Parallel()
-			wasm, err := os.ReadFile(wasmbuild.ForTest(t, rel))
-			if err != nil {
-				t.Fatal(err)
-			}
-			p, err := engine.Load(ctx, wasm, host.LoadOptions{Source: rel})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close(ctx)
+			p := loadBuiltin(t, rel)
 			cfg, err := p.Schema().Resolve()
 			if err != nil {
 				t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 // writes the policy's breakpoints as Anthropic cache_control markers;
 // without the flag the output has none.
 func TestCompactCacheBreakpoints(t *testing.T) {
+	compactdBinary(t) // a unit run skips here, before building the plugin
 	plugins := pluginsDir(t, "plugins/ledger")
 	file, _ := realConversation(t)
 	args := []string{"compact", "--plugins", plugins, "--policy", "ledger", "--set", "min_turns=0", "--set", "min_tokens=0", "--set", "fold_tokens=200", file}

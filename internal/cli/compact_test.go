@@ -85,6 +85,7 @@ func realConversation(t *testing.T) (string, []byte) {
 var summaryLine = regexp.MustCompile(`^sliding@\d+\.\d+\.\d+: \d+ → \d+ tokens, \d+ → \d+ messages, \S+ \(o200k_base\)\n$`)
 
 func TestCompactEndToEnd(t *testing.T) {
+	compactdBinary(t) // a unit run skips here, before building the plugins
 	plugins := pluginsDir(t, "plugins/sliding", "plugins/lastn/lastn.c", "host/testdata/gohostile")
 	file, body := realConversation(t)
 	var in []json.RawMessage
@@ -162,6 +163,7 @@ func TestCompactEndToEnd(t *testing.T) {
 }
 
 func TestPoliciesAndConform(t *testing.T) {
+	compactdBinary(t) // a unit run skips here, before building the plugins
 	plugins := pluginsDir(t, "plugins/sliding", "plugins/lastn/lastn.c")
 	r := run(t, "", "policies", "--plugins", plugins)
 	if r.code != 0 || !strings.Contains(r.stdout, "sliding") || !strings.Contains(r.stdout, "lastn") {

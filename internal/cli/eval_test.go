@@ -193,6 +193,7 @@ func TestEvalUsage(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel() // each loads its own plugins, and most then wait on nothing
 			code, _, stderr := runCLI(t, append(append([]string{}, common...), tt.args...)...)
 			if code != tt.code || !strings.Contains(stderr, tt.msg) {
 				t.Errorf("exit %d, want %d; stderr %q, want it to mention %q", code, tt.code, stderr, tt.msg)

@@ -74,20 +74,36 @@ func policies(t *testing.T) source {
 		if setupErr != nil {
 			return
 		}
-		loaded = source{}
-		for _, rel := range testPlugins {
-			wasm, err := os.ReadFile(wasmbuild.ForTest(t, rel))
-			if err != nil {
-				setupErr = err
-				return
-			}
-			p, err := engine.Load(ctx, wasm, host.LoadOptions{Source: rel})
-			if err != nil {
-				setupErr = fmt.Errorf("%s: %w", rel, err)
-				return
-			}
-			loaded[p.Name()] = p
+		// Built and loaded side by side: each is a go build (or clang)
+		// and a compile, waiting on child processes and the disk.
+		plugins := make([]*host.Plugin, len(testPlugins))
+		errs := make([]error, len(testPlugins))
+		var wg sync.WaitGroup
+		for i, rel := range testPlugins {
+			wg.Go(func() {
+				path, err := wasmbuild.ForTestMain(rel)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				wasm, err := os.ReadFile(path)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				if plugins[i], err = engine.Load(ctx, wasm, host.LoadOptions{Source: rel}); err != nil {
+					errs[i] = fmt.Errorf("%s: %w", rel, err)
+				}
+			})
 		}
+		wg.Wait()
+		loaded = source{}
+		for _, p := range plugins {
+			if p != nil {
+				loaded[p.Name()] = p // TestMain closes them, even after an error
+			}
+		}
+		setupErr = errors.Join(errs...)
 	})
 	if setupErr != nil {
 		t.Fatal(setupErr)

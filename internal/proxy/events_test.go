@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -167,23 +168,28 @@ func TestStallWatch(t *testing.T) {
 			t.Fatalf("progress called %d times", progress.Load())
 		}
 	})
+	// In a synctest bubble: the clock is the bubble's, so six seconds of
+	// a body sending a byte a millisecond pass at once, and a busy
+	// machine cannot delay a read past the limit.
 	t.Run("sending", func(t *testing.T) {
 		t.Parallel()
-		var stalled atomic.Bool
-		const limit = 2 * time.Second
-		w := newStallWatch(limit, func() { stalled.Store(true) }, nil)
-		w.start()
-		defer w.stop()
-		body := w.watched(io.NopCloser(&endless{pattern: []byte("x")}))
-		buf := make([]byte, 1)
-		for start := time.Now(); time.Since(start) < 3*limit; { // every read re-arms the watch
-			if _, err := body.Read(buf); err != nil {
-				t.Fatal(err)
+		synctest.Test(t, func(t *testing.T) {
+			var stalled atomic.Bool
+			const limit = 2 * time.Second
+			w := newStallWatch(limit, func() { stalled.Store(true) }, nil)
+			w.start()
+			defer w.stop()
+			body := w.watched(io.NopCloser(&endless{pattern: []byte("x")}))
+			buf := make([]byte, 1)
+			for start := time.Now(); time.Since(start) < 3*limit; { // every read re-arms the watch
+				if _, err := body.Read(buf); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(time.Millisecond)
 			}
-			time.Sleep(time.Millisecond)
-		}
-		if stalled.Load() {
-			t.Fatal("a body that kept sending was taken for stalled")
-		}
+			if stalled.Load() {
+				t.Fatal("a body that kept sending was taken for stalled")
+			}
+		})
 	})
 }

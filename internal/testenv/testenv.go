@@ -6,6 +6,13 @@
 // so do the ones that take many seconds by design, such as hostile plugins
 // run to their limits (Long). What is left runs in about a minute. `make
 // test` runs everything.
+//
+// `make test-unit` also builds with -tags unit. A test file whose tests
+// all skip in a unit run starts with the constraint `//go:build !unit`,
+// so that a package made only of such files (clients, kits, the proxy's
+// SDK and client tests) has no test binary to link: linking one that
+// imports the daemon takes seconds, for tests that would all skip. The
+// skips stay, so that COMPACTD_TEST=unit without the tag skips them too.
 package testenv
 
 import (

@@ -47,6 +47,7 @@ func TestDriverLogNoStderr(t *testing.T) {
 		driverLogChild()
 		return
 	}
+	t.Parallel() // the child waits on its pings' timeouts for seconds
 	srv := redistest.Start(t)
 	srv.Kill()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestDriverLogNoStderr$", "-test.count=1")
