@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -447,6 +448,14 @@ func (p *Proxy) runShadow(ctx context.Context, j shadowJob, prev shadowPrev) (sh
 	}
 	in := wc.Chat()
 	live, liveMarks := j.live, j.liveMarks
+	if live != nil {
+		// The live compaction's result is the request's too (its detail
+		// record may still read it): bill a copy, whose messages' token
+		// counts the biller may fill in.
+		c := *live
+		c.Messages = slices.Clone(live.Messages)
+		live = &c
+	}
 	if live == nil && j.forwarded != nil {
 		live, err = p.readForwarded(j)
 		if err != nil {
