@@ -81,6 +81,22 @@ func startHeldPreparation(t *testing.T, conversation, proxyExtra string) heldPre
 	return h
 }
 
+// stopsWithin shuts the daemon down and fails the test if that takes
+// longer than two minutes (what names what might hold it).
+func stopsWithin(t *testing.T, td *testDaemon, what string) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- td.Daemon.Shutdown(bg) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("shutdown: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the daemon did not stop with %s", what)
+	}
+}
+
 // upstreamMessages returns how many messages the upstream's last request
 // had.
 func upstreamMessages(t *testing.T, up *upstreamtest.Server) int {
@@ -168,16 +184,7 @@ func TestProxyPreparationQueueAndShutdown(t *testing.T) {
 	// Stop with a running and a queued preparation: both are cancelled
 	// (the summarizer call ends with the daemon's context), nothing waits
 	// for the held summarizer.
-	done := make(chan error, 1)
-	go func() { done <- td.Daemon.Shutdown(bg) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("shutdown: %v", err)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the daemon did not stop with a preparation held by the summarizer")
-	}
+	stopsWithin(t, td, "a preparation held by the summarizer")
 	if st := px.PrepareStats(); st.InFlight != 0 || st.Used != 0 {
 		t.Fatalf("after the stop: %+v", st)
 	}

@@ -119,16 +119,7 @@ func TestProxyShadowDropAndShutdown(t *testing.T) {
 		t.Errorf("/metrics does not count the dropped shadow run:\n%s", grepLines(string(metrics), "shadow"))
 	}
 
-	done := make(chan error, 1)
-	go func() { done <- td.Daemon.Shutdown(bg) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("shutdown: %v", err)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the daemon did not stop with a shadow run held by the summarizer")
-	}
+	stopsWithin(t, td, "a shadow run held by the summarizer")
 	if st := px.ShadowStats(); st.InFlight != 0 || st.Runs != 0 {
 		t.Fatalf("after the stop: %+v", st)
 	}
