@@ -81,6 +81,31 @@ func startHeldPreparation(t *testing.T, conversation, proxyExtra string) heldPre
 	return h
 }
 
+// oneWorkerDaemon starts a daemon (llm, with the extra proxy settings)
+// whose summarizer holds every call until the test ends, and returns it
+// with send, which posts a conversation's prefix below the trigger and
+// checks it went upstream untouched.
+func oneWorkerDaemon(t *testing.T, proxyExtra string) (td *testDaemon, gate *gatedSummarizer, send func(id string)) {
+	t.Helper()
+	full, k, _, fullTokens := prepareConversation(t)
+	gate, sumURL, hold := heldSummarizer(t)
+	t.Cleanup(func() { close(hold) })
+	up := upstreamtest.New()
+	t.Cleanup(up.Close)
+	td = prepareDaemon(t, sumURL, up, fullTokens*10/8, proxyExtra)
+	send = func(id string) {
+		t.Helper()
+		resp, got := td.post(t, proxy.RouteOpenAI, openAIBody(full[:k], ""), map[string]string{proxy.HeaderConversation: id})
+		if resp.StatusCode != http.StatusOK || resp.Header.Get(proxy.HeaderCompacted) != "" || resp.Header.Get(proxy.HeaderWarning) != "" {
+			t.Fatalf("%s: %d %v %s", id, resp.StatusCode, resp.Header, got)
+		}
+		if n := upstreamMessages(t, up); n != k {
+			t.Fatalf("%s: the upstream got %d of %d messages", id, n, k)
+		}
+	}
+	return td, gate, send
+}
+
 // stopsWithin shuts the daemon down and fails the test if that takes
 // longer than two minutes (what names what might hold it).
 func stopsWithin(t *testing.T, td *testDaemon, what string) {
@@ -152,23 +177,8 @@ func TestProxyPreparationMissForward(t *testing.T) {
 // running and one queued cancels both and stops.
 func TestProxyPreparationQueueAndShutdown(t *testing.T) {
 	t.Parallel()
-	full, k, _, fullTokens := prepareConversation(t)
-	gate, sumURL, hold := heldSummarizer(t)
-	defer close(hold)
-	up := upstreamtest.New()
-	t.Cleanup(up.Close)
-	td := prepareDaemon(t, sumURL, up, fullTokens*10/8, ", prepare_threshold: 0.5, prepare_workers: 1, prepare_queue: 1")
+	td, gate, send := oneWorkerDaemon(t, ", prepare_threshold: 0.5, prepare_workers: 1, prepare_queue: 1")
 	px := td.server.opts.Proxy
-	send := func(id string) {
-		t.Helper()
-		resp, got := td.post(t, proxy.RouteOpenAI, openAIBody(full[:k], ""), map[string]string{proxy.HeaderConversation: id})
-		if resp.StatusCode != http.StatusOK || resp.Header.Get(proxy.HeaderCompacted) != "" || resp.Header.Get(proxy.HeaderWarning) != "" {
-			t.Fatalf("%s: %d %v %s", id, resp.StatusCode, resp.Header, got)
-		}
-		if n := upstreamMessages(t, up); n != k {
-			t.Fatalf("%s: the upstream got %d of %d messages", id, n, k)
-		}
-	}
 	send("a")
 	waitFor(t, "a's preparation to hold the worker", 2*time.Minute, func() bool { return gate.arrived.Load() > 0 })
 	send("b") // queued

@@ -86,23 +86,8 @@ func TestProxyShadowForwardsTheSameBytes(t *testing.T) {
 // both and stops.
 func TestProxyShadowDropAndShutdown(t *testing.T) {
 	t.Parallel()
-	full, k, _, fullTokens := prepareConversation(t)
-	gate, sumURL, hold := heldSummarizer(t)
-	defer close(hold)
-	up := upstreamtest.New()
-	t.Cleanup(up.Close)
-	td := prepareDaemon(t, sumURL, up, fullTokens*10/8, ", shadow: [llm], shadow_workers: 1, shadow_queue: 1")
+	td, gate, send := oneWorkerDaemon(t, ", shadow: [llm], shadow_workers: 1, shadow_queue: 1")
 	px := td.server.opts.Proxy
-	send := func(id string) {
-		t.Helper()
-		resp, got := td.post(t, proxy.RouteOpenAI, openAIBody(full[:k], ""), map[string]string{proxy.HeaderConversation: id})
-		if resp.StatusCode != http.StatusOK || resp.Header.Get(proxy.HeaderCompacted) != "" || resp.Header.Get(proxy.HeaderWarning) != "" {
-			t.Fatalf("%s: %d %v %s", id, resp.StatusCode, resp.Header, got)
-		}
-		if n := upstreamMessages(t, up); n != k {
-			t.Fatalf("%s: the upstream got %d of %d messages", id, n, k)
-		}
-	}
 	send("a")
 	waitFor(t, "a's shadow run to hold the worker", 2*time.Minute, func() bool { return gate.arrived.Load() > 0 })
 	send("b") // queued
