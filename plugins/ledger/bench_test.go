@@ -13,6 +13,7 @@ import (
 	"github.com/compactd/compactd/internal/plugtest"
 	"github.com/compactd/compactd/internal/tokens"
 	"github.com/compactd/compactd/internal/wasmbuild"
+	"github.com/compactd/compactd/pdk"
 )
 
 // benchConversation returns the conversation of a data file whose size is
@@ -126,7 +127,7 @@ func BenchmarkNative(b *testing.B) {
 	}
 	req := plugtest.Request(c.Messages, nil, nil)
 	for b.Loop() {
-		if _, err := compact(nil, req); err != nil {
+		if _, err := compact(&pdk.TestHost{}, req); err != nil {
 			b.Fatal(err)
 		}
 	}
