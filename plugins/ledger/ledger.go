@@ -144,7 +144,7 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 		items = append(items, abi.Ref(i))
 	}
 	for _, t := range texts {
-		items = append(items, abi.New(abi.Message{Role: role, Content: abi.TextContent(t)}))
+		items = append(items, abi.New(abi.Message{Role: role, Content: t}))
 	}
 	for i := tail; i < len(msgs); i++ {
 		items = append(items, abi.Ref(i))

@@ -14,11 +14,12 @@ import (
 	"github.com/compactd/compactd/plugins/internal/fingerprint"
 )
 
-// entry is one chunk of the ledger as rendered: its text, and the hashes
-// of what it lists (see seeHashes), which later chunks do not list again.
-// Neither holds a pointer into the request.
+// entry is one chunk of the ledger as rendered: its text (with its JSON,
+// made once: a chunk is sent in many results), and the hashes of what it
+// lists (see seeHashes), which later chunks do not list again. Neither
+// holds a pointer into the request.
 type entry struct {
-	text   string
+	text   abi.Content
 	lists  [numKinds][]string // what text lists, by kind (copies, not pointers into the request)
 	hashes []uint64
 }
@@ -32,7 +33,7 @@ const emptyPrefix = "[ledger: nothing new in turns "
 // of its own and all earlier chunks' turns: a conversation's next request
 // renders only its new chunk, and a request whose chunks are all known
 // (any turn order, any instance that served them) only hashes its turns.
-func render(h pdk.Host, msgs []abi.Message, pinned int, units []convo.Unit, p plan, cfg config) ([]string, error) {
+func render(h pdk.Host, msgs []abi.Message, pinned int, units []convo.Unit, p plan, cfg config) ([]abi.Content, error) {
 	entries := make([]*entry, len(p.chunks))
 	keys := make([][2]uint64, len(p.chunks))
 	pkey := pinnedKey(msgs[:pinned], cfg)
@@ -63,13 +64,13 @@ func render(h pdk.Host, msgs []abi.Message, pinned int, units []convo.Unit, p pl
 			return nil, err
 		}
 		entries[ci] = e
-		chunkMemo.put(keys[ci], e, 2*len(e.text)+8*len(e.hashes)+64)
+		chunkMemo.put(keys[ci], e, 3*len(e.text.Text())+8*len(e.hashes)+64)
 	}
 	if seen != nil && len(keys) > 0 {
 		// The next jump of this conversation starts from here.
 		chunkMemo.put(seenKey(keys[len(keys)-1]), &seenSet{seen}, 16*len(seen)+64)
 	}
-	texts := make([]string, len(p.groups))
+	texts := make([]abi.Content, len(p.groups))
 	for gi, g := range p.groups {
 		if g[1]-g[0] == 1 {
 			texts[gi] = entries[g[0]].text
@@ -83,12 +84,13 @@ func render(h pdk.Host, msgs []abi.Message, pinned int, units []convo.Unit, p pl
 		gh.Word(keys[g[1]-1][1])
 		gh.Word(uint64(g[0]))
 		gkey := gh.Sum128()
-		if t, ok := chunkMemo.get(gkey).(string); ok {
+		if t, ok := chunkMemo.get(gkey).(abi.Content); ok {
 			texts[gi] = t
 			continue
 		}
-		texts[gi] = mergeChunks(entries[g[0]:g[1]], g[0] == 0, p.chunks[g[0]][0], p.chunks[g[1]-1][1])
-		chunkMemo.put(gkey, texts[gi], len(texts[gi])+32)
+		t := mergeChunks(entries[g[0]:g[1]], g[0] == 0, p.chunks[g[0]][0], p.chunks[g[1]-1][1])
+		texts[gi] = pdk.StringContent(t)
+		chunkMemo.put(gkey, texts[gi], 2*len(t)+32)
 	}
 	return texts, nil
 }
@@ -142,7 +144,7 @@ func buildChunk(h pdk.Host, msgs []abi.Message, seen map[uint64]bool, first bool
 			e.lists[it.Kind] = append(e.lists[it.Kind], strings.Clone(it.Text))
 		}
 	}
-	e.text = renderChunk(&e.lists, first, span)
+	e.text = pdk.StringContent(renderChunk(&e.lists, first, span))
 	slices.Sort(e.hashes)
 	e.hashes = slices.Compact(e.hashes)
 	return e, nil
