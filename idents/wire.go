@@ -73,7 +73,7 @@ func AppendRequest(dst []byte, texts []Input) []byte {
 
 // ErrMalformed is wrapped by the errors of a request or an answer that
 // does not follow the wire format.
-var ErrMalformed = errors.New("malformed extract_identifiers block")
+var ErrMalformed = errors.New("malformed block")
 
 // Answer extracts the items of every text of request and appends the
 // answer to dst. It stops with ctx's error between texts once ctx is
