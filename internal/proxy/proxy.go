@@ -160,6 +160,7 @@ type Proxy struct {
 	shadow    *shadower
 	biller    *eval.Biller // prices the shadow figures (nil: shadows are not measured)
 	rec       recoveries
+	relay     relayBuffers
 }
 
 // New returns a Proxy.
@@ -843,7 +844,8 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, cfg *config.Conf
 				pr.Out.Body, pr.Out.ContentLength = io.NopCloser(body), length
 			}
 		},
-		Transport: p.transport,
+		Transport:  p.transport,
+		BufferPool: &p.relay,
 		ModifyResponse: func(resp *http.Response) error {
 			if x.recoverable(resp) {
 				if err := x.recoverOverflow(ctx, resp, w.Header(), headers); err != nil {
@@ -870,7 +872,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, cfg *config.Conf
 					parser = prov.NewStream(x.addedUsage)
 					done = func() { x.usage(parser.Usage()) }
 				}
-				resp.Body = newSSEReader(resp.Body, limit, parser, func(err error) []byte {
+				resp.Body = newPooledSSEReader(&p.relay, resp.Body, limit, parser, func(err error) []byte {
 					return p.streamFailed(ctx, prov, u.Host, pc.ReadTimeout.D(), err)
 				}, done)
 			case holdable(r, resp, limit):
