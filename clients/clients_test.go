@@ -225,6 +225,7 @@ func python(t *testing.T) string {
 }
 
 func TestPythonClient(t *testing.T) {
+	testenv.Integration(t, "python and a daemon")
 	py := python(t)
 	d := startDaemon(t)
 	root, _ := filepath.Abs("..")

@@ -53,7 +53,7 @@ func TestCacheBreakpoints(t *testing.T) {
 	td := setup(t, "", pluginLedger).start(t)
 	// A long conversation: on the interpreter that serves a new plugin
 	// first, ledger can run past its call limit under -race.
-	waitCompiled(t, td)
+	waitCompiled(t, td.c)
 	msgs := sweConversation(t)
 	post := func(flag bool) (*client.CompactResponse, []byte) {
 		resp, err := td.c.Compact(bg, &client.CompactRequest{Messages: msgs, CacheBreakpoints: flag})
@@ -149,7 +149,7 @@ func TestCacheBreakpointsAnthropic(t *testing.T) {
 	td := setup(t, "", pluginLedger).start(t)
 	// A long conversation: on the interpreter that serves a new plugin
 	// first, ledger can run past its call limit under -race.
-	waitCompiled(t, td)
+	waitCompiled(t, td.c)
 	system, msgs := anthropicSWE(t)
 	resp, err := td.c.Compact(bg, &client.CompactRequest{Format: FormatAnthropic, System: system, Messages: msgs, CacheBreakpoints: true})
 	if err != nil {
@@ -203,7 +203,7 @@ func TestProxyAnthropicCacheBreakpoints(t *testing.T) {
 	td, up := proxyDaemon(t, "  policy: ledger\n  trigger_tokens: 1\n", pluginSliding, pluginLedger)
 	// A long conversation: on the interpreter that serves a new plugin
 	// first, ledger can run past its call limit under -race.
-	waitCompiled(t, td)
+	waitCompiled(t, td.c)
 	system, msgs := anthropicSWE(t)
 	// The agent marks its tools and its newest message too: three of its own.
 	last := msgs[len(msgs)-1]

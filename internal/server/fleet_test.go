@@ -111,9 +111,48 @@ func llmCalls(p *upstreamtest.Server, from int) (calls, maxRepeat int, seen int)
 }
 
 // fleetTurns is how many turns of the fixture conversation the fleet
-// round robin sends: each replica serves two, every one past the
-// compaction threshold, each after a turn another replica served.
-const fleetTurns = 6
+// round robin sends, every one past the compaction threshold, each after
+// a turn another replica served: the first replica serves the last one
+// too, after the other two changed the conversation since its first.
+// (Six turns, two per replica, checked nothing more and cost half as
+// much again.)
+const fleetTurns = 4
+
+// fleetReplicas starts n replicas of a fleet on the shared store at url
+// (named r0, r1, ...), each with every built-in policy, as `compactd
+// serve` processes built without the race detector, and waits until each
+// serves every policy compiled.
+//
+// The fleet tests that compare whole conversations policy by policy run
+// their replicas this way: they check what a fleet answers, not data
+// races, and four daemons serving eight policies under -race made
+// TestFleetRoundRobin the package's slowest test by far (112 s quiet; the
+// race detector's bookkeeping of copying the plugins' bytes and running
+// their host calls was most of it). The same daemon code runs under -race
+// on a shared store in TestFleetDeferredTrigger and TestFleetRedisDown,
+// and every policy under -race in the reference daemon the round robin
+// compares the fleet with.
+func fleetReplicas(t *testing.T, cfg, url string, n int) []*childDaemon {
+	t.Helper()
+	var srcs []string
+	for _, p := range builtinPolicies {
+		srcs = append(srcs, p.src)
+	}
+	var replicas []*childDaemon
+	for i := range n {
+		// state.timeout is what fleetStoreTimeout is to the in-process
+		// daemons.
+		td := setup(t, cfg+"state:\n  timeout: "+fleetStoreTimeout.String()+"\n", srcs...)
+		td.served = true
+		td.childEnv = []string{config.EnvStateURL + "=" + url, fmt.Sprintf("COMPACTD_REPLICA=r%d", i), llmKeyEnv + "=" + upstreamtest.OpenAIKey}
+		replicas = append(replicas, startChild(t, td))
+	}
+	for _, d := range replicas {
+		d.waitHealthy(5 * time.Minute)
+		waitCompiled(t, d.c)
+	}
+	return replicas
+}
 
 // TestFleetRoundRobin: three daemons sharing one real redis-server take a
 // conversation's turns in turn, for every built-in policy. Each turn's
@@ -123,8 +162,10 @@ const fleetTurns = 6
 // three get the same turn at once; and the fleet's status shows the
 // conversation's totals and the replica that served it last.
 //
-// The four daemons load every built-in compiled from the tests' shared
-// compilation cache; the turns are the fixture's growing prefixes.
+// The single daemon runs in the test process (under -race when the suite
+// is), loading every built-in compiled from the tests' shared compilation
+// cache; the three replicas are `compactd serve` processes (see
+// fleetReplicas). The turns are the fixture's growing prefixes.
 func TestFleetRoundRobin(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -132,17 +173,12 @@ func TestFleetRoundRobin(t *testing.T) {
 	defer llmOne.Close()
 	defer llmFleet.Close()
 	single := fleetDaemon(t, fleetConfig(llmOne.OpenAIBase(), "", "", ""), "", "")
-	cfg := fleetConfig(llmFleet.OpenAIBase(), "", "", "")
-	fleet := []*testDaemon{
-		fleetDaemon(t, cfg, srv.URL(), "r0"),
-		fleetDaemon(t, cfg, srv.URL(), "r1"),
-		fleetDaemon(t, cfg, srv.URL(), "r2"),
-	}
+	fleet := fleetReplicas(t, fleetConfig(llmFleet.OpenAIBase(), "", "", ""), srv.URL(), 3)
 	// Every daemon serves the same build of every policy (a fleet whose
 	// replicas run different builds cannot agree, and the comparison
 	// below would blame the store).
-	digests := func(td *testDaemon) map[string]string {
-		list, err := td.c.Policies(bg)
+	digests := func(c *client.Client) map[string]string {
+		list, err := c.Policies(bg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,12 +188,12 @@ func TestFleetRoundRobin(t *testing.T) {
 		}
 		return m
 	}
-	want := digests(single)
+	want := digests(single.c)
 	if len(want) != len(builtinPolicies) {
 		t.Fatalf("the single daemon serves %d policies, want %d: %v", len(want), len(builtinPolicies), want)
 	}
 	for i, r := range fleet {
-		if got := digests(r); fmt.Sprint(got) != fmt.Sprint(want) {
+		if got := digests(r.c); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("replica %d serves %v, the single daemon %v", i, got, want)
 		}
 	}

@@ -54,8 +54,15 @@ func (d *childDaemon) killWhenMarked(t *testing.T, stateDir, file, kind string) 
 // how to clear it, and a retry by hand does. A crash while compiling
 // bytes that compiled before (on first use after a restart) is ordinary
 // work, and leaves no evidence at all.
+//
+// The daemons are the compactd binary as users run it (`compactd
+// serve`, without the race detector): the test checks what a start makes
+// of a crash, and under -race each of its four uncached compiles of
+// sliding took seconds. TestCrashLoopQuarantine runs the same load
+// markers under -race, in the test binary's own daemon processes.
 func TestCrashWhileCompiling(t *testing.T) {
 	td := setup(t, "policy: sliding\n", pluginLastn, pluginSliding)
+	td.served = true
 	// A cache of its own, empty: compiling sliding takes seconds.
 	td.childCache = t.TempDir()
 	state := filepath.Join(td.dir, "state")

@@ -13,6 +13,8 @@
 // SDK and client tests) has no test binary to link: linking one that
 // imports the daemon takes seconds, for tests that would all skip. The
 // skips stay, so that COMPACTD_TEST=unit without the tag skips them too.
+// TestUnitExcludedFilesOnlySkip holds every such file to this: each of its
+// tests skips before it does anything else.
 package testenv
 
 import (
