@@ -39,6 +39,12 @@ type Options struct {
 	Store            store.Backend
 	MaxConversations int
 	TTL              time.Duration
+	// FlushInterval is how long the store writer gathers records before
+	// it writes them, one store update per conversation (default
+	// store.DefaultFlushInterval, as the store's own counters). A crash
+	// loses at most that much of the store's copy; Flush and Close write
+	// at once.
+	FlushInterval time.Duration
 	// File, if set, gets every record as a JSON line.
 	File   *File
 	Logger hclog.Logger
@@ -87,6 +93,9 @@ func New(opts Options) (*Log, error) {
 	}
 	if opts.PerConversation <= 0 {
 		opts.PerConversation = DefaultPerConversation
+	}
+	if opts.FlushInterval <= 0 {
+		opts.FlushInterval = store.DefaultFlushInterval
 	}
 	var b [4]byte
 	rand.Read(b[:])
@@ -167,26 +176,43 @@ func (l *Log) drop(conv string, cl []entry) {
 	l.total--
 }
 
-// writeStore copies queued records into the store, in batches: what has
-// queued while the last batch was written goes at once, one store update
-// per conversation (its records in the order they came).
+// writeStore copies queued records into the store, in batches: a batch
+// gathers for up to FlushInterval after its first record (or until it
+// holds maxBatch records, or a Flush marker comes), then goes at once, one
+// store update per conversation (its records in the order they came).
+// Each update rewrites the conversation's stored list, so writing a busy
+// conversation's records one by one would cost a rewrite per request.
 func (l *Log) writeStore(queue <-chan queued) {
 	defer close(l.done)
-	for q := range queue {
-		batch := []queued{q}
-	drain:
-		for len(batch) < maxBatch {
-			select {
-			case q, ok := <-queue:
-				if !ok {
-					break drain
+	var batch []queued
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	write := func() {
+		timer.Stop()
+		l.writeBatch(batch)
+		batch = nil
+	}
+	for {
+		select {
+		case q, ok := <-queue:
+			if !ok {
+				if len(batch) > 0 {
+					write()
 				}
-				batch = append(batch, q)
-			default:
-				break drain
+				return
+			}
+			batch = append(batch, q)
+			switch {
+			case q.ack != nil || len(batch) >= maxBatch:
+				write()
+			case len(batch) == 1:
+				timer.Reset(l.opts.FlushInterval)
+			}
+		case <-timer.C:
+			if len(batch) > 0 {
+				write()
 			}
 		}
-		l.writeBatch(batch)
 	}
 }
 

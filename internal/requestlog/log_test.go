@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -258,5 +259,80 @@ func testConcurrentStore(t *testing.T, a, b, c store.Backend) {
 	}
 	if len(recs) != 2*each || len(seen) != 2*each {
 		t.Fatalf("the store holds %d records (%d distinct) of the raced conversation; want %d", len(recs), len(seen), 2*each)
+	}
+}
+
+// countingStore counts the store updates of the buckets it opens.
+type countingStore struct {
+	store.Backend
+	updates *atomic.Int64
+}
+
+func (c countingStore) OpenBucket(name string, o store.BucketOptions) (store.KV, error) {
+	kv, err := c.Backend.OpenBucket(name, o)
+	return countingKV{kv, c.updates}, err
+}
+
+type countingKV struct {
+	store.KV
+	updates *atomic.Int64
+}
+
+func (c countingKV) Update(ctx context.Context, key []byte, fn func([]byte) ([]byte, error)) error {
+	c.updates.Add(1)
+	return c.KV.Update(ctx, key, fn)
+}
+
+// TestStoreCopyGathers: the store copy gathers records for FlushInterval
+// and writes each conversation's together, one store update for many
+// requests; Flush, the interval and Close each write what has gathered,
+// and nothing is lost.
+func TestStoreCopyGathers(t *testing.T) {
+	t.Parallel()
+	s, err := store.Open(store.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	var updates atomic.Int64
+	counted := countingStore{s, &updates}
+	reader := newLog(t, requestlog.Options{Store: s})
+	stored := func(conv string) int { return len(all(t, reader, conv, 100)) }
+
+	held := newLog(t, requestlog.Options{Store: counted, FlushInterval: time.Hour})
+	for i := range 40 {
+		held.Add(requestlog.Record{ConversationID: "c", TokensBefore: i})
+		held.Add(requestlog.Record{ConversationID: "d", TokensBefore: i})
+		runtime.Gosched() // the writer runs between requests, as it does under load
+	}
+	held.Flush()
+	if n := updates.Load(); n != 2 {
+		t.Errorf("80 records of 2 conversations took %d store updates; want 2", n)
+	}
+	if c, d := stored("c"), stored("d"); c != 40 || d != 40 {
+		t.Fatalf("%d and %d records stored after Flush; want 40 each", c, d)
+	}
+
+	timed := newLog(t, requestlog.Options{Store: s, FlushInterval: 20 * time.Millisecond})
+	for i := range 3 {
+		timed.Add(requestlog.Record{ConversationID: "c", TokensBefore: 100 + i})
+	}
+	for deadline := time.Now().Add(time.Minute); stored("c") != 43; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d records stored a minute after a 20ms interval; want 43", stored("c"))
+		}
+	}
+
+	closing, err := requestlog.New(requestlog.Options{Store: s, FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closing.Add(requestlog.Record{ConversationID: "c", TokensBefore: 200})
+	closing.Add(requestlog.Record{ConversationID: "c", TokensBefore: 201})
+	if err := closing.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := stored("c"); n != 45 {
+		t.Fatalf("%d records stored after Close; want 45", n)
 	}
 }

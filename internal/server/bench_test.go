@@ -24,7 +24,9 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkServerCompact -benchtime 4000x ./internal/server/
 func BenchmarkServerCompact(b *testing.B) {
-	td := startDaemon(b, "", pluginSliding)
+	td := setup(b, "", pluginSliding)
+	td.opts.StoreFlush = 0 // the store's and the request log's default write-behind, as users run it
+	td.start(b)
 	msgs := tauConversation(b, 13258)
 	req := &client.CompactRequest{Policy: "sliding", Model: "gpt-4o", Messages: msgs}
 	resp, err := td.c.Compact(bg, req)

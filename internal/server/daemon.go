@@ -52,8 +52,8 @@ type DaemonOptions struct {
 	// decides; without one, plugins get no_provider answers.
 	LLM func(cfg *config.Config, st store.Backend) (func() host.Completer, error)
 	// Debounce and StoreFlush tune the registry's debounce and the
-	// store's write-behind interval (0: their defaults). Tests shorten
-	// them.
+	// write-behind interval of the store and the request log's store
+	// copy (0: their defaults). Tests shorten them.
 	Debounce   time.Duration
 	StoreFlush time.Duration
 	// StoreTimeout, when set, overrides state.timeout: the bound on one
@@ -196,7 +196,7 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 	sopts.Compactor = compactor.New(copts)
 	d.proxy = proxy.New(proxy.Options{Config: d.cfg, Compactor: sopts.Compactor, Store: d.store, Tokens: counter, Memory: sopts.Memory, Logger: d.logger.Named("proxy"), Tracer: d.tracer})
 	sopts.Proxy = d.proxy
-	if sopts.Requests, err = openRequestLog(cfg, d.store, d.logger.Named("requests")); err != nil {
+	if sopts.Requests, err = openRequestLog(cfg, d.store, opts.StoreFlush, d.logger.Named("requests")); err != nil {
 		return nil, err
 	}
 	d.requests = sopts.Requests

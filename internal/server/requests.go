@@ -218,10 +218,10 @@ func (c *floatCounterVec) write(w io.Writer) {
 // openRequestLog opens the request log the config describes: in memory,
 // copied to the store (bounded like its conversations, with its TTL), and
 // to the access file if one is set.
-func openRequestLog(cfg *config.Config, st store.Backend, logger hclog.Logger) (*requestlog.Log, error) {
+func openRequestLog(cfg *config.Config, st store.Backend, flush time.Duration, logger hclog.Logger) (*requestlog.Log, error) {
 	lc := cfg.Log
 	opts := requestlog.Options{Max: lc.Requests, PerConversation: lc.RequestsPerConversation, Store: st,
-		MaxConversations: cfg.State.MaxConversations, TTL: cfg.State.TTL.D(), Logger: logger}
+		MaxConversations: cfg.State.MaxConversations, TTL: cfg.State.TTL.D(), FlushInterval: flush, Logger: logger}
 	if lc.AccessFile != "" {
 		f, err := requestlog.OpenFile(lc.AccessFile, lc.AccessMaxBytes, lc.AccessKeep)
 		if err != nil {
