@@ -68,6 +68,10 @@ const (
 	// memory, on the fast path only.
 	HostMessageContent     = "message_content"
 	HostMessageContentInto = "message_content_into"
+	// HostExtractIdentifiers extracts the identifiers of a batch of
+	// texts natively (ABI 1.1): the file paths, names, ids, numbers and
+	// error lines package idents finds, in its wire format.
+	HostExtractIdentifiers = "extract_identifiers"
 )
 
 // Views a plugin may declare in its description (ABI 1.1). ViewFull, the

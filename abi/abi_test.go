@@ -190,3 +190,25 @@ func TestDecodeConfigCache(t *testing.T) {
 		t.Fatalf("slice config: %+v %v (%d entries)", ws, err, len(cache.entries))
 	}
 }
+
+func TestContentStringJSON(t *testing.T) {
+	t.Parallel()
+	raw := json.RawMessage(`"a\nb"`)
+	tests := []struct {
+		name string
+		c    Content
+		want string
+		ok   bool
+	}{
+		{"a string content with its JSON", StringContent(raw, "a\nb"), `"a\nb"`, true},
+		{"a text alone", TextContent("a"), "", false},
+		{"raw parts", RawContent(json.RawMessage(`[{"type":"text","text":"x"}]`)), "", false},
+		{"null", Content{}, "", false},
+	}
+	for _, tt := range tests {
+		got, ok := tt.c.StringJSON()
+		if ok != tt.ok || string(got) != tt.want {
+			t.Errorf("%s: StringJSON() = %s, %v; want %s, %v", tt.name, got, ok, tt.want, tt.ok)
+		}
+	}
+}

@@ -173,6 +173,16 @@ func (c Content) Raw() json.RawMessage {
 	return jsonNull
 }
 
+// StringJSON returns the JSON of a string content when c already holds
+// it (a StringContent, or a string the host sent), without producing it;
+// ok is false otherwise.
+func (c Content) StringJSON() (raw json.RawMessage, ok bool) {
+	if c.hasText && len(c.raw) >= 2 {
+		return c.raw, true
+	}
+	return nil, false
+}
+
 // IsNull reports whether the content is null or absent.
 func (c Content) IsNull() bool {
 	return !c.hasText && c.omitted == "" && (len(c.raw) == 0 || bytes.Equal(c.raw, jsonNull))

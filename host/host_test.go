@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/chat"
+	"github.com/compactd/compactd/idents"
 	"github.com/compactd/compactd/internal/testenv"
 	"github.com/compactd/compactd/internal/wasmbuild"
 )
@@ -268,6 +270,57 @@ func TestHostFunctions(t *testing.T) {
 			}
 			if len(resp.Result.Warnings) != 1 {
 				t.Fatalf("with an LLM, warnings = %q", resp.Result.Warnings)
+			}
+		})
+	}
+}
+
+// TestHostFunctionExtractIdentifiers: extract_identifiers answers on
+// both paths what idents.Extract finds, and a request block over the limit
+// or out of format traps the call, named, without harm to the next one.
+func TestHostFunctionExtractIdentifiers(t *testing.T) {
+	t.Parallel()
+	c, err := chat.Parse([]byte(`[
+ {"role":"user","content":"Fix parse_args in src/app/main.py for ticket ZFA04Y"},
+ {"role":"assistant","content":"I will run it.","tool_calls":[{"id":"c1","type":"function","function":{"name":"bash","arguments":"{\"command\":\"python src/app/main.py\"}"}}]},
+ {"role":"tool","tool_call_id":"c1","content":"Traceback:\n  File \"src/app/main.py\"\nValueError: bad 4,500\n    10\tdef fold():\n    11\t    pass\n"},
+ {"role":"user","content":"and getUser too"}
+]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, m := range c.Messages {
+		var b strings.Builder
+		for _, it := range idents.Extract(nil, m.Text(), m.Role == abi.RoleTool || m.Role == abi.RoleUser) {
+			b.WriteString(itoa(int(it.Kind)) + ":" + it.Text + "\t")
+		}
+		want = append(want, b.String())
+	}
+	if !strings.Contains(strings.Join(want, ""), "10-11") || !strings.Contains(strings.Join(want, ""), "src/app/main.py") {
+		t.Fatalf("the conversation does not exercise spans and literals: %q", want)
+	}
+	for _, path := range paths {
+		t.Run(path.name, func(t *testing.T) {
+			t.Parallel()
+			e := newTestEngine(t, path.disable, Limits{})
+			p := loadTestPlugin(t, e, "host/testdata/gohostile", Limits{})
+			resp, err := p.Compact(context.Background(), modeRequest(c, "idents"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := resp.Result.Warnings; !slices.Equal(got, want) {
+				t.Fatalf("items\n got %q\nwant %q", got, want)
+			}
+			for mode, msg := range map[string]string{
+				"identsbig": fmt.Sprintf("extract_identifiers: the request is %d bytes; the limit is %d", abi.MaxHostInputBytes+1, abi.MaxHostInputBytes),
+				"identsbad": "extract_identifiers: malformed block: the request does not start with version byte 1",
+			} {
+				_, err := p.Compact(context.Background(), modeRequest(c, mode))
+				checkPluginError(t, err, "gohostile", ErrTrap, "", msg)
+				if _, err := p.Compact(context.Background(), modeRequest(c, "ok")); err != nil {
+					t.Fatalf("next call after %s: %v", mode, err)
+				}
 			}
 		})
 	}

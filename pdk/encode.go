@@ -15,6 +15,14 @@ import (
 // an escaper that skips eight safe bytes per step. Its output is the JSON
 // encoding/json would produce (with SetEscapeHTML(false)); a test checks.
 
+// StringContent returns a string content holding text and its JSON, made
+// now. The result encoder copies that JSON as it is: a policy that returns
+// the same text in many results (a memoized summary) keeps the Content and
+// escapes the text once, not in every call.
+func StringContent(text string) abi.Content {
+	return abi.StringContent(appendString(nil, text), text)
+}
+
 // appendResult appends the JSON of res.
 func appendResult(dst []byte, res *abi.CompactResult) ([]byte, error) {
 	dst = append(dst, `{"messages":[`...)
@@ -85,7 +93,9 @@ func appendMessage(dst []byte, m *abi.Message) []byte {
 	dst = append(dst, `{"role":`...)
 	dst = appendString(dst, m.Role)
 	dst = append(dst, `,"content":`...)
-	if m.Content.IsString() {
+	if raw, ok := m.Content.StringJSON(); ok {
+		dst = append(dst, raw...)
+	} else if m.Content.IsString() {
 		dst = appendString(dst, m.Content.Text())
 	} else {
 		dst = append(dst, m.Content.Raw()...)

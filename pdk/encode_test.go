@@ -61,6 +61,7 @@ func TestAppendResultMatchesEncodingJSON(t *testing.T) {
 				abi.New(abi.Message{Role: abi.RoleUser, Content: abi.TextContent("[3 earlier <entries> discarded]")}),
 				abi.New(abi.Message{Role: abi.RoleAssistant, Name: "bot", ToolCalls: []abi.ToolCall{{ID: "c", Type: "function", Function: abi.FunctionCall{Name: "f", Arguments: `{"a":"<b>"}`}}}}),
 				abi.New(abi.Message{Role: abi.RoleTool, ToolCallID: "c", Content: abi.RawContent(json.RawMessage(`[{"type":"text","text":"x"}]`))}),
+				abi.New(abi.Message{Role: abi.RoleAssistant, Content: StringContent("made once: \"<ledger>\"\n\u2028 ünï")}),
 				abi.Ref(7),
 			},
 			Compacted: true, Summary: "did \"things\"\n", EntriesSummarized: 4, Rewritten: []int{2, 5},
@@ -83,5 +84,23 @@ func TestAppendResultMatchesEncodingJSON(t *testing.T) {
 	}
 	if _, err := appendResult(nil, &abi.CompactResult{Messages: []abi.Item{abi.Ref(0)}, State: json.RawMessage(`{bad`)}); err == nil {
 		t.Error("invalid state accepted")
+	}
+}
+
+// TestStringContent: a StringContent's JSON is made once, is what the
+// encoder would write for its text, and is what the encoder copies.
+func TestStringContent(t *testing.T) {
+	for _, s := range []string{"", "plain", "quote \" <tag> \n \x00 \xff ✓", strings.Repeat("ab\"", 40)} {
+		c := StringContent(s)
+		raw, ok := c.StringJSON()
+		if !ok || string(raw) != stdlibString(s) || c.Text() != s {
+			t.Fatalf("StringContent(%q): JSON %s (%v), text %q", s, raw, ok, c.Text())
+		}
+		// The encoder copies the JSON it holds: a Content whose JSON
+		// differs from its text's (which callers must not make) shows it.
+		m := abi.Message{Role: abi.RoleUser, Content: abi.StringContent(json.RawMessage(`"held"`), s)}
+		if got := string(appendMessage(nil, &m)); !strings.Contains(got, `"content":"held"`) {
+			t.Fatalf("the encoder did not copy the held JSON: %s", got)
+		}
 	}
 }

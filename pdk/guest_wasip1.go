@@ -6,12 +6,14 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"runtime"
 	"runtime/debug"
 	"unicode/utf8"
 	"unsafe"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/idents"
 )
 
 // Extism kernel functions (namespace extism:host/env).
@@ -77,6 +79,9 @@ func hostMessageContent(index uint64) uint64
 
 //go:wasmimport extism:host/user message_content_into
 func hostMessageContentInto(index, ptr, capacity uint64) uint64
+
+//go:wasmimport extism:host/user extract_identifiers
+func hostExtractIdentifiers(offset uint64) uint64
 
 // A guest's linear memory never shrinks, so its peak is what it costs the
 // host for the rest of its life. Collect at 50% heap growth instead of Go's
@@ -320,6 +325,48 @@ func (wasmHost) Complete(req abi.LLMRequest) (abi.LLMResponse, error) {
 		return resp, resp.Error
 	}
 	return resp, nil
+}
+
+// extractRequest is extract_identifiers' request buffer, reused across
+// calls.
+var extractRequest []byte
+
+// ExtractIdentifiers extracts texts natively through extract_identifiers,
+// in batches of at most abi.MaxHostInputBytes; a text too large for a
+// batch of its own is extracted here, in the guest, with the same code.
+func (wasmHost) ExtractIdentifiers(texts []idents.Input) ([][]idents.Item, error) {
+	out := make([][]idents.Item, len(texts))
+	for from := 0; from < len(texts); {
+		size, to := 1, from
+		for to < len(texts) && size+idents.RequestSize(texts[to]) <= abi.MaxHostInputBytes {
+			size += idents.RequestSize(texts[to])
+			to++
+		}
+		if to == from {
+			out[from] = idents.Extract(nil, texts[from].Text, texts[from].Observed)
+			from++
+			continue
+		}
+		extractRequest = idents.AppendRequest(extractRequest[:0], texts[from:to])
+		in := toKernel(extractRequest)
+		ans := hostExtractIdentifiers(in)
+		extismFree(in)
+		var raw []byte
+		if ans != 0 {
+			raw = fromKernel(ans)
+			extismFree(ans)
+		}
+		got, err := idents.DecodeAnswer(raw, texts[from:to], nil)
+		if err != nil {
+			return nil, fmt.Errorf("extract_identifiers: %w", err)
+		}
+		copy(out[from:to], got)
+		from = to
+	}
+	if cap(extractRequest) > fastBufferShrink {
+		extractRequest = nil
+	}
+	return out, nil
 }
 
 func (wasmHost) Log(level Level, msg string) {

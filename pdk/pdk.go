@@ -31,6 +31,7 @@ import (
 	"runtime/debug"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/idents"
 )
 
 // Host is what a policy can ask of the compactd host during a call. In a
@@ -45,6 +46,11 @@ type Host interface {
 	Complete(req abi.LLMRequest) (abi.LLMResponse, error)
 	// Log writes a message to the plugin's logger on the host.
 	Log(level Level, msg string)
+	// ExtractIdentifiers returns the items package idents finds in each
+	// text (idents.Extract), extracted natively by the host in one call
+	// per batch (the extract_identifiers host function). A span's text
+	// is a substring of its input's.
+	ExtractIdentifiers(texts []idents.Input) ([][]idents.Item, error)
 }
 
 // Level is a log level.

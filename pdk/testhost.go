@@ -1,10 +1,12 @@
 package pdk
 
 import (
+	"context"
 	"fmt"
 	"sync"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/idents"
 )
 
 // TestHost is a Host for native tests of a policy. Its zero value counts a
@@ -55,6 +57,16 @@ func (h *TestHost) Complete(req abi.LLMRequest) (abi.LLMResponse, error) {
 		return abi.LLMResponse{}, &abi.Error{Code: abi.CodeNoProvider, Message: "no LLM provider configured"}
 	}
 	return h.LLM(req)
+}
+
+// ExtractIdentifiers implements Host as the host does: the texts go
+// through extract_identifiers' wire format, request and answer.
+func (h *TestHost) ExtractIdentifiers(texts []idents.Input) ([][]idents.Item, error) {
+	ans, err := idents.Answer(context.Background(), nil, idents.AppendRequest(nil, texts))
+	if err != nil {
+		return nil, err
+	}
+	return idents.DecodeAnswer(ans, texts, nil)
 }
 
 // Log implements Host.

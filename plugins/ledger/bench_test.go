@@ -4,15 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/host"
 	"github.com/compactd/compactd/internal/dataset"
 	"github.com/compactd/compactd/internal/plugtest"
 	"github.com/compactd/compactd/internal/tokens"
 	"github.com/compactd/compactd/internal/wasmbuild"
+	"github.com/compactd/compactd/pdk"
 )
 
 // benchConversation returns the conversation of a data file whose size is
@@ -106,6 +109,100 @@ func BenchmarkCompact(b *testing.B) {
 	}
 }
 
+// BenchmarkReplay is the eval's measure of issue 23 ("ledger costs no more
+// than deterministic at p50"): every turn of the first 12 mini-swe-agent
+// conversations as the agent sent them, through the host, each request to
+// ledger and to deterministic in turn (alternating which goes first), with
+// the state each policy returned carried to its next turn. Each iteration
+// loads fresh plugins, so ledger's memo starts empty as in `compactd
+// eval`: its jumps extract and render, where BenchmarkCompact repeats one
+// request the memo answers. The metrics are each policy's p50 per request
+// and their ratio.
+func BenchmarkReplay(b *testing.B) {
+	ctx := context.Background()
+	path, err := dataset.File("mini_swe_agent_deepseek_swebench.jsonl")
+	if err == nil {
+		_, err = os.Stat(path)
+	}
+	if err != nil {
+		b.Skipf("benchmarks use the full data set: %v", err)
+	}
+	convs, err := dataset.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	convs = convs[:min(12, len(convs))]
+	tok := tokens.New(tokens.Options{}).ForModel("gpt-4o")
+	for _, c := range convs {
+		tok.CountMessages(c.Chat.Messages)
+	}
+	e, err := host.NewEngine(host.Config{CacheDir: wasmbuild.TestCacheDir(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close(ctx)
+	wasm := map[string][]byte{}
+	for _, name := range []string{"ledger", "deterministic"} {
+		if wasm[name], err = os.ReadFile(wasmbuild.ForTest(b, "plugins/"+name)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	type policy struct {
+		p     *host.Plugin
+		cfg   json.RawMessage
+		state map[string]json.RawMessage
+		lat   []time.Duration
+	}
+	var lat [2][]time.Duration
+	for b.Loop() {
+		var pols [2]*policy
+		for i, name := range []string{"ledger", "deterministic"} {
+			p, err := e.Load(ctx, wasm[name], host.LoadOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			cfg, err := p.Schema().Resolve()
+			if err != nil {
+				b.Fatal(err)
+			}
+			pols[i] = &policy{p: p, cfg: cfg, state: map[string]json.RawMessage{}}
+		}
+		k := 0
+		for _, c := range convs {
+			for i := 1; i < c.Chat.Len(); i++ {
+				if c.Chat.Messages[i].Role != abi.RoleAssistant {
+					continue
+				}
+				in := dataset.Prefix(c.Chat, i)
+				for j := range pols {
+					x := pols[(j+k)%2]
+					req := &host.Request{Conversation: in, Config: x.cfg, Context: abi.Context{State: x.state[c.ID], Model: "gpt-4o"}}
+					start := time.Now()
+					res, err := x.p.Compact(ctx, req)
+					x.lat = append(x.lat, time.Since(start))
+					if err != nil {
+						b.Fatal(err)
+					}
+					x.state[c.ID] = res.Result.State
+				}
+				k++
+			}
+		}
+		for i, x := range pols {
+			lat[i] = append(lat[i], x.lat...)
+			x.p.Close(ctx)
+		}
+	}
+	p50 := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2])
+	}
+	l, d := p50(lat[0]), p50(lat[1])
+	b.ReportMetric(l, "ledger-p50-ns")
+	b.ReportMetric(d, "deterministic-p50-ns")
+	b.ReportMetric(l/d, "ledger/deterministic-p50")
+}
+
 func timed(b *testing.B, ctx context.Context, p *host.Plugin, req *host.Request) time.Duration {
 	start := time.Now()
 	if _, err := p.Compact(ctx, req); err != nil {
@@ -126,7 +223,7 @@ func BenchmarkNative(b *testing.B) {
 	}
 	req := plugtest.Request(c.Messages, nil, nil)
 	for b.Loop() {
-		if _, err := compact(nil, req); err != nil {
+		if _, err := compact(&pdk.TestHost{}, req); err != nil {
 			b.Fatal(err)
 		}
 	}

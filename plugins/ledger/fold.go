@@ -6,36 +6,53 @@ import (
 	"unicode/utf8"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/idents"
 )
+
+// foldTexts appends the texts of message m that fold reads items from,
+// in fold's order, with how to read each: the text of a user or tool
+// message (observed), the assistant's text and each tool call's
+// arguments (unescaped), and any other message's text.
+// extractMessages extracts them all in one host call.
+func foldTexts(texts []idents.Input, m *abi.Message) []idents.Input {
+	switch m.Role {
+	case abi.RoleUser, abi.RoleTool:
+		return append(texts, idents.Input{Text: m.Text(), Observed: true})
+	case abi.RoleAssistant:
+		texts = append(texts, idents.Input{Text: m.Text()})
+		for _, tc := range m.ToolCalls {
+			texts = append(texts, idents.Input{Text: unescapeJSON(tc.Function.Arguments)})
+		}
+		return texts
+	}
+	return append(texts, idents.Input{Text: m.Text()})
+}
 
 // fold appends the items of message m to buf: what it ran (tool calls,
 // and a text-protocol agent's fenced commands), the files, names, ids it
 // holds, the errors and numbers it observed, and what the user said.
-func fold(buf []item, m *abi.Message, cfg config) []item {
+// texts are m's texts as foldTexts lists them, and got their items
+// (idents.Extract's, one slice per text).
+func fold(buf []item, m *abi.Message, cfg config, texts []idents.Input, got [][]item) []item {
 	switch m.Role {
 	case abi.RoleUser:
-		text := m.Text()
-		buf = saidItems(buf, text, cfg.UserChars)
-		return extract(buf, text, true)
-	case abi.RoleTool:
-		return extract(buf, m.Text(), true)
+		buf = saidItems(buf, texts[0].Text, cfg.UserChars)
+		return append(buf, got[0]...)
 	case abi.RoleAssistant:
-		text := m.Text()
-		buf = fencedCommands(buf, text)
-		buf = extract(buf, text, false)
-		for _, tc := range m.ToolCalls {
+		buf = fencedCommands(buf, texts[0].Text)
+		buf = append(buf, got[0]...)
+		for k, tc := range m.ToolCalls {
 			if tc.Function.Name != "" {
-				buf = append(buf, item{kindRan, tc.Function.Name})
+				buf = append(buf, item{Kind: kindRan, Text: tc.Function.Name})
 			}
-			args := unescapeJSON(tc.Function.Arguments)
-			for _, w := range commandWords(args) {
-				buf = append(buf, item{kindRan, w})
+			for _, w := range commandWords(texts[1+k].Text) {
+				buf = append(buf, item{Kind: kindRan, Text: w})
 			}
-			buf = extract(buf, args, false)
+			buf = append(buf, got[1+k]...)
 		}
 		return buf
 	}
-	return extract(buf, m.Text(), false)
+	return append(buf, got[0]...)
 }
 
 // saidItems appends what a user message after the task said: the whole
@@ -48,14 +65,14 @@ func saidItems(buf []item, text string, userChars int) []item {
 		return buf
 	}
 	if n := oneLineRunes(text, userChars); n > 0 && n <= userChars {
-		return append(buf, item{kindSaid, oneLine(text)})
+		return append(buf, item{Kind: kindSaid, Text: oneLine(text)})
 	}
 	for len(text) > 0 {
 		end := sentenceEnd(text)
 		s := strings.TrimSpace(text[:end])
 		text = text[end:]
 		if len(s) >= 12 && instruction(s) {
-			buf = append(buf, item{kindSaid, clipRunes(oneLine(s), userChars)})
+			buf = append(buf, item{Kind: kindSaid, Text: clipRunes(oneLine(s), userChars)})
 		}
 	}
 	return buf
@@ -168,7 +185,7 @@ func fencedCommands(buf []item, text string) []item {
 			end = len(body)
 		}
 		for _, w := range shellWords(body[:end]) {
-			buf = append(buf, item{kindRan, w})
+			buf = append(buf, item{Kind: kindRan, Text: w})
 		}
 		if end == len(body) {
 			return buf
@@ -378,6 +395,3 @@ func clipRunes(s string, n int) string {
 	}
 	return s
 }
-
-// maxErrorChars bounds an error line in the ledger.
-const maxErrorChars = 160

@@ -100,7 +100,7 @@ func decodeConfig(req *abi.CompactRequest) (config, error) {
 	return cfg, nil
 }
 
-func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
+func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 	cfg, err := decodeConfig(req)
 	if err != nil {
 		return nil, err
@@ -130,7 +130,10 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 		res.State = state
 		return res, nil
 	}
-	texts := render(msgs, pinned, units, plan, cfg)
+	texts, err := render(h, msgs, pinned, units, plan, cfg)
+	if err != nil {
+		return nil, err
+	}
 	role := cfg.SummaryRole
 	if pinned == convo.LeadingSystem(msgs) {
 		role = abi.RoleUser // the ledger opens the conversation: Anthropic wants the user first
@@ -141,7 +144,7 @@ func compact(_ pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 		items = append(items, abi.Ref(i))
 	}
 	for _, t := range texts {
-		items = append(items, abi.New(abi.Message{Role: role, Content: abi.TextContent(t)}))
+		items = append(items, abi.New(abi.Message{Role: role, Content: t}))
 	}
 	for i := tail; i < len(msgs); i++ {
 		items = append(items, abi.Ref(i))

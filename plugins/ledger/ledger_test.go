@@ -10,6 +10,7 @@ import (
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
 	"github.com/compactd/compactd/internal/plugtest"
+	"github.com/compactd/compactd/pdk"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -258,11 +259,11 @@ func TestMemo(t *testing.T) {
 	msgs := agent(30)
 	req := plugtest.Request(msgs, small(), nil)
 	chunkMemo.clear()
-	cold, err := compact(nil, req)
+	cold, err := compact(&pdk.TestHost{}, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	warm, err := compact(nil, req)
+	warm, err := compact(&pdk.TestHost{}, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +274,7 @@ func TestMemo(t *testing.T) {
 	saved := chunkMemo.max
 	chunkMemo.max = 1
 	chunkMemo.clear()
-	tiny, _ := compact(nil, req)
+	tiny, _ := compact(&pdk.TestHost{}, req)
 	chunkMemo.max = saved
 	if mustJSON(t, tiny) != mustJSON(t, cold) {
 		t.Fatal("a full memo changed the result")
@@ -295,7 +296,7 @@ func TestDeterminism(t *testing.T) {
 
 func TestConfigErrors(t *testing.T) {
 	for _, cfg := range []map[string]any{{"max_chunks": 1}, {"max_chunks": 4, "merge_keep": 4}, {"share": -1}, {"merge_fan": 1}, {"merge_fan": -2}, {"fold_tokens": 0}, {"summary_role": "system"}, {"nope": 1}} {
-		if _, err := compact(nil, plugtest.Request(agent(2), cfg, nil)); err == nil {
+		if _, err := compact(&pdk.TestHost{}, plugtest.Request(agent(2), cfg, nil)); err == nil {
 			t.Errorf("%v accepted", cfg)
 		}
 	}

@@ -9,14 +9,17 @@ import (
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
+	"github.com/compactd/compactd/idents"
+	"github.com/compactd/compactd/pdk"
 	"github.com/compactd/compactd/plugins/internal/fingerprint"
 )
 
-// entry is one chunk of the ledger as rendered: its text, and the hashes
-// of what it lists (see seeHashes), which later chunks do not list again.
-// Neither holds a pointer into the request.
+// entry is one chunk of the ledger as rendered: its text (with its JSON,
+// made once: a chunk is sent in many results), and the hashes of what it
+// lists (see seeHashes), which later chunks do not list again. Neither
+// holds a pointer into the request.
 type entry struct {
-	text   string
+	text   abi.Content
 	lists  [numKinds][]string // what text lists, by kind (copies, not pointers into the request)
 	hashes []uint64
 }
@@ -30,7 +33,7 @@ const emptyPrefix = "[ledger: nothing new in turns "
 // of its own and all earlier chunks' turns: a conversation's next request
 // renders only its new chunk, and a request whose chunks are all known
 // (any turn order, any instance that served them) only hashes its turns.
-func render(msgs []abi.Message, pinned int, units []convo.Unit, p plan, cfg config) []string {
+func render(h pdk.Host, msgs []abi.Message, pinned int, units []convo.Unit, p plan, cfg config) ([]abi.Content, error) {
 	entries := make([]*entry, len(p.chunks))
 	keys := make([][2]uint64, len(p.chunks))
 	pkey := pinnedKey(msgs[:pinned], cfg)
@@ -50,18 +53,24 @@ func render(msgs []abi.Message, pinned int, units []convo.Unit, p plan, cfg conf
 			continue
 		}
 		if seen == nil {
-			seen = seenBefore(msgs[:pinned], pkey, entries[:ci], keys, cfg)
+			var err error
+			if seen, err = seenBefore(h, msgs[:pinned], pkey, entries[:ci], keys, cfg); err != nil {
+				return nil, err
+			}
 		}
 		chunkMsgs := msgs[units[span[0]].Start:units[span[1]-1].End]
-		e := buildChunk(chunkMsgs, seen, ci == 0, span, cfg)
+		e, err := buildChunk(h, chunkMsgs, seen, ci == 0, span, cfg)
+		if err != nil {
+			return nil, err
+		}
 		entries[ci] = e
-		chunkMemo.put(keys[ci], e, 2*len(e.text)+8*len(e.hashes)+64)
+		chunkMemo.put(keys[ci], e, 3*len(e.text.Text())+8*len(e.hashes)+64)
 	}
 	if seen != nil && len(keys) > 0 {
 		// The next jump of this conversation starts from here.
 		chunkMemo.put(seenKey(keys[len(keys)-1]), &seenSet{seen}, 16*len(seen)+64)
 	}
-	texts := make([]string, len(p.groups))
+	texts := make([]abi.Content, len(p.groups))
 	for gi, g := range p.groups {
 		if g[1]-g[0] == 1 {
 			texts[gi] = entries[g[0]].text
@@ -75,14 +84,15 @@ func render(msgs []abi.Message, pinned int, units []convo.Unit, p plan, cfg conf
 		gh.Word(keys[g[1]-1][1])
 		gh.Word(uint64(g[0]))
 		gkey := gh.Sum128()
-		if t, ok := chunkMemo.get(gkey).(string); ok {
+		if t, ok := chunkMemo.get(gkey).(abi.Content); ok {
 			texts[gi] = t
 			continue
 		}
-		texts[gi] = mergeChunks(entries[g[0]:g[1]], g[0] == 0, p.chunks[g[0]][0], p.chunks[g[1]-1][1])
-		chunkMemo.put(gkey, texts[gi], len(texts[gi])+32)
+		t := mergeChunks(entries[g[0]:g[1]], g[0] == 0, p.chunks[g[0]][0], p.chunks[g[1]-1][1])
+		texts[gi] = pdk.StringContent(t)
+		chunkMemo.put(gkey, texts[gi], 2*len(t)+32)
 	}
-	return texts
+	return texts, nil
 }
 
 // seenSet is what a ledger lists (and its pinned messages hold) up to a
@@ -96,41 +106,48 @@ func seenKey(k [2]uint64) [2]uint64 { return [2]uint64{k[0] ^ 0x5EE5, k[1]} }
 // the chunks before the next one (entries, whose keys are keys) list.
 // The set the previous call left for the last of them is taken from the
 // memo, which then no longer has it: the caller adds to it.
-func seenBefore(pinned []abi.Message, pkey [2]uint64, entries []*entry, keys [][2]uint64, cfg config) map[uint64]bool {
+func seenBefore(h pdk.Host, pinned []abi.Message, pkey [2]uint64, entries []*entry, keys [][2]uint64, cfg config) (map[uint64]bool, error) {
 	if len(entries) > 0 {
 		if s, ok := chunkMemo.take(seenKey(keys[len(entries)-1])).(*seenSet); ok {
-			return s.m
+			return s.m, nil
 		}
 	}
 	seen := make(map[uint64]bool)
-	for _, h := range pinnedHashes(pinned, pkey, cfg) {
-		seen[h] = true
+	hs, err := pinnedHashes(h, pinned, pkey, cfg)
+	if err != nil {
+		return nil, err
+	}
+	for _, x := range hs {
+		seen[x] = true
 	}
 	for _, e := range entries {
-		for _, h := range e.hashes {
-			seen[h] = true
+		for _, x := range e.hashes {
+			seen[x] = true
 		}
 	}
-	return seen
+	return seen, nil
 }
 
 // buildChunk renders the chunk of msgs (the turns span, in units, folded
 // at one jump), listing what seen does not hold, and adds what it lists to
 // seen.
-func buildChunk(msgs []abi.Message, seen map[uint64]bool, first bool, span [2]int, cfg config) *entry {
-	x := extractMessages(msgs, cfg)
+func buildChunk(h pdk.Host, msgs []abi.Message, seen map[uint64]bool, first bool, span [2]int, cfg config) (*entry, error) {
+	x, err := extractMessages(h, msgs, cfg)
+	if err != nil {
+		return nil, err
+	}
 	budget := cfg.Share * float64(messagesTokens(msgs))
 	picked, hashes := selectItems(x, seen, budget)
 	e := &entry{hashes: hashes}
 	for i, it := range x.items {
 		if picked[i] {
-			e.lists[it.kind] = append(e.lists[it.kind], strings.Clone(it.text))
+			e.lists[it.Kind] = append(e.lists[it.Kind], strings.Clone(it.Text))
 		}
 	}
-	e.text = renderChunk(&e.lists, first, span)
+	e.text = pdk.StringContent(renderChunk(&e.lists, first, span))
 	slices.Sort(e.hashes)
 	e.hashes = slices.Compact(e.hashes)
-	return e
+	return e, nil
 }
 
 // selectItems picks the items of extraction x a chunk lists and records
@@ -143,7 +160,7 @@ func selectItems(x *extraction, seen map[uint64]bool, budget float64) (picked []
 	// Each item's text hash, computed once.
 	th := make([]uint64, len(x.items))
 	for i, it := range x.items {
-		th[i] = textHash(it.text)
+		th[i] = textHash(it.Text)
 	}
 	var queues [numKinds][]int
 	take := func(i int) {
@@ -159,9 +176,9 @@ func selectItems(x *extraction, seen map[uint64]bool, budget float64) (picked []
 		case seen[th[i]]:
 		case x.used[i]:
 			take(i)
-			budget -= itemTokens(it.text)
+			budget -= itemTokens(it.Text)
 		default:
-			queues[it.kind] = append(queues[it.kind], i)
+			queues[it.Kind] = append(queues[it.Kind], i)
 		}
 	}
 	for more := true; more && budget > 0; {
@@ -174,7 +191,7 @@ func selectItems(x *extraction, seen map[uint64]bool, budget float64) (picked []
 			more = true
 			queues[kind] = q[1:]
 			it := x.items[q[0]]
-			if cost := itemTokens(it.text); cost <= budget && !seen[th[q[0]]] {
+			if cost := itemTokens(it.Text); cost <= budget && !seen[th[q[0]]] {
 				take(q[0])
 				budget -= cost
 			}
@@ -208,21 +225,21 @@ func textHash(s string) uint64 {
 // (self.match_re.search holds match_re), a path what ends it after a
 // slash (/testbed/a/b.py holds a/b.py and b.py).
 func seeHashes(dst []uint64, it item) []uint64 {
-	return seeHashesOf(dst, it, textHash(it.text))
+	return seeHashesOf(dst, it, textHash(it.Text))
 }
 
 // seeHashesOf is seeHashes with the hash of it's text, h, known.
 func seeHashesOf(dst []uint64, it item, h uint64) []uint64 {
 	dst = append(dst, h)
-	switch it.kind {
+	switch it.Kind {
 	case kindName:
-		if strings.IndexByte(it.text, '.') >= 0 {
-			for _, part := range strings.Split(it.text, ".") {
+		if strings.IndexByte(it.Text, '.') >= 0 {
+			for _, part := range strings.Split(it.Text, ".") {
 				dst = append(dst, textHash(part))
 			}
 		}
 	case kindFile:
-		for p := it.text; ; {
+		for p := it.Text; ; {
 			i := strings.IndexByte(p, '/')
 			if i < 0 {
 				break
@@ -252,7 +269,7 @@ func renderChunk(lists *[numKinds][]string, first bool, span [2]int) string {
 		}
 		b.WriteString(kindNames[kind])
 		b.WriteByte(':')
-		lines := kind == kindError || kind == kindSaid
+		lines := idents.Kind(kind) == kindError || idents.Kind(kind) == kindSaid
 		for _, it := range list {
 			if lines {
 				b.WriteString("\n- ")
@@ -295,14 +312,26 @@ type extraction struct {
 }
 
 // extractMessages returns the items of msgs. Their texts point into msgs.
-func extractMessages(msgs []abi.Message, cfg config) *extraction {
+// The texts of all of them are extracted in one call to the host.
+func extractMessages(h pdk.Host, msgs []abi.Message, cfg config) (*extraction, error) {
+	var texts []idents.Input
+	starts := make([]int, len(msgs)+1) // msgs[i]'s texts are texts[starts[i]:starts[i+1]]
+	for i := range msgs {
+		starts[i] = len(texts)
+		texts = foldTexts(texts, &msgs[i])
+	}
+	starts[len(msgs)] = len(texts)
+	got, err := h.ExtractIdentifiers(texts)
+	if err != nil {
+		return nil, err
+	}
 	// Every message's items first, so the deduplication's map is made
 	// at its size once instead of growing.
 	var all []item
 	var assistant []int // [from, to) of each assistant message's items, in pairs
 	for i := range msgs {
 		from := len(all)
-		all = fold(all, &msgs[i], cfg)
+		all = fold(all, &msgs[i], cfg, texts[starts[i]:starts[i+1]], got[starts[i]:starts[i+1]])
 		if msgs[i].Role == abi.RoleAssistant {
 			assistant = append(assistant, from, len(all))
 		}
@@ -322,24 +351,28 @@ func extractMessages(msgs []abi.Message, cfg config) *extraction {
 		x.items = append(x.items, it)
 		x.used = append(x.used, used)
 	}
-	return x
+	return x, nil
 }
 
 // pinnedHashes returns the hashes of what the pinned messages (the system
 // messages and the task, whose memo key is key) hold: the ledger does not
 // list it, the request holds it verbatim.
-func pinnedHashes(msgs []abi.Message, key [2]uint64, cfg config) []uint64 {
+func pinnedHashes(h pdk.Host, msgs []abi.Message, key [2]uint64, cfg config) ([]uint64, error) {
 	if hs, ok := chunkMemo.get(key).([]uint64); ok {
-		return hs
+		return hs, nil
+	}
+	x, err := extractMessages(h, msgs, cfg)
+	if err != nil {
+		return nil, err
 	}
 	var hs []uint64
-	for _, it := range extractMessages(msgs, cfg).items {
+	for _, it := range x.items {
 		hs = seeHashes(hs, it)
 	}
 	slices.Sort(hs)
 	hs = slices.Compact(hs)
 	chunkMemo.put(key, hs, 8*len(hs)+64)
-	return hs
+	return hs, nil
 }
 
 // unitsKey is the memo key of units' messages: a hash of them and of the

@@ -17,6 +17,7 @@ import (
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
 	"github.com/compactd/compactd/host"
+	"github.com/compactd/compactd/idents"
 	llmclient "github.com/compactd/compactd/internal/llm"
 	"github.com/compactd/compactd/internal/plugtest"
 	"github.com/compactd/compactd/internal/tokens"
@@ -75,6 +76,9 @@ type clientHost struct {
 
 func (h clientHost) CountTokens(s string) int { return h.tok.Count(s) }
 func (h clientHost) Log(pdk.Level, string)    {}
+func (h clientHost) ExtractIdentifiers(texts []idents.Input) ([][]idents.Item, error) {
+	return (&pdk.TestHost{}).ExtractIdentifiers(texts)
+}
 func (h clientHost) Complete(req abi.LLMRequest) (abi.LLMResponse, error) {
 	resp, err := h.llm.Complete(context.Background(), req)
 	if err != nil {

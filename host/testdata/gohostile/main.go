@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/idents"
 	"github.com/compactd/compactd/pdk"
 )
 
@@ -99,6 +100,38 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 		os.Exit(3)
 	case "error":
 		return nil, &abi.Error{Code: abi.CodeInvalidConfig, Message: "gohostile: refusing"}
+	case "idents":
+		// Exercises extract_identifiers through the PDK: every message's
+		// items, one warning per message, "kind:text" separated by tabs.
+		var in []idents.Input
+		for _, m := range req.Messages {
+			in = append(in, idents.Input{Text: m.Text(), Observed: m.Role == abi.RoleTool || m.Role == abi.RoleUser})
+		}
+		got, err := h.ExtractIdentifiers(in)
+		if err != nil {
+			return nil, err
+		}
+		res := abi.Unchanged(n, "extracted")
+		for _, items := range got {
+			var b strings.Builder
+			for _, it := range items {
+				b.WriteString(itoa(int(it.Kind)) + ":" + it.Text + "\t")
+			}
+			res.Warnings = append(res.Warnings, b.String())
+		}
+		return res, nil
+	case "identsbig":
+		// A request block over abi.MaxHostInputBytes: the host must not
+		// read it.
+		hostExtractIdentifiers(extismAlloc(abi.MaxHostInputBytes + 1))
+		return abi.Unchanged(n, "extract_identifiers answered a block over the limit"), nil
+	case "identsbad":
+		// A request block in no known version.
+		off := extismAlloc(2)
+		extismStoreU8(off, 9)
+		extismStoreU8(off+1, 0)
+		hostExtractIdentifiers(off)
+		return abi.Unchanged(n, "extract_identifiers answered a malformed block"), nil
 	case "count":
 		// Exercises count_tokens and llm_complete through the PDK.
 		total := 0
@@ -116,6 +149,15 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 	}
 	return nil, &abi.Error{Code: abi.CodeInvalidConfig, Message: "unknown mode " + cfg.Mode}
 }
+
+//go:wasmimport extism:host/user extract_identifiers
+func hostExtractIdentifiers(offset uint64) uint64
+
+//go:wasmimport extism:host/env alloc
+func extismAlloc(n uint64) uint64
+
+//go:wasmimport extism:host/env store_u8
+func extismStoreU8(offset uint64, v uint32)
 
 func itoa(n int) string {
 	if n == 0 {

@@ -1,28 +1,46 @@
-package main
+// Package idents finds the identifiers a text of an agent's conversation
+// holds: the file paths, the names it defines and calls, ids, numbers and
+// error lines. It is the extraction the ledger policy folds old turns
+// into, and the host serves it to plugins natively through the
+// extract_identifiers host function (abi/README.md), whose wire format is
+// in wire.go.
+//
+// It imports nothing but the standard library: the host, a Go plugin and
+// native tests share it.
+package idents
 
 import "strings"
 
-// Kinds of ledger items, in the order a chunk lists them.
+// Kind is the kind of an Item. The order is the ledger's: a chunk lists
+// its items kind by kind, in this order.
+type Kind uint8
+
+// Kinds of items. Extract finds KindFile to KindNumber; KindRan and
+// KindSaid are a caller's own (the ledger's tools run and what the user
+// said), listed here so one enumeration orders them all.
 const (
-	kindRan    = iota // tools called and the programs their commands ran
-	kindFile          // file paths
-	kindDef           // names defined (def/class/func … followed by its parameters or body)
-	kindName          // other identifiers: called, snake_case, camelCase
-	kindError         // error lines observed
-	kindID            // ids: words mixing letters and digits
-	kindNumber        // numbers and dates observed
-	kindSaid          // what the user said after the task
-	numKinds
+	KindRan    Kind = iota // tools called and the programs their commands ran
+	KindFile               // file paths
+	KindDef                // names defined (def/class/func … followed by its parameters or body)
+	KindName               // other identifiers: called, snake_case, camelCase
+	KindError              // error lines observed
+	KindID                 // ids: words mixing letters and digits
+	KindNumber             // numbers and dates observed
+	KindSaid               // what the user said after the task
+	NumKinds               // the number of kinds
 )
 
-// kindNames label each kind's line in a chunk.
-var kindNames = [numKinds]string{"ran", "files", "defined", "names", "errors", "ids", "numbers", "user said"}
-
-// item is one fact a folded message holds.
-type item struct {
-	kind int
-	text string
+// Item is one fact a text holds: its kind and its text, which is a
+// substring of the text it was found in, except a range of listed line
+// numbers ("10-12"), which joins two.
+type Item struct {
+	Kind Kind
+	Text string
 }
+
+// MaxErrorBytes bounds the text of a KindError item: an error line is cut
+// to at most this many bytes, at a UTF-8 boundary.
+const MaxErrorBytes = 160
 
 // The scanners below work on bytes with a class table: a Go guest pays a
 // check of the host's time limit at every loop header, so they make one
@@ -70,11 +88,11 @@ func definer(w string) bool {
 	return false
 }
 
-// extract appends the items of text to out, in order of appearance.
+// Extract appends the items of text to out, in order of appearance.
 // observed is true for what came back to the agent (tool results, user
 // messages after the task): numbers and errors are taken only from there —
 // in the agent's own words they are mostly its guesses and code.
-func extract(out []item, text string, observed bool) []item {
+func Extract(out []Item, text string, observed bool) []Item {
 	prevWord := ""
 	var lines lineRun
 	for i := 0; i < len(text); {
@@ -102,7 +120,7 @@ func extract(out []item, text string, observed bool) []item {
 		start := i
 		if observed && isDigit(c) && (start == 0 || !isWord(text[start-1])) {
 			if n := separatedNumber(text, start); n != "" {
-				out = append(out, item{kindNumber, n})
+				out = append(out, Item{KindNumber, n})
 				i += len(n)
 				prevWord = n
 				continue
@@ -180,7 +198,7 @@ type lineRun struct {
 	n           int
 }
 
-func (r *lineRun) add(out []item, text string, n int) []item {
+func (r *lineRun) add(out []Item, text string, n int) []Item {
 	text = strings.TrimLeft(text, " ")
 	if r.n > 0 && n == r.last+1 {
 		r.last, r.lastText = n, text
@@ -192,15 +210,15 @@ func (r *lineRun) add(out []item, text string, n int) []item {
 	return out
 }
 
-func (r *lineRun) flush(out []item) []item {
+func (r *lineRun) flush(out []Item) []Item {
 	switch {
 	case r.n == 0:
 	case r.n == 1:
 		if len(r.firstText) >= 3 {
-			out = append(out, item{kindNumber, r.firstText})
+			out = append(out, Item{KindNumber, r.firstText})
 		}
 	default:
-		out = append(out, item{kindNumber, r.firstText + "-" + r.lastText})
+		out = append(out, Item{KindNumber, r.firstText + "-" + r.lastText})
 	}
 	r.n = 0
 	return out
@@ -231,7 +249,7 @@ func plainRun(run string) bool {
 }
 
 // classify appends the items one run of path bytes holds.
-func classify(out []item, run string, next, after byte, prevWord string, observed, key bool) []item {
+func classify(out []Item, run string, next, after byte, prevWord string, observed, key bool) []Item {
 	// Trimmed as strings.TrimRight(run, ".-") and TrimLeft(run, "-")
 	// would, without building their cutset on every run.
 	for len(run) > 0 && (run[len(run)-1] == '.' || run[len(run)-1] == '-') {
@@ -254,19 +272,19 @@ func classify(out []item, run string, next, after byte, prevWord string, observe
 		if observed && libraryPath(p) {
 			return out
 		}
-		return append(out, item{kindFile, p})
+		return append(out, Item{KindFile, p})
 	}
 	// A definition: def/class/func… then a name and what opens its
 	// parameters or body (def f(, class C:, struct S {, func F[T]).
 	if definer(prevWord) && isIdent(run) && len(run) >= 3 && (after == '(' || after == ':' || after == '{' || after == '<' || after == '[') {
-		return append(out, item{kindDef, run})
+		return append(out, Item{KindDef, run})
 	}
 	if next == '(' && len(run) >= 4 && isSymbol(run) {
 		// A called name: a qualified one holds its parts.
-		return append(out, item{kindName, run})
+		return append(out, Item{KindName, run})
 	}
 	if observed && isDigit(run[0]) && (isDecimal(run) || isDate(run)) {
-		return append(out, item{kindNumber, run})
+		return append(out, Item{KindNumber, run})
 	}
 	// The words of the run (a dotted name's parts, a dashed id): ids,
 	// names, numbers.
@@ -283,12 +301,12 @@ func classify(out []item, run string, next, after byte, prevWord string, observe
 		last := k == len(run)
 		switch {
 		case isID(w):
-			out = append(out, item{kindID, w})
+			out = append(out, Item{KindID, w})
 		case key && last:
 		case isName(w):
-			out = append(out, item{kindName, w})
+			out = append(out, Item{KindName, w})
 		case observed && j == 0 && last && isNumber(w):
-			out = append(out, item{kindNumber, w})
+			out = append(out, Item{KindNumber, w})
 		}
 		j = k
 	}
@@ -513,9 +531,9 @@ func separatedNumber(text string, i int) string {
 // django.core.exceptions.FieldError: …, a bare KeyError, pytest's "E   "
 // lines), a failed test (FAILED tests/x.py::t) or an "error: …" (a
 // compiler's, a tool's "Error: …"), from its start to the end of its line,
-// at most maxErrorChars. An exception named inside a line (raise
+// at most MaxErrorBytes. An exception named inside a line (raise
 // ValueError(…), except KeyError:) is code, not an error that happened.
-func extractErrors(out []item, text string) []item {
+func extractErrors(out []Item, text string) []Item {
 	// The next mention of each marker at or after i; each is searched
 	// again only once passed, so the scan stays linear.
 	markers := [...]string{"rror", "xception", "FAILED "}
@@ -546,7 +564,7 @@ func extractErrors(out []item, text string) []item {
 			end = len(text) - start
 		}
 		line := strings.TrimSpace(text[start : start+end])
-		out = append(out, item{kindError, clipBytes(line, maxErrorChars)})
+		out = append(out, Item{KindError, clipBytes(line, MaxErrorBytes)})
 		i = max(start+end, at+1)
 	}
 }
