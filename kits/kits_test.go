@@ -284,8 +284,8 @@ func sameOutput(t *testing.T, wasm map[string]string) {
 				// The Extism path reads its input through a host call per
 				// 8 bytes, a cost -race multiplies (nine tenths of this
 				// comparison's time): it is compared on every third
-				// prefix (all files and sizes still among them), where the
-				// fast path runs every one. The languages' logic is the
+				// prefix (two of each conversation's six), where the fast
+				// path runs every one. The languages' logic is the
 				// same on both paths; what the Extism path adds is its I/O.
 				if r.extism && ci%3 != 0 {
 					continue
