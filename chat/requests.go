@@ -26,6 +26,13 @@ type LastRequest struct {
 	Counts []int
 	// Pipeline is the pipeline the request named (nil: none).
 	Pipeline []string
+	// ListStart is the offset in Body of the '[' that opens the request's
+	// list (its messages, or a format's items), and Spans the byte spans
+	// [start, end) in Body of the list's elements (nil when the list is
+	// not an array): a caller reads the next request only past the
+	// elements it shares, byte for byte and in place, with this one.
+	ListStart int
+	Spans     [][2]int
 	// Offset is how many tokens the provider counted beyond the caller's
 	// count of the prompt it was sent, for the last response that
 	// reported usage (never negative). Calibrate sets it, and
@@ -41,7 +48,7 @@ type requestEntry struct {
 }
 
 func (e *requestEntry) size() int64 {
-	return int64(len(e.Body)+len(e.id)+len(e.Model)) + int64(len(e.Hashes))*16 + 128
+	return int64(len(e.Body)+len(e.id)+len(e.Model)) + int64(len(e.Hashes))*16 + int64(len(e.Spans))*16 + 128
 }
 
 // LastRequest returns a copy of what the memory holds of conversation
@@ -71,7 +78,7 @@ func (m *Memory) RememberRequest(id string, r LastRequest) {
 	e := &requestEntry{id: id, LastRequest: r}
 	e.Offset = 0
 	if e.size() > m.maxRequests {
-		e.Body = nil
+		e.Body, e.Spans = nil, nil // spans without the body they index are of no use
 	}
 	if el, ok := m.byID[id]; ok {
 		old := el.Value.(*requestEntry)

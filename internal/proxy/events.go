@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -47,7 +48,19 @@ type eventScanner struct {
 const keepBelow = 256 << 10
 
 func newEventScanner(r io.Reader, limit int) *eventScanner {
-	return &eventScanner{src: bufio.NewReaderSize(r, 32<<10), limit: limit}
+	return &eventScanner{src: bufio.NewReaderSize(r, relayBufferSize), limit: limit}
+}
+
+// errScannerClosed is what a scanner returns once its read buffer was
+// given back (release).
+var errScannerClosed = errors.New("the stream's reader was closed")
+
+// release ends the scan and returns its read buffer, which the scanner
+// no longer uses: every later Next fails.
+func (s *eventScanner) release() *bufio.Reader {
+	src := s.src
+	s.src, s.event, s.err = nil, nil, errScannerClosed
+	return src
 }
 
 // Next returns the next event. The slice is valid until the next call.

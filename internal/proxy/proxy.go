@@ -160,6 +160,7 @@ type Proxy struct {
 	shadow    *shadower
 	biller    *eval.Biller // prices the shadow figures (nil: shadows are not measured)
 	rec       recoveries
+	relay     relayBuffers
 }
 
 // New returns a Proxy.
@@ -462,8 +463,12 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, prov wire.Format) 
 		out = io.MultiReader(bytes.NewReader(body), r.Body)
 		length = r.ContentLength
 	} else {
-		b := x.filterRequest(r.Context(), body)
-		out, length = bytes.NewReader(b), int64(len(b))
+		parts := x.filterRequest(r.Context(), body)
+		length = 0
+		for _, b := range parts {
+			length += int64(len(b))
+		}
+		out = &parts
 	}
 
 	h := w.Header()
@@ -513,28 +518,41 @@ func headerValue(s string) string {
 	return s
 }
 
-// filterRequest is the request filter: it returns the body to forward.
-func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
+// filterRequest is the request filter: it returns the body to forward,
+// in parts sent one after the other (the request's bytes are not copied
+// to add stream_options).
+func (x *exchange) filterRequest(ctx context.Context, body []byte) net.Buffers {
 	p, cfg := x.p, x.cfg
-	req, err := parseRequest(body, x.prov)
+	// The conversation's last request, when the header names the
+	// conversation: the scan resumes past what this one repeats of it.
+	var last chat.LastRequest
+	haveLast := false
+	var after *chat.LastRequest
+	if x.id != "" {
+		if last, haveLast = p.mem.LastRequest(x.id); haveLast && last.Format == x.prov.Name() {
+			after = &last
+		}
+	}
+	req, err := parseRequestAfter(body, x.prov, after)
 	if err != nil {
 		x.unreadable("the request", err)
-		return body
+		return net.Buffers{body}
 	}
 	x.model = req.model
 	x.route = routeFor(cfg, req.model, x.chosen)
 	if why := x.prov.Uncompactable(req.get); why != "" {
 		x.passThrough(PassProviderHistory, "%s: forwarded uncompacted", why)
-		return body
+		return net.Buffers{body}
 	}
 	var lead []abi.Message
 	if x.id == "" {
 		lead, err = x.prov.Leading(req.system, req.messages)
 		if err != nil {
 			x.unreadable("the conversation", err)
-			return body
+			return net.Buffers{body}
 		}
 		x.id = compactor.ConversationID(lead)
+		last, haveLast = p.mem.LastRequest(x.id)
 	}
 	x.window = cfg.Proxy.ContextWindow
 	if x.window <= 0 {
@@ -547,13 +565,13 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 	tok := p.opts.Tokens.ForModel(req.model)
 	items, hasSystem := req.items()
 	var prev *chat.LastRequest
-	if last, ok := p.mem.LastRequest(x.id); ok && last.Model == req.model && last.Format == x.prov.Name() {
+	if haveLast && last.Model == req.model && last.Format == x.prov.Name() {
 		prev = &last
 	}
 	hashes, counts, total, err := p.count(x.prov, tok, items, hasSystem, prev)
 	if err != nil {
 		x.unreadable("the conversation", err)
-		return body
+		return net.Buffers{body}
 	}
 	total += tokens.ReplyPrimingTokens
 	offset := 0
@@ -561,7 +579,8 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 		offset = prev.Offset
 	}
 	estimate := total + offset
-	p.mem.RememberRequest(x.id, chat.LastRequest{Format: x.prov.Name(), Model: req.model, Body: body, Hashes: hashes, Counts: counts, Pipeline: x.chosen})
+	p.mem.RememberRequest(x.id, chat.LastRequest{Format: x.prov.Name(), Model: req.model, Body: body, Hashes: hashes, Counts: counts, Pipeline: x.chosen,
+		ListStart: req.msgs.start, Spans: req.spans})
 
 	status, known := p.opts.Store.Conversation(x.id)
 	pc, rt := &cfg.Proxy, x.route
@@ -612,14 +631,14 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) []byte {
 	x.tracked = true
 
 	if x.prov.StreamUsageOption() && req.stream && !req.clientUsage && pc.IncludeStreamUsage() {
-		b, err := req.withStreamUsage(out)
-		if err != nil {
-			x.warn("stream_options could not be set (%v): the response's usage is not recorded", err)
-		} else {
-			out, x.addedUsage = b, true
+		parts, err := req.withStreamUsage(out)
+		if err == nil {
+			x.addedUsage = true
+			return parts
 		}
+		x.warn("stream_options could not be set (%v): the response's usage is not recorded", err)
 	}
-	return out
+	return net.Buffers{out}
 }
 
 // compact runs the proxy's pipeline on the request and returns the body
@@ -825,7 +844,8 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, cfg *config.Conf
 				pr.Out.Body, pr.Out.ContentLength = io.NopCloser(body), length
 			}
 		},
-		Transport: p.transport,
+		Transport:  p.transport,
+		BufferPool: &p.relay,
 		ModifyResponse: func(resp *http.Response) error {
 			if x.recoverable(resp) {
 				if err := x.recoverOverflow(ctx, resp, w.Header(), headers); err != nil {
@@ -852,7 +872,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, cfg *config.Conf
 					parser = prov.NewStream(x.addedUsage)
 					done = func() { x.usage(parser.Usage()) }
 				}
-				resp.Body = newSSEReader(resp.Body, limit, parser, func(err error) []byte {
+				resp.Body = newPooledSSEReader(&p.relay, resp.Body, limit, parser, func(err error) []byte {
 					return p.streamFailed(ctx, prov, u.Host, pc.ReadTimeout.D(), err)
 				}, done)
 			case holdable(r, resp, limit):

@@ -253,8 +253,8 @@ func (x *exchange) recoverOverflow(ctx context.Context, resp *http.Response, cli
 		return nil
 	}
 	if x.addedUsage {
-		if b, err := req.withStreamUsage(out); err == nil {
-			out = b
+		if parts, err := req.withStreamUsage(out); err == nil {
+			out = bytes.Join(parts, nil)
 		}
 	}
 	retry := resp.Request.Clone(resp.Request.Context())

@@ -2,9 +2,14 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"sort"
+
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/internal/compactor"
 	"github.com/compactd/compactd/internal/wire"
 	"github.com/compactd/compactd/jsonscan"
@@ -20,6 +25,11 @@ type request struct {
 	// the span of the array.
 	messages []json.RawMessage
 	msgs     field
+	// spans are the messages' byte spans in body (nil when the list is
+	// not an array), and reused how many leading ones were taken from the
+	// previous request (parseRequestAfter).
+	spans  [][2]int
+	reused int
 	// system is the conversation's top-level system prompt: Anthropic's
 	// "system", the Responses API's "instructions" (nil when absent).
 	system json.RawMessage
@@ -49,6 +59,19 @@ type field struct {
 // conversation (a "messages" array; the Responses API's "input", an array
 // or a string); the caller then forwards it unchanged.
 func parseRequest(body []byte, prov wire.Format) (*request, error) {
+	return parseRequestAfter(body, prov, nil)
+}
+
+// parseRequestAfter is parseRequest for a request that may repeat the
+// conversation's previous one, prev (in prov's format; nil: none): the
+// leading elements of the list that are byte-identical to prev's, in
+// place, from the start of the body, are taken from prev's spans and not
+// scanned again — what an agent sends every turn is its last request plus
+// what happened since. Nothing is trusted that was not compared: the
+// scanner reads the same bytes in the same order up to there, so it would
+// have found the same spans, and it reads on from the last of them. The
+// result is parseRequest's.
+func parseRequestAfter(body []byte, prov wire.Format, prev *chat.LastRequest) (*request, error) {
 	list, system := prov.Fields()
 	s := jsonscan.New(body)
 	if s.Peek() != jsonscan.Object {
@@ -68,7 +91,7 @@ func parseRequest(body []byte, prov wire.Format) (*request, error) {
 		key := string(jsonscan.Key(k, esc))
 		if key == list && s.Peek() == jsonscan.Array {
 			start := s.Pos()
-			if r.messages, err = elements(s); err != nil {
+			if r.messages, r.spans, r.reused, err = elements(s, sharedSpans(body, start, prev)); err != nil {
 				return nil, fmt.Errorf("%w: %q: %v", errScan, list, err)
 			}
 			r.fields = append(r.fields, field{key: key, start: start, end: s.Pos()})
@@ -88,7 +111,7 @@ func parseRequest(body []byte, prov wire.Format) (*request, error) {
 				return nil, fmt.Errorf("%w: %q is %s, not an array", errScan, list, kind)
 			}
 			// A string input is one user message.
-			r.messages, r.msgs, found = []json.RawMessage{v}, f, true
+			r.messages, r.msgs, r.spans, r.reused, found = []json.RawMessage{v}, f, nil, 0, true
 		case "model":
 			if kind != jsonscan.String {
 				return nil, fmt.Errorf("%w: \"model\" is not a string", errScan)
@@ -118,32 +141,77 @@ func parseRequest(body []byte, prov wire.Format) (*request, error) {
 }
 
 // elements reads the array at s as its elements' spans (views of the
-// scanner's data), leaving s after it.
-func elements(s *jsonscan.Scanner) ([]json.RawMessage, error) {
+// scanner's data) and their offsets, leaving s after it. The elements of
+// known, the spans of its leading elements (sharedSpans), are taken as
+// they are and the scan resumes after the last of them; reused is how
+// many there were.
+func elements(s *jsonscan.Scanner, known [][2]int) (out []json.RawMessage, spans [][2]int, reused int, err error) {
 	if err := s.BeginArray(); err != nil {
-		return nil, err
+		return nil, nil, 0, err
 	}
 	data := s.Data()
-	out := make([]json.RawMessage, 0, 16)
-	for first := true; ; first = false {
+	n := max(16, len(known)+8)
+	out, spans = make([]json.RawMessage, 0, n), make([][2]int, 0, n)
+	first := true
+	if len(known) > 0 {
+		for _, sp := range known {
+			out = append(out, data[sp[0]:sp[1]:sp[1]])
+		}
+		spans = append(spans, known...)
+		s.Seek(known[len(known)-1][1])
+		first = false
+	}
+	for ; ; first = false {
 		more, err := s.NextElement(first)
-		if err != nil || !more {
-			return out, err
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		if !more {
+			return out, spans, len(known), nil
 		}
 		_, start, end, err := s.Skip()
 		if err != nil {
-			return nil, err
+			return nil, nil, 0, err
 		}
 		out = append(out, data[start:end:end])
+		spans = append(spans, [2]int{start, end})
 	}
 }
 
-// splice returns b with [start, end) replaced by repl, in a new slice.
-func splice(b []byte, start, end int, repl []byte) []byte {
-	out := make([]byte, 0, len(b)-(end-start)+len(repl))
-	out = append(out, b[:start]...)
-	out = append(out, repl...)
-	return append(out, b[end:]...)
+// sharedSpans returns the spans of prev's leading list elements that body
+// holds too, byte for byte at the same offsets, with everything before
+// them: the list opens at start in both, and body's first bytes up to
+// the end of each equal prev's. nil when there are none.
+func sharedSpans(body []byte, start int, prev *chat.LastRequest) [][2]int {
+	if prev == nil || prev.Body == nil || len(prev.Spans) == 0 || prev.ListStart != start {
+		return nil
+	}
+	same := commonPrefix(body, prev.Body)
+	k := sort.Search(len(prev.Spans), func(i int) bool { return prev.Spans[i][1] > same })
+	return prev.Spans[:k:k]
+}
+
+// commonPrefix returns how many leading bytes a and b share.
+func commonPrefix(a, b []byte) int {
+	n := min(len(a), len(b))
+	const chunk = 2048
+	i := 0
+	for i+chunk <= n && bytes.Equal(a[i:i+chunk], b[i:i+chunk]) {
+		i += chunk
+	}
+	for i+8 <= n && binary.LittleEndian.Uint64(a[i:]) == binary.LittleEndian.Uint64(b[i:]) {
+		i += 8
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
+}
+
+// splice returns b with [start, end) replaced by repl, as parts: b's
+// bytes are not copied.
+func splice(b []byte, start, end int, repl []byte) net.Buffers {
+	return net.Buffers{b[:start:start], repl, b[end:]}
 }
 
 // get returns the value of the top-level member key (nil when absent).
@@ -202,7 +270,8 @@ func (r *request) withList(list []json.RawMessage) []byte {
 // withStreamUsage returns body (r's body, or one derived from it with the
 // same fields before "messages") with stream_options.include_usage set to
 // true: added to an existing stream_options object, or added as a member.
-func (r *request) withStreamUsage(body []byte) ([]byte, error) {
+// The result is body's bytes in parts, around the new ones, not copied.
+func (r *request) withStreamUsage(body []byte) (net.Buffers, error) {
 	shift := len(body) - len(r.body) // a replaced messages array moved what follows it
 	at := func(i int) int {
 		if i >= r.msgs.end {

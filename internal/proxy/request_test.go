@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
+	"github.com/compactd/compactd/chat"
 	"github.com/compactd/compactd/internal/wire"
 	"github.com/compactd/compactd/internal/wire/anthropic"
 	"github.com/compactd/compactd/internal/wire/openaichat"
@@ -36,10 +38,14 @@ func TestParseRequest(t *testing.T) {
 
 	// Replacing the messages and adding include_usage keeps every other byte.
 	out := r.withList([]json.RawMessage{json.RawMessage(`{"role":"user","content":"b"}`)})
-	out, err = r.withStreamUsage(out)
+	parts, err := r.withStreamUsage(out)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if &parts[0][0] != &out[0] {
+		t.Fatal("the body was copied to add stream_options")
+	}
+	out = bytes.Join(parts, nil)
 	var m map[string]any
 	if err := json.Unmarshal(out, &m); err != nil {
 		t.Fatalf("%s: %v", out, err)
@@ -54,8 +60,8 @@ func TestParseRequest(t *testing.T) {
 
 	// Without stream_options, it is added as a member.
 	r, _ = parseRequest([]byte(`{"messages":[],"stream":true}`), openaichat.Format{})
-	out, _ = r.withStreamUsage(r.body)
-	if string(out) != `{"messages":[],"stream":true,"stream_options":{"include_usage":true}}` {
+	parts, _ = r.withStreamUsage(r.body)
+	if out = bytes.Join(parts, nil); string(out) != `{"messages":[],"stream":true,"stream_options":{"include_usage":true}}` {
 		t.Fatalf("%s", out)
 	}
 
@@ -225,4 +231,111 @@ func TestWithListOneCopy(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { r.withList(list) }); n != 1 {
 		t.Fatalf("withList allocates %v times, want 1 (one copy of the body)", n)
 	}
+}
+
+// lastOf is what the request filter remembers of r for the next request's
+// parse.
+func lastOf(r *request) *chat.LastRequest {
+	return &chat.LastRequest{Body: r.body, ListStart: r.msgs.start, Spans: r.spans}
+}
+
+// sameParse fails unless a and b (one body, parsed with and without its
+// previous request) read alike.
+func sameParse(t *testing.T, a, b *request, errA, errB error) {
+	t.Helper()
+	if (errA == nil) != (errB == nil) {
+		t.Fatalf("errors differ: %v, %v", errA, errB)
+	}
+	if errA != nil {
+		return
+	}
+	if a.model != b.model || a.stream != b.stream || a.msgs != b.msgs || !slices.Equal(a.fields, b.fields) || !slices.Equal(a.spans, b.spans) ||
+		!slices.EqualFunc(a.messages, b.messages, func(x, y json.RawMessage) bool { return bytes.Equal(x, y) }) || !bytes.Equal(a.system, b.system) {
+		t.Fatalf("read differently:\n%+v\n%+v", a, b)
+	}
+	for i, m := range a.messages {
+		if &m[0] != &a.body[a.spans[i][0]] || len(m) != a.spans[i][1]-a.spans[i][0] {
+			t.Fatalf("message %d is not a view of the body at its span", i)
+		}
+	}
+}
+
+// TestParseRequestAfter checks that a request read past what it repeats
+// of the conversation's previous one is read as a whole read would, and
+// that only elements equal in bytes and place, with all before them, are
+// taken.
+func TestParseRequestAfter(t *testing.T) {
+	t.Parallel()
+	const head = `{"model":"gpt-4o","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"a \"b\" ]"},{"role":"assistant","content":"ok"}`
+	prevBody := head + `],"stream":true}`
+	for _, tc := range []struct {
+		name   string
+		prev   string
+		body   string
+		reused int
+	}{
+		{"the same request", prevBody, prevBody, 3},
+		{"two messages more", prevBody, head + `,{"role":"user","content":"go on"},{"role":"assistant","content":"done"}],"stream":false}`, 3},
+		{"the last message changed", prevBody, strings.Replace(prevBody, `"ok"`, `"no"`, 1), 2},
+		{"the first message changed", prevBody, strings.Replace(prevBody, `"be brief"`, `"be short"`, 1), 0},
+		{"a field before the list grew", prevBody, strings.Replace(prevBody, `"gpt-4o"`, `"gpt-4o-mini"`, 1), 0},
+		{"the list moved", `{"model":"gpt-4o", "messages":[{"role":"user","content":"x"}]}`, `{"model":"gpt-4o","messages":[{"role":"user","content":"x"}]}`, 0},
+		{"a space moved before the list", `{"model":"gpt-4o", "messages":[{"role":"user","content":"x"}]}`, `{"model":"gpt-4o","messages": [{"role":"user","content":"x"}]}`, 0},
+		{"a message cut short", prevBody, head[:len(head)-3], 0},
+		{"invalid after the shared messages", prevBody, head + `,{"role":}]}`, 3},
+		{"unterminated after the shared messages", prevBody, head, 3},
+		{"fewer messages", prevBody, `{"model":"gpt-4o","messages":[{"role":"system","content":"be brief"}]}`, 1},
+		{"no previous body", "", prevBody, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var prev *chat.LastRequest
+			if tc.prev != "" {
+				r, err := parseRequest([]byte(tc.prev), openaichat.Format{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				prev = lastOf(r)
+			} else {
+				prev = &chat.LastRequest{}
+			}
+			a, errA := parseRequestAfter([]byte(tc.body), openaichat.Format{}, prev)
+			b, errB := parseRequest([]byte(tc.body), openaichat.Format{})
+			sameParse(t, a, b, errA, errB)
+			if errA == nil && a.reused != tc.reused {
+				t.Fatalf("reused %d messages, want %d", a.reused, tc.reused)
+			}
+		})
+	}
+
+	// An Anthropic request (system apart), as the filter reads it.
+	ant := `{"model":"claude-sonnet-4-5","system":"be brief","max_tokens":64,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"text","text":"ok"}]}`
+	r, err := parseRequest([]byte(ant+`]}`), anthropic.Format{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := []byte(ant + `,{"role":"user","content":"more"}]}`)
+	a, errA := parseRequestAfter(next, anthropic.Format{}, lastOf(r))
+	b, errB := parseRequest(next, anthropic.Format{})
+	sameParse(t, a, b, errA, errB)
+	if a.reused != 2 || len(a.messages) != 3 {
+		t.Fatalf("reused %d of %d messages", a.reused, len(a.messages))
+	}
+}
+
+// FuzzParseRequestAfter checks that reading a body past what it repeats
+// of any earlier body gives what reading it whole gives.
+func FuzzParseRequestAfter(f *testing.F) {
+	f.Add(`{"model":"m","messages":[{"role":"user","content":"x"},{"role":"assistant","content":"y"}]}`, `{"model":"m","messages":[{"role":"user","content":"x"},{"role":"assistant","content":"y"},{"role":"user","content":"z"}]}`)
+	f.Add(`{"messages":[1,2,3]}`, `{"messages":[1,2,3`)
+	f.Add(`{"messages":[1,2,3]}`, `{"messages":[1,2,3,]}`)
+	f.Add(`{"messages":["a","b"]}`, `{"messages":["a","b\`)
+	f.Fuzz(func(t *testing.T, prev, body string) {
+		r, err := parseRequest([]byte(prev), openaichat.Format{})
+		if err != nil {
+			return
+		}
+		a, errA := parseRequestAfter([]byte(body), openaichat.Format{}, lastOf(r))
+		b, errB := parseRequest([]byte(body), openaichat.Format{})
+		sameParse(t, a, b, errA, errB)
+	})
 }

@@ -30,10 +30,19 @@ type sseReader struct {
 	once  sync.Once
 	out   []byte // what Read returns next
 	end   error  // what Read returns once out is drained
+	// pool, if set, gave the scanner's read buffer, which Close gives
+	// back.
+	pool *relayBuffers
 }
 
 func newSSEReader(body io.ReadCloser, limit int, parse wire.Stream, fail func(error) []byte, done func()) *sseReader {
 	return &sseReader{body: body, scan: newEventScanner(body, limit), parse: parse, fail: fail, done: done}
+}
+
+// newPooledSSEReader is newSSEReader reading through a buffer of pool's,
+// given back when the reader is closed.
+func newPooledSSEReader(pool *relayBuffers, body io.ReadCloser, limit int, parse wire.Stream, fail func(error) []byte, done func()) *sseReader {
+	return &sseReader{body: body, scan: &eventScanner{src: pool.reader(body), limit: limit}, parse: parse, fail: fail, done: done, pool: pool}
 }
 
 func (s *sseReader) Read(p []byte) (int, error) {
@@ -112,8 +121,14 @@ func (s *sseReader) finish() {
 }
 
 // Close closes the upstream body. A stream cut short (the client went
-// away) still reports the usage seen so far.
+// away) still reports the usage seen so far. A pooled reader's buffer
+// goes back to its pool: the reader must not be read afterwards (the
+// reverse proxy reads and closes it on one goroutine).
 func (s *sseReader) Close() error {
 	s.finish()
-	return s.body.Close()
+	err := s.body.Close()
+	if s.pool != nil && s.scan.src != nil {
+		s.pool.putReader(s.scan.release())
+	}
+	return err
 }

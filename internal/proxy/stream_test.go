@@ -105,6 +105,46 @@ func TestSSEReaderPassesOtherErrors(t *testing.T) {
 	}
 }
 
+// TestPooledSSEReader: a stream read through pooled buffers passes the
+// same events, one after another stream's reader went back to the pool,
+// and a reader closed (its buffer given back) reads nothing more.
+func TestPooledSSEReader(t *testing.T) {
+	t.Parallel()
+	var pool relayBuffers
+	stream := "data: 1\n\n" + "data: " + strings.Repeat("x", 3*relayBufferSize) + "\n\ndata: [DONE]\n\n"
+	for round := 0; round < 3; round++ {
+		r := newPooledSSEReader(&pool, io.NopCloser(strings.NewReader(stream)), 1<<20, nil, func(error) []byte { return nil }, nil)
+		first := make([]byte, 16)
+		n, err := r.Read(first)
+		if err != nil || string(first[:n]) != "data: 1\n\n" {
+			t.Fatalf("round %d: first read %q %v", round, first[:n], err)
+		}
+		if round == 1 {
+			// Closed mid-stream (the client went away): the buffer goes
+			// back, and the reader reads no more.
+			if err := r.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := r.Read(first); n != 0 || err == nil {
+				t.Fatalf("read after close: %d %v", n, err)
+			}
+			continue
+		}
+		rest, err := io.ReadAll(r)
+		if err != nil || "data: 1\n\n"+string(rest) != stream {
+			t.Fatalf("round %d: %d bytes, %v", round, len(rest), err)
+		}
+		r.Close()
+	}
+	if b := pool.Get(); len(b) != relayBufferSize {
+		t.Fatalf("copy buffer of %d bytes", len(b))
+	}
+	pool.Put(make([]byte, 10)) // a foreign buffer is not kept
+	if b := pool.Get(); len(b) != relayBufferSize {
+		t.Fatalf("copy buffer of %d bytes", len(b))
+	}
+}
+
 // TestUsageSanitized: every place usage is read (OpenAI and Anthropic,
 // JSON answers and stream events) keeps only whole counts from 0 to
 // 2^53; a bad count is ignored and reported, and without a valid prompt

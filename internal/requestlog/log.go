@@ -125,9 +125,13 @@ func (l *Log) Add(r Record) {
 	conv := r.ConversationID
 	list := append(l.convs[conv], entry{seq, r})
 	l.total++
-	if len(list) > l.opts.PerConversation {
-		list = slices.Delete(list, 0, len(list)-l.opts.PerConversation)
-		l.total--
+	if over := len(list) - l.opts.PerConversation; over > 0 {
+		// The oldest go by re-slicing, not by moving the rest down (a
+		// conversation at its bound would copy every record it holds on
+		// every request); append gives the array back once it is full.
+		clear(list[:over])
+		list = list[over:]
+		l.total -= over
 	}
 	l.convs[conv] = list
 	l.fifo = append(l.fifo, slot{conv, seq})
