@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -199,52 +200,74 @@ func busyLoops(t testing.TB, n int) {
 // quiet): instantiation is bounded by its work budget, with a wall-clock
 // backstop of a minute, not by the call timeout. Then they serve, with a
 // call timeout no busy machine reaches. It asserts no duration.
+//
+// The modules are compiled (and instrumented) before the busy processes
+// start: compiling has no time limit to miss, and under -race it is most
+// of the test's work (a Go plugin for the interpreter, a minute at a
+// load average of 12), which the busy processes would stretch while
+// taking the cores from the rest of the suite.
 func TestHealthyUnderContention(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts busy processes")
 	}
-	busyLoops(t, 2*runtime.NumCPU())
 	ctx := context.Background()
+	type prepared struct {
+		name   string
+		limits Limits // the engine's
+		b      *built
+	}
+	var mods []*prepared
 	for _, tier := range tiers {
-		t.Run(tier.name, func(t *testing.T) {
-			e := newTestEngine(t, tier.disable, Limits{})
-			defer e.HoldCompiles()()
-			plugins := []string{"host/testdata/gohostile"}
-			if tier.disable {
-				plugins = append(plugins, "plugins/lastn/lastn.c") // on the Extism path on every tier
+		e := newTestEngine(t, tier.disable, Limits{})
+		t.Cleanup(e.HoldCompiles())
+		plugins := []string{"host/testdata/gohostile"}
+		if tier.disable {
+			plugins = append(plugins, "plugins/lastn/lastn.c") // on the Extism path on every tier
+		}
+		for _, rel := range plugins {
+			wasm, err := os.ReadFile(wasmbuild.ForTest(t, rel))
+			if err != nil {
+				t.Fatal(err)
 			}
-			for _, rel := range plugins {
-				wasm, err := os.ReadFile(wasmbuild.ForTest(t, rel))
+			tight := e.Limits().Over(Limits{CallTimeout: MinCallTimeout})
+			b, err := e.build(ctx, wasm, rel, tight, hclog.NewNullLogger(), newLogLimiter(), tier.quick)
+			if err != nil {
+				t.Fatalf("%s, %s: %v", tier.name, rel, err)
+			}
+			m := &prepared{name: tier.name + "/" + filepath.Base(rel), limits: e.Limits(), b: b}
+			t.Cleanup(func() {
+				if m.b != nil {
+					m.b.mod.close(ctx)
+				}
+			})
+			mods = append(mods, m)
+		}
+	}
+	busyLoops(t, 2*runtime.NumCPU())
+	for _, m := range mods {
+		t.Run(m.name, func(t *testing.T) {
+			b := m.b
+			m.b = nil // the plugin below closes the module
+			for i := 0; i < 2; i++ {
+				inst, err := b.mod.newInstance(ctx)
 				if err != nil {
-					t.Fatal(err)
+					b.mod.close(ctx)
+					t.Fatalf("instantiating under contention with a call timeout of %v: %v", MinCallTimeout, err)
 				}
-				tight := e.Limits().Over(Limits{CallTimeout: MinCallTimeout})
-				b, err := e.build(ctx, wasm, rel, tight, hclog.NewNullLogger(), newLogLimiter(), tier.quick)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for i := 0; i < 2; i++ {
-					inst, err := b.mod.newInstance(ctx)
-					if err != nil {
-						b.mod.close(ctx)
-						t.Fatalf("%s: instantiating under contention with a call timeout of %v: %v", rel, MinCallTimeout, err)
-					}
-					inst.close(ctx)
-				}
-				p := newPlugin(b.mod, e.Limits().Over(Limits{CallTimeout: time.Hour}), hclog.NewNullLogger())
-				p.desc.Name = rel
-				if err := p.describe(ctx); err != nil {
-					p.Close(ctx)
-					t.Fatalf("%s: describe: %v", rel, err)
-				}
-				cfg, err := p.Schema().Resolve()
-				if err == nil {
-					_, err = p.Compact(ctx, &Request{Conversation: testConversation(t), Config: cfg})
-				}
-				p.Close(ctx)
-				if err != nil {
-					t.Fatalf("%s: compact: %v", rel, err)
-				}
+				inst.close(ctx)
+			}
+			p := newPlugin(b.mod, m.limits.Over(Limits{CallTimeout: time.Hour}), hclog.NewNullLogger())
+			p.desc.Name = m.name
+			defer p.Close(ctx)
+			if err := p.describe(ctx); err != nil {
+				t.Fatalf("describe: %v", err)
+			}
+			cfg, err := p.Schema().Resolve()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.Compact(ctx, &Request{Conversation: testConversation(t), Config: cfg}); err != nil {
+				t.Fatalf("compact: %v", err)
 			}
 		})
 	}

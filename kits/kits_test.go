@@ -253,8 +253,9 @@ func sameOutput(t *testing.T, wasm map[string]string) {
 		engines[path] = e
 	}
 	type runner struct {
-		label string
-		p     *host.Plugin
+		label  string
+		extism bool
+		p      *host.Plugin
 	}
 	var runners []runner
 	for _, l := range langs {
@@ -271,7 +272,7 @@ func sameOutput(t *testing.T, wasm map[string]string) {
 			if p.Path() != path {
 				t.Fatalf("%s: loaded on the %s path, want %s", l.lang, p.Path(), path)
 			}
-			runners = append(runners, runner{l.lang + "/" + path, p})
+			runners = append(runners, runner{l.lang + "/" + path, path == "extism", p})
 		}
 	}
 	convs := fixtures(t, 6)
@@ -280,6 +281,15 @@ func sameOutput(t *testing.T, wasm map[string]string) {
 		for ci, c := range convs {
 			var want string
 			for k, r := range runners {
+				// The Extism path reads its input through a host call per
+				// 8 bytes, a cost -race multiplies (nine tenths of this
+				// comparison's time): it is compared on every third
+				// prefix (two of each conversation's six), where the fast
+				// path runs every one. The languages' logic is the
+				// same on both paths; what the Extism path adds is its I/O.
+				if r.extism && ci%3 != 0 {
+					continue
+				}
 				resp, err := r.p.Compact(ctx, &host.Request{Conversation: c, Config: json.RawMessage(cfg)})
 				if err != nil {
 					t.Fatalf("%s, config %s, conversation %d: %v", r.label, cfg, ci, err)
@@ -312,7 +322,7 @@ func sameOutput(t *testing.T, wasm map[string]string) {
 			t.Errorf("%s: a bad config gave %v, want an invalid_config error", r.label, err)
 		}
 	}
-	t.Logf("%d results identical across %d runners (%d compacted)", len(convs)*len(configs), len(runners), compacted)
+	t.Logf("%d results identical across %d runners (the Extism path's on every third prefix; %d compacted)", len(convs)*len(configs), len(runners), compacted)
 }
 
 func clip(s string) string {

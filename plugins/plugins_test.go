@@ -9,7 +9,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -254,7 +256,12 @@ func checkRefs(t *testing.T, id string, in []json.RawMessage, inMsgs []abi.Messa
 // probe (eval's self-check), and the default policy, ledger, keeps at
 // least ledgerFloor of the facts of each request's history on every file.
 // A policy told to drop the task (recap's keep_task: false, the Playbooks
-// design) fails the check.
+// design) fails the check. It runs the compactd binary, as a user does
+// (wasmbuild.CompactdForTest, built without -race): in the test process
+// under -race, the evaluation (tokenizing every request's history, eight
+// policies, twice) took about three minutes of the package's four and a
+// half, and checks nothing about concurrency that internal/eval's and
+// internal/cli's own tests do not.
 // ledgerFloor is the share of probes ledger must keep on every fixture
 // file: issue 23's 85% on mini-swe-agent (its fixture keeps 89%; the
 // other fixture files 100%).
@@ -277,11 +284,18 @@ func TestEvalCheckFixtures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	bin := wasmbuild.CompactdForTest(t)
 	eval := func(args ...string) (int, string) {
-		var stdout, stderr bytes.Buffer
 		args = append([]string{"eval", "--check", "--plugins", dir, "--cache-dir", wasmbuild.TestCacheDir(t), "--data", data, "--out", ""}, args...)
-		code := cli.Main(args, strings.NewReader(""), &stdout, &stderr)
-		return code, stdout.String() + stderr.String()
+		cmd := exec.Command(bin, args...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if err != nil && !errors.As(err, &exit) {
+			t.Fatalf("compactd eval: %v", err)
+		}
+		return cmd.ProcessState.ExitCode(), out.String()
 	}
 	code, out := eval("--policy", "all", "--min-retention", "ledger="+ledgerFloor)
 	if code != cli.ExitOK {

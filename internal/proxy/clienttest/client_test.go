@@ -259,7 +259,10 @@ func startDaemon(t *testing.T, cfg string) *daemon {
 		Getenv:     func(string) string { return "" },
 		Defaults: config.Config{Socket: filepath.Join(dir, "s.sock"), PluginsDir: plugins,
 			StateDir: filepath.Join(dir, "state"), CacheDir: wasmbuild.TestCacheDir(t)},
-		Version: "test", StoreFlush: 10 * time.Millisecond,
+		// The tier sliding starts on is not what these tests check:
+		// compiled from the shared compilation cache, it loads in a
+		// fraction of the interpreter's time under -race (eleven daemons).
+		Version: "test", StoreFlush: 10 * time.Millisecond, CompileFirst: true,
 	})
 	if err != nil {
 		t.Fatal(err)
