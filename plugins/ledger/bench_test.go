@@ -18,9 +18,9 @@ import (
 	"github.com/compactd/compactd/pdk"
 )
 
-// benchConversation returns the conversation of a data file whose size is
-// closest to chars characters of JSON, with tokens counted.
-func benchConversation(b *testing.B, file string, chars int) *chat.Conversation {
+// fullDataFile reads a file of the full data set, skipping the benchmark
+// when the data set is not beside the checkout.
+func fullDataFile(b *testing.B, file string) []dataset.Conversation {
 	b.Helper()
 	path, err := dataset.File(file)
 	if err == nil {
@@ -33,6 +33,14 @@ func benchConversation(b *testing.B, file string, chars int) *chat.Conversation 
 	if err != nil {
 		b.Fatal(err)
 	}
+	return convs
+}
+
+// benchConversation returns the conversation of a data file whose size is
+// closest to chars characters of JSON, with tokens counted.
+func benchConversation(b *testing.B, file string, chars int) *chat.Conversation {
+	b.Helper()
+	convs := fullDataFile(b, file)
 	best, bestDiff := convs[0].Chat, -1
 	for _, c := range convs {
 		d := len(c.Chat.Encode()) - chars
@@ -120,17 +128,7 @@ func BenchmarkCompact(b *testing.B) {
 // and their ratio.
 func BenchmarkReplay(b *testing.B) {
 	ctx := context.Background()
-	path, err := dataset.File("mini_swe_agent_deepseek_swebench.jsonl")
-	if err == nil {
-		_, err = os.Stat(path)
-	}
-	if err != nil {
-		b.Skipf("benchmarks use the full data set: %v", err)
-	}
-	convs, err := dataset.ReadFile(path)
-	if err != nil {
-		b.Fatal(err)
-	}
+	convs := fullDataFile(b, "mini_swe_agent_deepseek_swebench.jsonl")
 	convs = convs[:min(12, len(convs))]
 	tok := tokens.New(tokens.Options{}).ForModel("gpt-4o")
 	for _, c := range convs {
