@@ -36,18 +36,34 @@ const emptyPrefix = "[ledger: nothing new in turns "
 func render(h pdk.Host, msgs []abi.Message, pinned int, units []convo.Unit, p plan, cfg config) ([]abi.Content, error) {
 	entries := make([]*entry, len(p.chunks))
 	keys := make([][2]uint64, len(p.chunks))
+	cums := make([]fingerprint.Hash, len(p.chunks)) // the chain's state after each chunk
 	pkey := pinnedKey(msgs[:pinned], cfg)
 	var cum fingerprint.Hash
 	cum.Str("compactd-ledger-render-v2")
 	cum.Word(math.Float64bits(cfg.Share))
 	cum.Word(pkey[0])
 	cum.Word(pkey[1])
+	// The chunks the conversation's previous request rendered, as far as
+	// this one has them unchanged, come from its cursor without hashing
+	// their messages again.
+	cur, _ := chunkMemo.take(cursorKey(pkey)).(*cursor)
+	known := cur.known(msgs, units, p.chunks, pkey, cfg.Share)
+	if known > 0 {
+		copy(keys, cur.keys[:known])
+		copy(cums, cur.cums[:known])
+		copy(entries, cur.entries[:known])
+		cum = cur.cums[known-1]
+	}
 	var seen map[uint64]bool // built on the first chunk not in the memo
 	for ci, span := range p.chunks {
+		if ci < known {
+			continue
+		}
 		xkey := unitsKey(msgs, units[span[0]:span[1]], cfg)
 		cum.Word(xkey[0])
 		cum.Word(xkey[1])
 		keys[ci] = cum.Sum128()
+		cums[ci] = cum
 		if e, ok := chunkMemo.get(keys[ci]).(*entry); ok {
 			entries[ci] = e
 			continue
@@ -65,6 +81,9 @@ func render(h pdk.Host, msgs []abi.Message, pinned int, units []convo.Unit, p pl
 		}
 		entries[ci] = e
 		chunkMemo.put(keys[ci], e, 3*len(e.text.Text())+8*len(e.hashes)+64)
+	}
+	if cur = cur.extend(known, msgs, units, p.chunks, pkey, cfg.Share, keys, cums, entries); cur != nil {
+		chunkMemo.put(cursorKey(pkey), cur, cur.size())
 	}
 	if seen != nil && len(keys) > 0 {
 		// The next jump of this conversation starts from here.
@@ -93,6 +112,100 @@ func render(h pdk.Host, msgs []abi.Message, pinned int, units []convo.Unit, p pl
 		chunkMemo.put(gkey, texts[gi], 2*len(t)+32)
 	}
 	return texts, nil
+}
+
+// cursor is where a conversation's previous request left the ledger: its
+// chunks (unit ranges, and the messages each ends before), the host's
+// hashes of the messages they fold, and each chunk's memo key, key
+// chain and entry. A request that starts with the same pinned messages
+// and folds the same messages into its first chunks takes those from it
+// instead of hashing them again (a conversation's next request adds a
+// chunk or none). Only kept when the host sends message hashes: they are
+// what tells the messages are the same.
+type cursor struct {
+	pkey    [2]uint64
+	share   uint64      // math.Float64bits(cfg.Share)
+	start   int         // the message the first chunk starts at
+	chunks  [][2]int    // each chunk's units
+	ends    []int       // the message each chunk ends before
+	hashes  [][2]uint64 // the host's hashes of msgs[start:ends[len-1]]
+	keys    [][2]uint64
+	cums    []fingerprint.Hash
+	entries []*entry
+}
+
+// cursorKey is the memo key of the cursor of the conversations whose
+// pinned messages' key is pkey.
+func cursorKey(pkey [2]uint64) [2]uint64 { return [2]uint64{pkey[0] ^ 0xC0C5, pkey[1] ^ 0xC0C5} }
+
+// known returns how many of chunks (over units of msgs) c holds as they
+// are: the same units, ending at the same messages, whose hashes are the
+// same. A nil c holds none.
+func (c *cursor) known(msgs []abi.Message, units []convo.Unit, chunks [][2]int, pkey [2]uint64, share float64) int {
+	if c == nil || c.pkey != pkey || c.share != math.Float64bits(share) || len(chunks) == 0 || units[chunks[0][0]].Start != c.start {
+		return 0
+	}
+	n, from := 0, c.start
+	for ; n < len(chunks) && n < len(c.chunks); n++ {
+		end := units[chunks[n][1]-1].End
+		if chunks[n] != c.chunks[n] || end != c.ends[n] {
+			break
+		}
+		same := true
+		for i := from; i < end; i++ {
+			if x := msgs[i].Hash; x != c.hashes[i-c.start] || x == [2]uint64{} {
+				same = false
+				break
+			}
+		}
+		if !same {
+			break
+		}
+		from = end
+	}
+	return n
+}
+
+// extend returns the cursor of this request: c's first known chunks, then
+// the rest of chunks; nil when a message of theirs has no hash from the
+// host. c is reused (the caller took it from the memo).
+func (c *cursor) extend(known int, msgs []abi.Message, units []convo.Unit, chunks [][2]int, pkey [2]uint64, share float64, keys [][2]uint64, cums []fingerprint.Hash, entries []*entry) *cursor {
+	if len(chunks) == 0 {
+		return nil
+	}
+	start := units[chunks[0][0]].Start
+	if known == 0 || c == nil {
+		c = &cursor{pkey: pkey, share: math.Float64bits(share), start: start}
+		known = 0
+	}
+	from := start
+	if known > 0 {
+		from = c.ends[known-1]
+	}
+	c.chunks, c.ends, c.keys, c.cums, c.entries = c.chunks[:known], c.ends[:known], c.keys[:known], c.cums[:known], c.entries[:known]
+	c.hashes = c.hashes[:from-start]
+	for n := known; n < len(chunks); n++ {
+		end := units[chunks[n][1]-1].End
+		for i := from; i < end; i++ {
+			if msgs[i].Hash == [2]uint64{} {
+				return nil
+			}
+			c.hashes = append(c.hashes, msgs[i].Hash)
+		}
+		c.chunks = append(c.chunks, chunks[n])
+		c.ends = append(c.ends, end)
+		c.keys = append(c.keys, keys[n])
+		c.cums = append(c.cums, cums[n])
+		c.entries = append(c.entries, entries[n])
+		from = end
+	}
+	return c
+}
+
+// size is what c costs the memo: its slices (the entries it points to
+// are counted where the memo holds them).
+func (c *cursor) size() int {
+	return 16*len(c.hashes) + (16+8+16+16+8)*len(c.chunks) + 128
 }
 
 // seenSet is what a ledger lists (and its pinned messages hold) up to a
