@@ -270,11 +270,7 @@ func buildChunk(h pdk.Host, msgs []abi.Message, seen map[uint64]bool, first bool
 // tokens. hashes are what the picked items make known (see seeHashes).
 func selectItems(x *extraction, seen map[uint64]bool, budget float64) (picked []bool, hashes []uint64) {
 	picked = make([]bool, len(x.items))
-	// Each item's text hash, computed once.
-	th := make([]uint64, len(x.items))
-	for i, it := range x.items {
-		th[i] = textHash(it.Text)
-	}
+	th := x.hashes
 	var queues [numKinds][]int
 	take := func(i int) {
 		picked[i] = true
@@ -422,6 +418,8 @@ type extraction struct {
 	// used[i]: items[i] is in the agent's own words (its text, its tool
 	// calls), not only in what it observed.
 	used []bool
+	// hashes[i] is textHash(items[i].Text).
+	hashes []uint64
 }
 
 // extractMessages returns the items of msgs. Their texts point into msgs.
@@ -449,22 +447,50 @@ func extractMessages(h pdk.Host, msgs []abi.Message, cfg config) (*extraction, e
 			assistant = append(assistant, from, len(all))
 		}
 	}
-	x := &extraction{items: make([]item, 0, len(all)), used: make([]bool, 0, len(all))}
-	at := make(map[item]int, len(all))
+	th := make([]uint64, len(all))
+	for k, it := range all {
+		th[k] = textHash(it.Text)
+	}
+	return dedupItems(all, th, assistant), nil
+}
+
+// dedupItems returns the extraction of all, the items of some messages in
+// order (th their text hashes, assistant the [from, to) ranges of the
+// assistant messages' items, in pairs): each item once, in order of first
+// appearance, used when any of its appearances is the agent's own. Items
+// are looked up by their text hash and kind, and compared in full: two
+// items whose key is the same (a collision) stay apart.
+func dedupItems(all []item, th []uint64, assistant []int) *extraction {
+	x := &extraction{items: make([]item, 0, len(all)), used: make([]bool, 0, len(all)), hashes: make([]uint64, 0, len(all))}
+	at := make(map[uint64]int, len(all))
+	var clash map[item]int // the items whose key an earlier, other item holds
 	for k, it := range all {
 		for len(assistant) > 0 && assistant[1] <= k {
 			assistant = assistant[2:]
 		}
 		used := len(assistant) > 0 && assistant[0] <= k
-		if i, ok := at[it]; ok {
+		key := th[k] + uint64(it.Kind+1)*0x9E3779B97F4A7C15
+		i, ok := at[key]
+		switch {
+		case !ok:
+			at[key] = len(x.items)
+		case x.items[i] != it:
+			if i, ok = clash[it]; !ok {
+				if clash == nil {
+					clash = make(map[item]int)
+				}
+				clash[it] = len(x.items)
+			}
+		}
+		if ok {
 			x.used[i] = x.used[i] || used
 			continue
 		}
-		at[it] = len(x.items)
 		x.items = append(x.items, it)
 		x.used = append(x.used, used)
+		x.hashes = append(x.hashes, th[k])
 	}
-	return x, nil
+	return x
 }
 
 // pinnedHashes returns the hashes of what the pinned messages (the system
@@ -479,8 +505,8 @@ func pinnedHashes(h pdk.Host, msgs []abi.Message, key [2]uint64, cfg config) ([]
 		return nil, err
 	}
 	var hs []uint64
-	for _, it := range x.items {
-		hs = seeHashes(hs, it)
+	for i, it := range x.items {
+		hs = seeHashesOf(hs, it, x.hashes[i])
 	}
 	slices.Sort(hs)
 	hs = slices.Compact(hs)
