@@ -275,7 +275,7 @@ func selectItems(x *extraction, seen map[uint64]bool, budget float64) (picked []
 	take := func(i int) {
 		picked[i] = true
 		from := len(hashes)
-		hashes = seeHashesOf(hashes, x.items[i], th[i])
+		hashes = seeHashes(hashes, x.items[i], th[i])
 		for _, h := range hashes[from:] {
 			seen[h] = true
 		}
@@ -329,16 +329,12 @@ func textHash(s string) uint64 {
 	return h.Sum128()[0]
 }
 
-// seeHashes appends the hashes of what listing it makes known: its text,
+// seeHashes appends the hashes of what listing it makes known (h is the
+// hash of its text, textHash(it.Text)): its text,
 // and what the text holds as well — a qualified name its parts
 // (self.match_re.search holds match_re), a path what ends it after a
 // slash (/testbed/a/b.py holds a/b.py and b.py).
-func seeHashes(dst []uint64, it item) []uint64 {
-	return seeHashesOf(dst, it, textHash(it.Text))
-}
-
-// seeHashesOf is seeHashes with the hash of it's text, h, known.
-func seeHashesOf(dst []uint64, it item, h uint64) []uint64 {
+func seeHashes(dst []uint64, it item, h uint64) []uint64 {
 	dst = append(dst, h)
 	switch it.Kind {
 	case kindName:
@@ -506,7 +502,7 @@ func pinnedHashes(h pdk.Host, msgs []abi.Message, key [2]uint64, cfg config) ([]
 	}
 	var hs []uint64
 	for i, it := range x.items {
-		hs = seeHashesOf(hs, it, x.hashes[i])
+		hs = seeHashes(hs, it, x.hashes[i])
 	}
 	slices.Sort(hs)
 	hs = slices.Compact(hs)
