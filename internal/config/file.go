@@ -226,6 +226,11 @@ type State struct {
 	// delays the answer of a healthy server too (250 ms was tripped under
 	// load). No effect on the embedded store.
 	Timeout Duration `yaml:"timeout,omitempty" json:"timeout"`
+	// FlushInterval is how often the counters of conversations' status and
+	// the request log are written behind to the store (default 1s): the
+	// most a crash (kill -9, power loss) loses. Shorter costs the store
+	// more writes; read at start.
+	FlushInterval Duration `yaml:"flush_interval,omitempty" json:"flush_interval"`
 	// Titles: false stops deriving a conversation's title from the first
 	// line of its task (its first user message), for deployments that
 	// keep no prompt text at all; a title sent with X-Compactd-Title (or
@@ -279,6 +284,7 @@ const (
 	DefaultMaxConversations = 10000
 	DefaultMaxStateBytes    = 256 << 20
 	DefaultStateTimeout     = time.Second
+	DefaultStateFlush       = time.Second
 	// Defaults of the log section.
 	DefaultLogRequests                = 10000
 	DefaultLogRequestsPerConversation = 500
@@ -335,6 +341,7 @@ func (c *Config) WithDefaults(base Config) *Config {
 	}
 	setD(&out.State.TTL, DefaultStateTTL)
 	setD(&out.State.Timeout, DefaultStateTimeout)
+	setD(&out.State.FlushInterval, DefaultStateFlush)
 	if out.State.MaxConversations == 0 {
 		out.State.MaxConversations = DefaultMaxConversations
 	}

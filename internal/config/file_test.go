@@ -145,6 +145,7 @@ func TestParseErrors(t *testing.T) {
 		{"huge body", "limits: {max_body_bytes: 4294967296}\n", []string{"limits.max_body_bytes: 4294967296"}},
 		{"zero ttl is the default, one second is not", "state: {ttl: 1s}\n", []string{"state.ttl: 1s", "1m0s to"}},
 		{"a store timeout under 10ms", "state: {timeout: 1ms}\n", []string{"state.timeout: 1ms", "10ms to 1m0s"}},
+		{"a write-behind over a minute", "state: {flush_interval: 2m}\n", []string{"state.flush_interval: 2m0s", "10ms to 1m0s"}},
 		{"float for an integer", "limits: {max_messages: 1e100}\n", []string{"line 1", "1e100"}},
 		{"long pipeline", "pipeline: [a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q]\n", []string{"pipeline: a list of 17 policies", "1 to 16"}},
 		{"long socket path", "socket: /" + strings.Repeat("s", 120) + "\n", []string{"socket: a path of 121 bytes"}},
@@ -327,7 +328,7 @@ func TestManagerReload(t *testing.T) {
 	}
 	// A valid one replaces it; the flag still wins; restart-only settings
 	// are reported.
-	os.WriteFile(m.Path(), []byte("policy: lastn\nsocket: /file.sock\nstate_dir: /elsewhere\nlimits: {max_messages: 9}\nstate: {url: \"redis://r:6379/0\", timeout: 2s}\n"), 0o600)
+	os.WriteFile(m.Path(), []byte("policy: lastn\nsocket: /file.sock\nstate_dir: /elsewhere\nlimits: {max_messages: 9}\nstate: {url: \"redis://r:6379/0\", timeout: 2s, flush_interval: 50ms}\n"), 0o600)
 	ch, err := m.Reload()
 	if err != nil {
 		t.Fatal(err)
@@ -335,7 +336,7 @@ func TestManagerReload(t *testing.T) {
 	if c := m.Current(); c.Policy != "lastn" || c.Limits.MaxMessages != 9 || c.Socket != "/flag.sock" {
 		t.Errorf("after reload: %+v", c)
 	}
-	if !reflect.DeepEqual(ch.RestartRequired, []string{"state_dir", "state.url", "state.timeout"}) {
+	if !reflect.DeepEqual(ch.RestartRequired, []string{"state_dir", "state.url", "state.timeout", "state.flush_interval"}) {
 		t.Errorf("restart required = %v", ch.RestartRequired)
 	}
 	if len(changes) != 1 || changes[0][0].Policy != "sliding" || changes[0][1].Policy != "lastn" {

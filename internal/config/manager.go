@@ -220,6 +220,7 @@ func restartRequired(old, next *Config) []string {
 	add("state.url", old.State.URL, next.State.URL)
 	add("state.password_file", old.State.PasswordFile, next.State.PasswordFile)
 	add("state.timeout", old.State.Timeout, next.State.Timeout)
+	add("state.flush_interval", old.State.FlushInterval, next.State.FlushInterval)
 	return out
 }
 

@@ -58,6 +58,8 @@ const (
 	MaxStateBytes      = 64 << 30
 	MinStateTimeout    = 10 * time.Millisecond
 	MaxStateTimeout    = time.Minute
+	MinStateFlush      = 10 * time.Millisecond
+	MaxStateFlush      = time.Minute
 	MinPluginMemoryMB  = host.MinMemoryPages >> 4
 	MaxPluginMemoryMB  = host.MaxMemoryPages >> 4
 	MaxCompactSetting  = math.MaxInt32
@@ -124,6 +126,7 @@ func (c *Config) checkRanges() error {
 		intRange("state.max_conversations", c.State.MaxConversations, 1, MaxConversations),
 		intRange("state.max_state_bytes", c.State.MaxStateBytes, MinStateBytes, MaxStateBytes),
 		durationRange("state.timeout", c.State.Timeout, MinStateTimeout, MaxStateTimeout),
+		durationRange("state.flush_interval", c.State.FlushInterval, MinStateFlush, MaxStateFlush),
 		c.Proxy.checkRanges(),
 		intRange("log.requests", c.Log.Requests, 1, 1_000_000),
 		intRange("log.requests_per_conversation", c.Log.RequestsPerConversation, 1, 100_000),

@@ -25,7 +25,7 @@ import (
 //	go test -run '^$' -bench BenchmarkServerCompact -benchtime 4000x ./internal/server/
 func BenchmarkServerCompact(b *testing.B) {
 	td := setup(b, "", pluginSliding)
-	td.opts.StoreFlush = 0 // the store's and the request log's default write-behind, as users run it
+	td.opts.StoreFlush = 0 // state.flush_interval's default write-behind, as users run it
 	td.start(b)
 	msgs := tauConversation(b, 13258)
 	req := &client.CompactRequest{Policy: "sliding", Model: "gpt-4o", Messages: msgs}

@@ -53,7 +53,8 @@ type DaemonOptions struct {
 	LLM func(cfg *config.Config, st store.Backend) (func() host.Completer, error)
 	// Debounce and StoreFlush tune the registry's debounce and the
 	// write-behind interval of the store and the request log's store
-	// copy (0: their defaults). Tests shorten them.
+	// copy (0: the registry's default and state.flush_interval). Tests
+	// shorten them.
 	Debounce   time.Duration
 	StoreFlush time.Duration
 	// StoreTimeout, when set, overrides state.timeout: the bound on one
@@ -196,7 +197,7 @@ func Start(ctx context.Context, opts DaemonOptions) (_ *Daemon, err error) {
 	sopts.Compactor = compactor.New(copts)
 	d.proxy = proxy.New(proxy.Options{Config: d.cfg, Compactor: sopts.Compactor, Store: d.store, Tokens: counter, Memory: sopts.Memory, Logger: d.logger.Named("proxy"), Tracer: d.tracer})
 	sopts.Proxy = d.proxy
-	if sopts.Requests, err = openRequestLog(cfg, d.store, opts.StoreFlush, d.logger.Named("requests")); err != nil {
+	if sopts.Requests, err = openRequestLog(cfg, d.store, storeFlush(cfg, opts), d.logger.Named("requests")); err != nil {
 		return nil, err
 	}
 	d.requests = sopts.Requests

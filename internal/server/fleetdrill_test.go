@@ -142,7 +142,13 @@ func TestFleetReplicaKilled(t *testing.T) {
 	var children []*childDaemon
 	var sockets []string
 	for i := 0; i < 3; i++ {
-		td := setup(t, cfg, "plugins/hierarchical")
+		// The replicas are `compactd serve` processes (the binary, not
+		// the race-built test binary: the shared store's code is
+		// race-checked in-process by TestFleetDeferredTrigger and
+		// TestFleetRedisDown), writing their counters behind as often as
+		// the test-binary daemons do, so a kill loses none the test counts.
+		td := setup(t, cfg+"state:\n  flush_interval: 10ms\n", "plugins/hierarchical")
+		td.served = true
 		td.childEnv = []string{"COMPACTD_STATE_URL=" + srv.URL(), fmt.Sprintf("COMPACTD_REPLICA=r%d", i), llmKeyEnv + "=" + upstreamtest.OpenAIKey}
 		replicas = append(replicas, td)
 		children = append(children, startChild(t, td))

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/store"
@@ -15,6 +16,7 @@ import (
 // file in the state directory. An unreachable server is no error: the
 // store starts degraded and the daemon serves from requests alone.
 func openStore(_ context.Context, cfg *config.Config, opts DaemonOptions, logger hclog.Logger) (store.Backend, error) {
+	flush := storeFlush(cfg, opts)
 	url := strings.TrimSpace(opts.Getenv(config.EnvStateURL))
 	if url == "" {
 		url = cfg.State.URL
@@ -31,7 +33,7 @@ func openStore(_ context.Context, cfg *config.Config, opts DaemonOptions, logger
 		r, err := redisstore.Open(redisstore.Options{
 			URL: url, PasswordFile: cfg.State.PasswordFile, Replica: replica,
 			TTL: cfg.State.TTL.D(), MaxConversations: cfg.State.MaxConversations, MaxStateBytes: cfg.State.MaxStateBytes,
-			FlushInterval: opts.StoreFlush, OpTimeout: timeout, Logger: logger,
+			FlushInterval: flush, OpTimeout: timeout, Logger: logger,
 		})
 		if err != nil {
 			return nil, err
@@ -40,10 +42,19 @@ func openStore(_ context.Context, cfg *config.Config, opts DaemonOptions, logger
 	}
 	st, err := store.Open(store.Options{
 		Dir: cfg.StateDir, TTL: cfg.State.TTL.D(), MaxConversations: cfg.State.MaxConversations,
-		MaxStateBytes: cfg.State.MaxStateBytes, FlushInterval: opts.StoreFlush, Logger: logger,
+		MaxStateBytes: cfg.State.MaxStateBytes, FlushInterval: flush, Logger: logger,
 	})
 	if err != nil {
 		return nil, err
 	}
 	return st, nil
+}
+
+// storeFlush is the write-behind interval of the store and the request
+// log: state.flush_interval, unless DaemonOptions.StoreFlush overrides it.
+func storeFlush(cfg *config.Config, opts DaemonOptions) time.Duration {
+	if opts.StoreFlush > 0 {
+		return opts.StoreFlush
+	}
+	return cfg.State.FlushInterval.D()
 }

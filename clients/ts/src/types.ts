@@ -357,6 +357,10 @@ export interface Config {
      */
     ttl: string;
     /**
+     * 10ms to 1m (default 1s); how often status counters and the request log are written behind to the store: the most a crash loses. Read at start
+     */
+    flush_interval?: string;
+    /**
      * the Redis password's file (its first line); wins over a password in url
      */
     password_file?: string;
