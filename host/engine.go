@@ -44,7 +44,10 @@ type Config struct {
 	// DisableFastPath runs every plugin through Extism.
 	DisableFastPath bool
 	// CacheDir, if set, keeps compiled modules on disk (wazero's
-	// compilation cache) so a restart with unchanged plugins is fast.
+	// compilation cache) so a restart with unchanged plugins is fast,
+	// and, in its "instrumented" directory, the modules as instrumented
+	// for their work budgets (at most 256 MiB of them), which a restart
+	// would otherwise instrument again.
 	CacheDir string
 	// Logger receives the engine's and the plugins' logs. Each plugin gets
 	// a sub-logger named after it.
@@ -90,9 +93,12 @@ func (e *Engine) messageHash(raw []byte) [2]uint64 {
 
 // Engine compiles and loads plugins. It is safe for concurrent use.
 type Engine struct {
-	cfg    Config
-	cache  wazero.CompilationCache
-	logger hclog.Logger
+	cfg   Config
+	cache wazero.CompilationCache
+	// instrumented keeps instrumented modules in CacheDir (nil without
+	// one).
+	instrumented *instrCache
+	logger       hclog.Logger
 
 	// Background compiles (LoadOptions.Quick): one at a time, none
 	// while a hold is on (HoldCompiles); Close stops waiting ones and
@@ -161,6 +167,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 			return nil, fmt.Errorf("compilation cache %s: %w", cfg.CacheDir, err)
 		}
 		e.cache = c
+		e.instrumented = newInstrCache(filepath.Join(cfg.CacheDir, instrCacheSubdir), instrCacheBytes, e.logger)
 	} else {
 		e.cache = wazero.NewCompilationCache()
 	}
@@ -680,7 +687,27 @@ func (e *Engine) startLimit(limits Limits) time.Duration {
 // each function's entry. A module the instrumenter refuses has no work
 // budget (guard is nil): it keeps wazero's checks, and the wall clock
 // alone bounds it.
+//
+// With a cache directory, what it returns for a module it instrumented
+// before with the same options is read from the cache of instrumented
+// modules (instrCache), which any change to the instrumenter empties.
 func (e *Engine) instrument(wasm []byte, label string, opts wasminstr.Options, checked bool) (guard *wasminstr.Result, code []byte) {
+	if e.instrumented == nil {
+		return e.instrumentNow(wasm, label, opts, checked)
+	}
+	key := e.instrumented.key(sha256.Sum256(wasm), opts, checked)
+	if guard, code, ok := e.instrumented.get(key, opts); ok {
+		return guard, code
+	}
+	guard, code = e.instrumentNow(wasm, label, opts, checked)
+	if guard != nil {
+		e.instrumented.put(key, guard, code)
+	}
+	return guard, code
+}
+
+// instrumentNow is instrument without the cache.
+func (e *Engine) instrumentNow(wasm []byte, label string, opts wasminstr.Options, checked bool) (guard *wasminstr.Result, code []byte) {
 	code = wasm
 	if res, err := wasminstr.Instrument(wasm, opts); err == nil {
 		guard, code = res, res.Module

@@ -47,9 +47,7 @@ func ReadModuleFile(path string, maxBytes int64) ([]byte, error) {
 	if st.Size() > maxBytes {
 		return nil, fmt.Errorf("%w: %s is %d bytes; the limit is %d", ErrFileTooLarge, base, st.Size(), maxBytes)
 	}
-	// The size can change while the file is read: read one byte past the
-	// limit to tell.
-	b, err := io.ReadAll(io.LimitReader(f, maxBytes+1))
+	b, err := readSized(f, st.Size(), maxBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -103,4 +101,27 @@ func regular(path string, mode fs.FileMode) error {
 		is = "is a symlink to"
 	}
 	return fmt.Errorf("%w: %s %s %s; only regular files (or symlinks to them) are loaded", ErrNotRegularFile, filepath.Base(path), is, kind)
+}
+
+// readSized reads f, whose size was size bytes when it was looked at, up
+// to maxBytes+1 bytes: the extra byte tells a file over the limit. A
+// module is several megabytes; it is read into one buffer of the size
+// the file had, with one byte to spare to tell a file that grew since,
+// rather than into a buffer that doubles as it goes (each doubling a
+// copy, which the race detector makes costly).
+func readSized(f io.Reader, size, maxBytes int64) ([]byte, error) {
+	b := make([]byte, min(size, maxBytes)+1)
+	n, err := io.ReadFull(f, b)
+	switch {
+	case err == io.EOF || err == io.ErrUnexpectedEOF:
+		return b[:n], nil // the file's end, where it was or before
+	case err != nil:
+		return nil, err
+	}
+	// The file grew since it was looked at: read on, to the limit.
+	rest, err := io.ReadAll(io.LimitReader(f, maxBytes+1-int64(n)))
+	if err != nil {
+		return nil, err
+	}
+	return append(b, rest...), nil
 }

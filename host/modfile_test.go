@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"errors"
 	"net"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"testing/iotest"
 	"time"
 )
 
@@ -88,5 +90,45 @@ func TestReadModuleFile(t *testing.T) {
 	// Over the limit: refused unread, with the sizes.
 	if _, err := ReadModuleFile(path("ok.wasm"), 3); !errors.Is(err, ErrFileTooLarge) || !strings.Contains(err.Error(), "ok.wasm is 4 bytes; the limit is 3") {
 		t.Errorf("over the limit: %v", err)
+	}
+}
+
+// TestReadSized: a module file is read into one buffer of the size it
+// had when it was looked at; one that changed size since is read whole
+// all the same, up to one byte past the limit (which the caller refuses).
+func TestReadSized(t *testing.T) {
+	t.Parallel()
+	data := []byte(strings.Repeat("0123456789", 10)) // 100 bytes now
+	tests := []struct {
+		name      string
+		size, max int64 // the size when looked at, the limit
+		want      int   // bytes read
+	}{
+		{"unchanged", 100, 1000, 100},
+		{"at the limit", 100, 100, 100},
+		{"shrank", 150, 1000, 100},
+		{"empty now", 150, 1000, 0},
+		{"grew", 40, 1000, 100},
+		{"grew past the limit", 40, 60, 61},
+		{"was empty", 0, 1000, 100},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := data
+			if tt.name == "empty now" {
+				src = nil
+			}
+			b, err := readSized(bytes.NewReader(src), tt.size, tt.max)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b) != tt.want || !bytes.Equal(b, src[:tt.want]) {
+				t.Errorf("read %d bytes %q; want the first %d", len(b), b, tt.want)
+			}
+		})
+	}
+	// A read error is returned, not a short module.
+	if _, err := readSized(iotest.ErrReader(errors.New("disk on fire")), 100, 1000); err == nil || !strings.Contains(err.Error(), "disk on fire") {
+		t.Errorf("read error: %v", err)
 	}
 }

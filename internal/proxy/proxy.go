@@ -524,7 +524,10 @@ func headerValue(s string) string {
 func (x *exchange) filterRequest(ctx context.Context, body []byte) net.Buffers {
 	p, cfg := x.p, x.cfg
 	// The conversation's last request, when the header names the
-	// conversation: the scan resumes past what this one repeats of it.
+	// conversation, else the last request that shares the longest prefix
+	// with this one among those that opened the same way (the id is
+	// derived from the messages, after the parse): the scan resumes past
+	// what this one repeats of it, compared byte for byte.
 	var last chat.LastRequest
 	haveLast := false
 	var after *chat.LastRequest
@@ -532,6 +535,8 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) net.Buffers {
 		if last, haveLast = p.mem.LastRequest(x.id); haveLast && last.Format == x.prov.Name() {
 			after = &last
 		}
+	} else {
+		after = likeliestPrevious(body, p.mem.RequestsSharing(x.prov.Name(), body, nil))
 	}
 	req, err := parseRequestAfter(body, x.prov, after)
 	if err != nil {

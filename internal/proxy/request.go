@@ -191,6 +191,27 @@ func sharedSpans(body []byte, start int, prev *chat.LastRequest) [][2]int {
 	return prev.Spans[:k:k]
 }
 
+// likeliestPrevious returns the candidate (last requests of the same
+// format, RequestsSharing) whose body shares the longest prefix with
+// body, nil when there is none. Whichever it is, parseRequestAfter trusts
+// only what it compares; the longest shared prefix is the one that saves
+// the most scanning. Comparing a candidate stops at its first differing
+// byte, so candidates that only open like body cost their shared
+// opening.
+func likeliestPrevious(body []byte, candidates []chat.LastRequest) *chat.LastRequest {
+	if len(candidates) == 1 {
+		return &candidates[0] // compared once, by the parse
+	}
+	var best *chat.LastRequest
+	most := -1
+	for i := range candidates {
+		if n := commonPrefix(body, candidates[i].Body); n > most {
+			best, most = &candidates[i], n
+		}
+	}
+	return best
+}
+
 // commonPrefix returns how many leading bytes a and b share.
 func commonPrefix(a, b []byte) int {
 	n := min(len(a), len(b))

@@ -259,7 +259,14 @@ func Instrument(module []byte, opts Options) (*Result, error) {
 	if !seen[secCode] {
 		out = insertSection(out, section{id: secCode, body: appendVec(empty, added+len(wrappers), addedCode(l, wrappers))})
 	}
+	// One buffer of the final size: a module is megabytes, and each
+	// growth of a buffer would copy it (costly under the race detector).
+	size := 8
+	for _, s := range out {
+		size += 1 + binary.MaxVarintLen32 + len(s.body)
+	}
 	var buf bytes.Buffer
+	buf.Grow(size)
 	buf.Write(module[:8])
 	for _, s := range out {
 		buf.WriteByte(s.id)

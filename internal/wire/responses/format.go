@@ -2,6 +2,7 @@ package responses
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 
 	"github.com/compactd/compactd/abi"
@@ -100,14 +101,22 @@ func (Format) ItemMessages(raw json.RawMessage, system bool) ([]abi.Message, err
 }
 
 // Leading converts the instructions and the items up to and including the
-// first user message.
+// first user message; only those items are read (as Chat Completions'
+// Leading reads only those messages).
 func (Format) Leading(system json.RawMessage, list []json.RawMessage) ([]abi.Message, error) {
 	if stringInput(list) {
 		return Leading(system, list[0])
 	}
-	items, err := readItems(list)
-	if err != nil {
-		return nil, err
+	items := make([]Item, 0, 4)
+	for i, raw := range list {
+		it, err := readItem(raw)
+		if err != nil {
+			return nil, fmt.Errorf("input item %d: %w", i, err)
+		}
+		items = append(items, it)
+		if it.Type == TypeMessage && it.Role == abi.RoleUser {
+			break
+		}
 	}
 	return leading(system, items)
 }
