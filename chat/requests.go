@@ -34,6 +34,16 @@ type LastRequest struct {
 	// elements it shares, byte for byte and in place, with this one.
 	ListStart int
 	Spans     [][2]int
+	// DerivedID is the conversation id the caller derived from the
+	// request's leading elements and system prompt ("" when the caller was
+	// told the id, as by a header): LeadElems is how many leading elements
+	// of the list decided it and System the span in Body of the system
+	// prompt it read ([0, 0]: none). A next request that holds those
+	// elements in place and the same system prompt, byte for byte, has the
+	// same id.
+	DerivedID string
+	LeadElems int
+	System    [2]int
 	// Offset is how many tokens the provider counted beyond the caller's
 	// count of the prompt it was sent, for the last response that
 	// reported usage (never negative). Calibrate sets it, and

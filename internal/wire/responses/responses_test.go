@@ -410,9 +410,12 @@ func TestFormatLeading(t *testing.T) {
 		t.Fatal(err)
 	}
 	instructions := json.RawMessage(`"be careful"`)
-	got, err := Format{}.Leading(instructions, items)
+	got, settled, err := Format{}.Leading(instructions, items)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if settled < 1 || settled > len(items) || string(items[settled-1]) == "" {
+		t.Fatalf("settled %d of %d items", settled, len(items))
 	}
 	all, err := readItems(items)
 	if err != nil {
@@ -428,10 +431,10 @@ func TestFormatLeading(t *testing.T) {
 		t.Fatalf("leading %s, want %s", gj, wj)
 	}
 	bad := json.RawMessage(`{"type":"message","role":7}`)
-	if _, err := (Format{}).Leading(instructions, append(items[:2:2], bad)); err != nil {
+	if _, _, err := (Format{}).Leading(instructions, append(items[:2:2], bad)); err != nil {
 		t.Fatalf("an item after the first user message was read: %v", err)
 	}
-	if _, err := (Format{}).Leading(instructions, []json.RawMessage{items[0], bad, items[1]}); err == nil || !strings.Contains(err.Error(), "input item 1") {
+	if _, _, err := (Format{}).Leading(instructions, []json.RawMessage{items[0], bad, items[1]}); err == nil || !strings.Contains(err.Error(), "input item 1") {
 		t.Fatalf("an unreadable leading item: %v", err)
 	}
 }
