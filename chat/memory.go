@@ -43,6 +43,9 @@ const DefaultMemoryBytes = 64 << 20
 // forwarded in a provider's wire format (LastRequest, RememberRequest):
 // the proxy's per-item counts, calibration and body for manual
 // compaction. Those are bounded apart, by MemoryOptions.MaxRequestBytes.
+// A caller that learns a conversation's id only by reading its request
+// finds the last requests that opened with the same bytes
+// (RequestsSharing), to read the new one past what it repeats.
 type Memory struct {
 	seed maphash.Seed
 	max  int64
@@ -56,6 +59,9 @@ type Memory struct {
 	maxRequests, requestBytes int64
 	byID                      map[string]*list.Element
 	requests                  *list.List // of *requestEntry, most recent at the front
+	// byOpening finds them by their body's first RequestOpeningBytes
+	// (requests.go: RequestsSharing), most recently remembered first.
+	byOpening map[uint64][]*list.Element
 
 	hits, misses, reused, parsed atomic.Uint64
 }
@@ -82,7 +88,7 @@ func NewMemory(opts MemoryOptions) *Memory {
 		opts.MaxRequestBytes = DefaultMemoryBytes
 	}
 	return &Memory{seed: maphash.MakeSeed(), max: opts.MaxBytes, byKey: map[uint64][]*list.Element{}, lru: list.New(),
-		maxRequests: opts.MaxRequestBytes, byID: map[string]*list.Element{}, requests: list.New()}
+		maxRequests: opts.MaxRequestBytes, byID: map[string]*list.Element{}, requests: list.New(), byOpening: map[uint64][]*list.Element{}}
 }
 
 // memEntry is one remembered request. Immutable once stored.

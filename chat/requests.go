@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"container/list"
 	"encoding/json"
 	"hash/maphash"
 )
@@ -33,6 +34,16 @@ type LastRequest struct {
 	// elements it shares, byte for byte and in place, with this one.
 	ListStart int
 	Spans     [][2]int
+	// DerivedID is the conversation id the caller derived from the
+	// request's leading elements and system prompt ("" when the caller was
+	// told the id, as by a header): LeadElems is how many leading elements
+	// of the list decided it and System the span in Body of the system
+	// prompt it read ([0, 0]: none). A next request that holds those
+	// elements in place and the same system prompt, byte for byte, has the
+	// same id.
+	DerivedID string
+	LeadElems int
+	System    [2]int
 	// Offset is how many tokens the provider counted beyond the caller's
 	// count of the prompt it was sent, for the last response that
 	// reported usage (never negative). Calibrate sets it, and
@@ -45,6 +56,102 @@ type LastRequest struct {
 type requestEntry struct {
 	id string
 	LastRequest
+	// opening is the key of the entry in Memory.byOpening (openingKey),
+	// when indexed says it is there.
+	opening uint64
+	indexed bool
+}
+
+// RequestOpeningBytes is how many leading bytes of a last request's body
+// RequestsSharing matches on: a body shorter than that is not found by
+// its bytes (it is cheap to read whole).
+const RequestOpeningBytes = 1024
+
+// maxPerOpening is how many last requests one opening keeps findable
+// (conversations of agents that open with the same model, system prompt
+// and task), the most recently remembered ones.
+const maxPerOpening = 32
+
+// openingKey is the key of a body's opening in format, and whether it
+// has one (the body is at least RequestOpeningBytes long).
+func (m *Memory) openingKey(format string, body []byte) (uint64, bool) {
+	if len(body) < RequestOpeningBytes {
+		return 0, false
+	}
+	var h maphash.Hash
+	h.SetSeed(m.seed)
+	h.WriteString(format)
+	h.WriteByte(0)
+	h.Write(body[:RequestOpeningBytes])
+	return h.Sum64(), true
+}
+
+// RequestsSharing appends to dst the last requests the memory holds in
+// format whose bodies open with the same RequestOpeningBytes bytes as
+// body (compared by a hash, not byte for byte), the most recently
+// remembered first, at most 32; it returns dst. It is for a caller that
+// does not know the conversation's id before reading the request (it is
+// derived from the request's messages): any of them may be the
+// conversation's last request, or another conversation's that opened the
+// same way, so the caller compares the bytes itself (the one sharing the
+// longest prefix with body is the likeliest) and trusts only what it
+// compared. It does not count as a use of them (LastRequest does). The
+// slices are shared and must not be modified.
+func (m *Memory) RequestsSharing(format string, body []byte, dst []LastRequest) []LastRequest {
+	key, ok := m.openingKey(format, body)
+	if !ok {
+		return dst
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, el := range m.byOpening[key] {
+		if e := el.Value.(*requestEntry); e.Format == format {
+			dst = append(dst, e.LastRequest)
+		}
+	}
+	return dst
+}
+
+// indexLocked makes el's entry findable by its body's opening
+// (RequestsSharing), when it holds a body long enough.
+func (m *Memory) indexLocked(el *list.Element) {
+	e := el.Value.(*requestEntry)
+	key, ok := m.openingKey(e.Format, e.Body)
+	if !ok {
+		return
+	}
+	b := m.byOpening[key]
+	if len(b) == maxPerOpening {
+		b[len(b)-1].Value.(*requestEntry).indexed = false
+		b = b[:len(b)-1]
+	}
+	b = append(b, nil)
+	copy(b[1:], b)
+	b[0] = el
+	m.byOpening[key] = b
+	e.opening, e.indexed = key, true
+}
+
+// unindexLocked removes el's entry from byOpening.
+func (m *Memory) unindexLocked(el *list.Element) {
+	e := el.Value.(*requestEntry)
+	if !e.indexed {
+		return
+	}
+	e.indexed = false
+	b := m.byOpening[e.opening]
+	for i, x := range b {
+		if x == el {
+			b = append(b[:i], b[i+1:]...)
+			b[len(b):cap(b)][0] = nil // the dropped slot no longer holds the element
+			break
+		}
+	}
+	if len(b) == 0 {
+		delete(m.byOpening, e.opening)
+		return
+	}
+	m.byOpening[e.opening] = b
 }
 
 func (e *requestEntry) size() int64 {
@@ -80,15 +187,19 @@ func (m *Memory) RememberRequest(id string, r LastRequest) {
 	if e.size() > m.maxRequests {
 		e.Body, e.Spans = nil, nil // spans without the body they index are of no use
 	}
-	if el, ok := m.byID[id]; ok {
+	el, ok := m.byID[id]
+	if ok {
+		m.unindexLocked(el)
 		old := el.Value.(*requestEntry)
 		e.Offset = old.Offset
 		m.requestBytes -= old.size()
 		el.Value = e
 		m.requests.MoveToFront(el)
 	} else {
-		m.byID[id] = m.requests.PushFront(e)
+		el = m.requests.PushFront(e)
+		m.byID[id] = el
 	}
+	m.indexLocked(el)
 	m.requestBytes += e.size()
 	m.evictRequestsLocked()
 }
@@ -118,6 +229,7 @@ func (m *Memory) evictRequestsLocked() {
 	for m.requestBytes > m.maxRequests && m.requests.Len() > 0 {
 		el := m.requests.Back()
 		e := el.Value.(*requestEntry)
+		m.unindexLocked(el)
 		m.requests.Remove(el)
 		delete(m.byID, e.id)
 		m.requestBytes -= e.size()

@@ -123,3 +123,114 @@ func TestRequestsConcurrent(t *testing.T) {
 		t.Fatalf("%+v", st)
 	}
 }
+
+// TestRequestsSharing: last requests are found by their body's opening,
+// in their format only, the most recently remembered first, at most
+// maxPerOpening per opening; a request replaced or dropped (evicted, or
+// its body over the bound) is no longer found by its old opening, and
+// the index holds nothing the memory does not; a lookup is not a use.
+func TestRequestsSharing(t *testing.T) {
+	t.Parallel()
+	m := NewMemory(MemoryOptions{MaxRequestBytes: 1 << 20})
+	opening := bytes.Repeat([]byte("o"), RequestOpeningBytes)
+	body := func(rest string) []byte { return append(slices.Clone(opening), rest...) }
+	ids := func(rs []LastRequest) []string {
+		var out []string
+		for _, r := range rs {
+			out = append(out, r.Model)
+		}
+		return out
+	}
+	checkIndex := func() {
+		t.Helper()
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		n := 0
+		for key, b := range m.byOpening {
+			if len(b) == 0 || len(b) > maxPerOpening {
+				t.Fatalf("opening %x holds %d", key, len(b))
+			}
+			for _, el := range b {
+				e := el.Value.(*requestEntry)
+				if !e.indexed || e.opening != key || m.byID[e.id] != el {
+					t.Fatalf("the index holds %q, which the memory does not hold under that opening", e.id)
+				}
+				n++
+			}
+		}
+		indexed := 0
+		for _, el := range m.byID {
+			if el.Value.(*requestEntry).indexed {
+				indexed++
+			}
+		}
+		if n != indexed {
+			t.Fatalf("the index holds %d, %d entries say they are in it", n, indexed)
+		}
+	}
+
+	m.RememberRequest("a", LastRequest{Format: "openai", Model: "a", Body: body("a1")})
+	m.RememberRequest("b", LastRequest{Format: "openai", Model: "b", Body: body("b1")})
+	// A lookup is not a use: the least recently used goes first still.
+	if got := ids(m.RequestsSharing("openai", opening, nil)); !slices.Equal(got, []string{"b", "a"}) {
+		t.Fatalf("found %q, want b then a", got)
+	}
+	st := m.Stats()
+	m.SetRequestLimit(st.RequestBytes - 1)
+	if _, ok := m.LastRequest("a"); ok {
+		t.Fatal("a lookup by opening kept the least recently used request")
+	}
+	checkIndex()
+	m.SetRequestLimit(1 << 20)
+	m.RememberRequest("a", LastRequest{Format: "openai", Model: "a", Body: body("a1")})
+	m.RememberRequest("b", LastRequest{Format: "openai", Model: "b", Body: body("b1")})
+	m.RememberRequest("c", LastRequest{Format: "anthropic", Model: "c", Body: body("c1")})
+	m.RememberRequest("short", LastRequest{Format: "openai", Model: "short", Body: opening[:RequestOpeningBytes-1]})
+	if got := ids(m.RequestsSharing("openai", body("a1, and more"), nil)); !slices.Equal(got, []string{"b", "a"}) {
+		t.Fatalf("found %q, want b then a (most recent first, openai only)", got)
+	}
+	if got := m.RequestsSharing("openai", opening[:RequestOpeningBytes-1], nil); len(got) != 0 {
+		t.Fatalf("a body shorter than the opening found %d", len(got))
+	}
+	other := slices.Clone(opening)
+	other[RequestOpeningBytes-1] = 'x'
+	if got := m.RequestsSharing("openai", other, nil); len(got) != 0 {
+		t.Fatalf("another opening found %d", len(got))
+	}
+	// Replaced by a request that opens differently: found only by that.
+	m.RememberRequest("a", LastRequest{Format: "openai", Model: "a", Body: other})
+	if got := ids(m.RequestsSharing("openai", opening, nil)); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("found %q by the old opening, want b", got)
+	}
+	if got := ids(m.RequestsSharing("openai", other, nil)); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("found %q by the new opening, want a", got)
+	}
+	// A body over the bound is not held, so not found.
+	m.SetRequestLimit(3000)
+	m.RememberRequest("b", LastRequest{Format: "openai", Model: "b", Body: body(string(bytes.Repeat([]byte("z"), 3000)))})
+	if got := m.RequestsSharing("openai", opening, nil); len(got) != 0 {
+		t.Fatalf("a dropped body is found: %q", ids(got))
+	}
+	checkIndex()
+	m.SetRequestLimit(1 << 20)
+
+	// At most maxPerOpening per opening, the most recent ones; the rest
+	// stay held (by id).
+	for i := range maxPerOpening + 8 {
+		m.RememberRequest(fmt.Sprint("n", i), LastRequest{Format: "openai", Model: fmt.Sprint("n", i), Body: body(fmt.Sprint(i))})
+	}
+	got := ids(m.RequestsSharing("openai", opening, nil))
+	if len(got) != maxPerOpening || got[0] != fmt.Sprint("n", maxPerOpening+7) || got[maxPerOpening-1] != "n8" {
+		t.Fatalf("found %d (%q...), want the %d most recent", len(got), got[:min(3, len(got))], maxPerOpening)
+	}
+	if _, ok := m.LastRequest("n0"); !ok {
+		t.Fatal("a request left out of the index was dropped from the memory")
+	}
+	checkIndex()
+
+	m.SetRequestLimit(0)
+	checkIndex()
+	if len(m.byOpening) != 0 {
+		t.Fatalf("an empty memory's index holds %d openings", len(m.byOpening))
+	}
+}

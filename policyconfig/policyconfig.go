@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
@@ -39,6 +40,10 @@ type Schema struct {
 	// intKeys are the properties whose type is integer: their values are
 	// sent as integer literals (see integral).
 	intKeys map[string]bool
+	// plain is Resolve's answer without layers (the defaults alone),
+	// kept once computed: a policy the config file and the request leave
+	// alone resolves to it on every request.
+	plain atomic.Pointer[json.RawMessage]
 }
 
 // maxValid bounds Schema.valid; when full it starts over.
@@ -153,6 +158,11 @@ func (s *Schema) CheckKeys(source string, values map[string]any) error {
 // Resolve merges the defaults and the layers (later layers win, key by key),
 // validates the result and returns it as JSON.
 func (s *Schema) Resolve(layers ...Layer) (json.RawMessage, error) {
+	if len(layers) == 0 {
+		if p := s.plain.Load(); p != nil {
+			return bytes.Clone(*p), nil
+		}
+	}
 	merged := s.Defaults()
 	for _, l := range layers {
 		if err := s.CheckKeys(l.Source, l.Values); err != nil {
@@ -189,6 +199,10 @@ func (s *Schema) Resolve(layers ...Layer) (json.RawMessage, error) {
 		}
 		s.valid[string(b)] = struct{}{}
 		s.validMu.Unlock()
+	}
+	if len(layers) == 0 {
+		p := json.RawMessage(bytes.Clone(b))
+		s.plain.Store(&p)
 	}
 	return b, nil
 }

@@ -56,6 +56,19 @@ func TestResolve(t *testing.T) {
 			}
 		})
 	}
+	// The defaults alone are kept once resolved: each answer is the
+	// caller's own copy, and layers still apply after them.
+	first, err := s.Resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	clear(first)
+	if again, err := s.Resolve(); err != nil || string(again) != tests[0].want {
+		t.Fatalf("defaults again: %s, %v; want %s", again, err, tests[0].want)
+	}
+	if layered, err := s.Resolve(tests[1].layers...); err != nil || string(layered) != tests[1].want {
+		t.Fatalf("layers after the defaults: %s, %v; want %s", layered, err, tests[1].want)
+	}
 }
 
 func TestCompileRejects(t *testing.T) {

@@ -524,7 +524,10 @@ func headerValue(s string) string {
 func (x *exchange) filterRequest(ctx context.Context, body []byte) net.Buffers {
 	p, cfg := x.p, x.cfg
 	// The conversation's last request, when the header names the
-	// conversation: the scan resumes past what this one repeats of it.
+	// conversation, else the last request that shares the longest prefix
+	// with this one among those that opened the same way (the id is
+	// derived from the messages, after the parse): the scan resumes past
+	// what this one repeats of it, compared byte for byte.
 	var last chat.LastRequest
 	haveLast := false
 	var after *chat.LastRequest
@@ -532,6 +535,8 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) net.Buffers {
 		if last, haveLast = p.mem.LastRequest(x.id); haveLast && last.Format == x.prov.Name() {
 			after = &last
 		}
+	} else {
+		after = likeliestPrevious(body, p.mem.RequestsSharing(x.prov.Name(), body, nil))
 	}
 	req, err := parseRequestAfter(body, x.prov, after)
 	if err != nil {
@@ -544,14 +549,26 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) net.Buffers {
 		x.passThrough(PassProviderHistory, "%s: forwarded uncompacted", why)
 		return net.Buffers{body}
 	}
+	// A header-less request's id is derived from its leading elements
+	// and system prompt; when they are the previous request's bytes, its
+	// id is taken as it is (sameLead), without converting them again.
 	var lead []abi.Message
+	derived := chat.LastRequest{}
 	if x.id == "" {
-		lead, err = x.prov.Leading(req.system, req.messages)
-		if err != nil {
-			x.unreadable("the conversation", err)
-			return net.Buffers{body}
+		if sameLead(req, after) {
+			x.id = after.DerivedID
+			derived.LeadElems, derived.System = after.LeadElems, req.systemSpan
+		} else {
+			var settled int
+			lead, settled, err = x.prov.Leading(req.system, req.messages)
+			if err != nil {
+				x.unreadable("the conversation", err)
+				return net.Buffers{body}
+			}
+			x.id = compactor.ConversationID(lead)
+			derived.LeadElems, derived.System = settled, req.systemSpan
 		}
-		x.id = compactor.ConversationID(lead)
+		derived.DerivedID = x.id
 		last, haveLast = p.mem.LastRequest(x.id)
 	}
 	x.window = cfg.Proxy.ContextWindow
@@ -580,7 +597,7 @@ func (x *exchange) filterRequest(ctx context.Context, body []byte) net.Buffers {
 	}
 	estimate := total + offset
 	p.mem.RememberRequest(x.id, chat.LastRequest{Format: x.prov.Name(), Model: req.model, Body: body, Hashes: hashes, Counts: counts, Pipeline: x.chosen,
-		ListStart: req.msgs.start, Spans: req.spans})
+		ListStart: req.msgs.start, Spans: req.spans, DerivedID: derived.DerivedID, LeadElems: derived.LeadElems, System: derived.System})
 
 	status, known := p.opts.Store.Conversation(x.id)
 	pc, rt := &cfg.Proxy, x.route
@@ -1008,7 +1025,7 @@ func (p *Proxy) warnIfStoreDown(h http.Header) {
 func (x *exchange) title(req *request, lead []abi.Message) string {
 	if lead == nil {
 		var err error
-		if lead, err = x.prov.Leading(req.system, req.messages); err != nil {
+		if lead, _, err = x.prov.Leading(req.system, req.messages); err != nil {
 			return "" // the compaction, if due, reports the unreadable conversation
 		}
 	}

@@ -31,8 +31,10 @@ type request struct {
 	spans  [][2]int
 	reused int
 	// system is the conversation's top-level system prompt: Anthropic's
-	// "system", the Responses API's "instructions" (nil when absent).
-	system json.RawMessage
+	// "system", the Responses API's "instructions" (nil when absent), and
+	// systemSpan its span in body.
+	system     json.RawMessage
+	systemSpan [2]int
 	// streamOptions is OpenAI's "stream_options" (nil when absent) and
 	// clientUsage whether it asks for include_usage.
 	streamOptions *field
@@ -121,7 +123,7 @@ func parseRequestAfter(body []byte, prov wire.Format, prev *chat.LastRequest) (*
 			r.stream = kind == jsonscan.Bool && v[0] == 't'
 		case system:
 			if system != "" && kind != jsonscan.Null {
-				r.system = v
+				r.system, r.systemSpan = v, [2]int{start, end}
 			}
 		case "stream_options":
 			r.streamOptions = &f
@@ -189,6 +191,27 @@ func sharedSpans(body []byte, start int, prev *chat.LastRequest) [][2]int {
 	same := commonPrefix(body, prev.Body)
 	k := sort.Search(len(prev.Spans), func(i int) bool { return prev.Spans[i][1] > same })
 	return prev.Spans[:k:k]
+}
+
+// likeliestPrevious returns the candidate (last requests of the same
+// format, RequestsSharing) whose body shares the longest prefix with
+// body, nil when there is none. Whichever it is, parseRequestAfter trusts
+// only what it compares; the longest shared prefix is the one that saves
+// the most scanning. Comparing a candidate stops at its first differing
+// byte, so candidates that only open like body cost their shared
+// opening.
+func likeliestPrevious(body []byte, candidates []chat.LastRequest) *chat.LastRequest {
+	if len(candidates) == 1 {
+		return &candidates[0] // compared once, by the parse
+	}
+	var best *chat.LastRequest
+	most := -1
+	for i := range candidates {
+		if n := commonPrefix(body, candidates[i].Body); n > most {
+			best, most = &candidates[i], n
+		}
+	}
+	return best
 }
 
 // commonPrefix returns how many leading bytes a and b share.
@@ -296,4 +319,20 @@ func (r *request) withStreamUsage(body []byte) (net.Buffers, error) {
 		return nil, errScan
 	}
 	return splice(body, end, end, []byte(`,"stream_options":{"include_usage":true}`)), nil
+}
+
+// sameLead reports whether req leads as prev did, so that prev's derived
+// conversation id is req's: prev's id was derived (not named by a
+// header), the elements that decided it are among those req reused from
+// prev (byte for byte, in place: parseRequestAfter compared them), and
+// the system prompt is the same bytes.
+func sameLead(req *request, prev *chat.LastRequest) bool {
+	if prev == nil || prev.DerivedID == "" || prev.LeadElems < 1 || req.reused < prev.LeadElems {
+		return false
+	}
+	lo, hi := prev.System[0], prev.System[1]
+	if lo < 0 || hi < lo || hi > len(prev.Body) {
+		return false
+	}
+	return bytes.Equal(req.system, prev.Body[lo:hi])
 }

@@ -339,3 +339,68 @@ func FuzzParseRequestAfter(f *testing.F) {
 		sameParse(t, a, b, errA, errB)
 	})
 }
+
+// TestParseRequestWithoutHeader: a request whose conversation is not
+// named (its id is derived after the parse) is read past what it shares
+// with the likeliest last request that opened the same way
+// (RequestsSharing, likeliestPrevious): with two conversations that share
+// their first kilobytes (one long system prompt, different tasks) each
+// turn picks its own conversation's last request, and whatever is picked
+// (the other conversation's, when its own was dropped) the request reads
+// as a whole read would.
+func TestParseRequestWithoutHeader(t *testing.T) {
+	t.Parallel()
+	mem := chat.NewMemory(chat.MemoryOptions{})
+	prov := openaichat.Format{}
+	system := `{"role":"system","content":"` + strings.Repeat("You are a careful agent. ", 100) + `"}`
+	convs := map[string][]string{
+		"a": {system, `{"role":"user","content":"fix the parser"}`},
+		"b": {system, `{"role":"user","content":"fix the printer"}`},
+	}
+	body := func(msgs []string) []byte {
+		return []byte(`{"model":"gpt-4o","messages":[` + strings.Join(msgs, ",") + `],"stream":false}`)
+	}
+	remember := func(id string, r *request) {
+		mem.RememberRequest(id, chat.LastRequest{Format: prov.Name(), Model: r.model, Body: r.body, ListStart: r.msgs.start, Spans: r.spans})
+	}
+	parse := func(b []byte) *request {
+		t.Helper()
+		prev := likeliestPrevious(b, mem.RequestsSharing(prov.Name(), b, nil))
+		got, errA := parseRequestAfter(b, prov, prev)
+		want, errB := parseRequest(b, prov)
+		sameParse(t, got, want, errA, errB)
+		return got
+	}
+	for turn := range 4 {
+		for _, id := range []string{"a", "b"} {
+			prevLen := len(convs[id])
+			convs[id] = append(convs[id], `{"role":"assistant","content":"`+id+` step `+strings.Repeat("x", turn)+`"}`, `{"role":"user","content":"go on"}`)
+			r := parse(body(convs[id]))
+			want := prevLen // its own last request, whole
+			switch {
+			case turn == 0 && id == "a":
+				want = 0 // nothing held yet
+			case turn == 0:
+				want = 1 // a's first request: the system prompt they share
+			}
+			if r.reused != want {
+				t.Fatalf("turn %d of %s: reused %d messages, want %d", turn, id, r.reused, want)
+			}
+			remember(id, r)
+		}
+	}
+	// Conversation a's last request dropped: b's is the one found, and
+	// only the opening they share (the system prompt) is taken from it.
+	mem.SetRequestLimit(int64(len(body(convs["b"]))) + 1024) // b's alone
+	if _, ok := mem.LastRequest("a"); ok {
+		t.Fatal("a was not dropped")
+	}
+	convs["a"] = append(convs["a"], `{"role":"assistant","content":"done"}`)
+	if r := parse(body(convs["a"])); r.reused != 1 {
+		t.Fatalf("reused %d messages of the other conversation, want 1 (the system prompt)", r.reused)
+	}
+	// A body that does not open as any held request is read whole.
+	if r := parse(body([]string{`{"role":"user","content":"` + strings.Repeat("y", 2000) + `"}`})); r.reused != 0 {
+		t.Fatalf("reused %d", r.reused)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/compactd/compactd/internal/store"
+	"github.com/compactd/compactd/jsonscan"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -220,8 +221,12 @@ func (l *Log) writeStore(queue <-chan queued) {
 	}
 }
 
-// maxBatch bounds the records one batch writes.
-const maxBatch = 256
+// maxBatch bounds the records one batch writes (and holds in memory,
+// about 300 bytes each). A batch writes each of its conversations once,
+// so the bound is high: requests that come from many conversations at
+// once (agents side by side, out of order) would otherwise cost a store
+// update per conversation every few hundred requests.
+const maxBatch = 4096
 
 // writeBatch writes a batch's records, then answers its Flush markers
 // (every record queued before a marker is then written).
@@ -258,18 +263,78 @@ func (l *Log) appendStore(id string, recs []Record) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return l.kv.Update(ctx, []byte(id), func(old []byte) ([]byte, error) {
-		var list []Record
-		if old != nil {
-			if err := json.Unmarshal(old, &list); err != nil {
-				list = nil // unreadable: start over
-			}
-		}
-		list = append(list, recs...)
-		if len(list) > l.opts.PerConversation {
-			list = list[len(list)-l.opts.PerConversation:]
-		}
-		return json.Marshal(list)
+		return appendRecords(old, recs, l.opts.PerConversation)
 	})
+}
+
+// appendRecords returns the stored list old (a JSON array of records)
+// with recs appended, keeping its last limit records. The records already
+// stored are kept as their bytes, not decoded and encoded again: a busy
+// conversation's list holds hundreds, and every batch of the store
+// writer appends to it. A list that is not an array of objects is
+// unreadable and starts over.
+func appendRecords(old []byte, recs []Record, limit int) ([]byte, error) {
+	if len(recs) > limit {
+		recs = recs[len(recs)-limit:]
+	}
+	kept := storedRecords(old)
+	if over := len(kept) + len(recs) - limit; over > 0 {
+		kept = kept[over:]
+	}
+	fresh := make([][]byte, len(recs))
+	size := len("[]")
+	for i := range recs {
+		b, err := json.Marshal(&recs[i])
+		if err != nil {
+			return nil, err
+		}
+		fresh[i] = b
+		size += len(b) + 1
+	}
+	for _, r := range kept {
+		size += len(r) + 1
+	}
+	out := make([]byte, 0, size)
+	out = append(out, '[')
+	for _, r := range slices.Concat(kept, fresh) {
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = append(out, r...)
+	}
+	return append(out, ']'), nil
+}
+
+// storedRecords splits a stored list into its records' bytes (views of
+// old); nil when old is absent or not a JSON array of objects.
+func storedRecords(old []byte) [][]byte {
+	if old == nil {
+		return nil
+	}
+	s := jsonscan.New(old)
+	if s.Peek() != jsonscan.Array {
+		return nil
+	}
+	s.BeginArray()
+	var out [][]byte
+	for first := true; ; first = false {
+		more, err := s.NextElement(first)
+		if err != nil {
+			return nil
+		}
+		if !more {
+			break
+		}
+		kind, start, end, err := s.Skip()
+		if err != nil || kind != jsonscan.Object {
+			return nil
+		}
+		out = append(out, old[start:end])
+	}
+	if s.End() != nil {
+		return nil
+	}
+	return out
 }
 
 // Page is one page of a listing, newest first; NextCursor is set when

@@ -313,6 +313,24 @@ func TestStoreCopyGathers(t *testing.T) {
 		t.Fatalf("%d and %d records stored after Flush; want 40 each", c, d)
 	}
 
+	// Many conversations at once, one request of each in turn (agents
+	// side by side): still one update per conversation and batch.
+	updates.Store(0)
+	const convs, each = 40, 25
+	for i := range each {
+		for c := range convs {
+			held.Add(requestlog.Record{ConversationID: fmt.Sprintf("many-%d", c), TokensBefore: i})
+		}
+		runtime.Gosched()
+	}
+	held.Flush()
+	if n := updates.Load(); n != convs {
+		t.Errorf("%d records of %d conversations took %d store updates; want %d", convs*each, convs, n, convs)
+	}
+	if n := stored("many-7"); n != each {
+		t.Fatalf("%d records of a conversation stored after Flush; want %d", n, each)
+	}
+
 	timed := newLog(t, requestlog.Options{Store: s, FlushInterval: 20 * time.Millisecond})
 	for i := range 3 {
 		timed.Add(requestlog.Record{ConversationID: "c", TokensBefore: 100 + i})

@@ -60,7 +60,10 @@ func benchUpstream() *httptest.Server {
 // again, as an agent re-sends its history. Direct and proxied requests
 // alternate in one loop; each sub-benchmark reports the p50 of both and
 // the p50 added by the proxy, for the whole exchange (json) and for the
-// time to the first byte of a streamed answer (stream-ttfb).
+// time to the first byte of a streamed answer (stream-ttfb). Each row
+// runs twice: with X-Compactd-Conversation naming the conversation, and
+// (".../no-header") without it, its id derived from its messages, as an
+// agent that changes only its base URL sends it.
 func BenchmarkProxyOverhead(b *testing.B) {
 	up := benchUpstream()
 	defer up.Close()
@@ -141,49 +144,57 @@ func BenchmarkProxyOverhead(b *testing.B) {
 				proxied = "http://" + td.TCPAddr() + proxy.RouteAnthropic
 				direct = up.URL + proxy.RouteAnthropic
 			}
-			b.Run(fmt.Sprintf("%s/%s", mode, c.name), func(b *testing.B) {
-				send := func(url string, viaProxy bool) time.Duration {
-					req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
-					req.Header.Set("Authorization", "Bearer sk-bench")
-					req.Header.Set("Content-Type", "application/json")
-					if viaProxy {
-						req.Header.Set(proxy.HeaderToken, proxyToken)
-						req.Header.Set(proxy.HeaderConversation, "bench-"+mode+"-"+c.name)
-					}
-					start := time.Now()
-					resp, err := hc.Do(req)
-					if err != nil {
-						b.Fatal(err)
-					}
-					var first [1]byte
-					if _, err := io.ReadFull(resp.Body, first[:]); err != nil {
-						b.Fatal(err)
-					}
-					ttfb := time.Since(start)
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode != http.StatusOK || resp.Header.Get(proxy.HeaderCompacted) != "" {
-						b.Fatalf("%d, compacted %q", resp.StatusCode, resp.Header.Get(proxy.HeaderCompacted))
-					}
-					if mode != "stream-ttfb" {
-						return time.Since(start)
-					}
-					return ttfb
+			for _, header := range []bool{true, false} {
+				name := fmt.Sprintf("%s/%s", mode, c.name)
+				if !header {
+					name += "/no-header"
 				}
-				send(proxied, true) // warm: the conversation's counts are remembered
-				var d, p []time.Duration
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					d = append(d, send(direct, false))
-					p = append(p, send(proxied, true))
-				}
-				b.StopTimer()
-				pd, pp := p50(d), p50(p)
-				b.ReportMetric(float64(pd.Microseconds()), "direct-p50-µs")
-				b.ReportMetric(float64(pp.Microseconds()), "proxied-p50-µs")
-				b.ReportMetric(float64((pp - pd).Microseconds()), "added-p50-µs")
-				b.ReportMetric(float64(len(body)), "body-bytes")
-			})
+				b.Run(name, func(b *testing.B) {
+					send := func(url string, viaProxy bool) time.Duration {
+						req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+						req.Header.Set("Authorization", "Bearer sk-bench")
+						req.Header.Set("Content-Type", "application/json")
+						if viaProxy {
+							req.Header.Set(proxy.HeaderToken, proxyToken)
+							if header {
+								req.Header.Set(proxy.HeaderConversation, "bench-"+mode+"-"+c.name)
+							}
+						}
+						start := time.Now()
+						resp, err := hc.Do(req)
+						if err != nil {
+							b.Fatal(err)
+						}
+						var first [1]byte
+						if _, err := io.ReadFull(resp.Body, first[:]); err != nil {
+							b.Fatal(err)
+						}
+						ttfb := time.Since(start)
+						io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						if resp.StatusCode != http.StatusOK || resp.Header.Get(proxy.HeaderCompacted) != "" {
+							b.Fatalf("%d, compacted %q", resp.StatusCode, resp.Header.Get(proxy.HeaderCompacted))
+						}
+						if mode != "stream-ttfb" {
+							return time.Since(start)
+						}
+						return ttfb
+					}
+					send(proxied, true) // warm: the conversation's counts are remembered
+					var d, p []time.Duration
+					b.ResetTimer()
+					for i := 0; i < b.N; i++ {
+						d = append(d, send(direct, false))
+						p = append(p, send(proxied, true))
+					}
+					b.StopTimer()
+					pd, pp := p50(d), p50(p)
+					b.ReportMetric(float64(pd.Microseconds()), "direct-p50-µs")
+					b.ReportMetric(float64(pp.Microseconds()), "proxied-p50-µs")
+					b.ReportMetric(float64((pp - pd).Microseconds()), "added-p50-µs")
+					b.ReportMetric(float64(len(body)), "body-bytes")
+				})
+			}
 		}
 	}
 }

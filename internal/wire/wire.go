@@ -65,8 +65,12 @@ type Format interface {
 	ItemMessages(raw json.RawMessage, system bool) ([]abi.Message, error)
 	// Leading returns the chat form of the system prompt and the list up
 	// to and including the first user message, for a derived
-	// conversation id.
-	Leading(system json.RawMessage, list []json.RawMessage) ([]abi.Message, error)
+	// conversation id, and settled: how many leading elements of the
+	// list decided it (the first user message's position + 1), 0 when no
+	// user message ended it (a longer list may lead otherwise). Any list
+	// that holds those elements unchanged, under the same system prompt,
+	// leads the same.
+	Leading(system json.RawMessage, list []json.RawMessage) (lead []abi.Message, settled int, err error)
 	// Uncompactable says why a request that parsed cannot be compacted
 	// ("" when it can); get returns a top-level member's value (nil when
 	// absent).

@@ -70,3 +70,34 @@ func TestSaidShortcuts(t *testing.T) {
 		}
 	}
 }
+
+// TestDedupItems: each item once, in order of first appearance, used when
+// any appearance is in an assistant message's range; items whose keys
+// collide (here every key is the same) stay apart and give the same
+// extraction as their real hashes.
+func TestDedupItems(t *testing.T) {
+	all := []item{
+		{Kind: kindFile, Text: "a.go"}, {Kind: kindName, Text: "a.go"}, {Kind: kindFile, Text: "b.go"},
+		{Kind: kindFile, Text: "a.go"}, {Kind: kindName, Text: "x"}, {Kind: kindFile, Text: "b.go"},
+	}
+	assistant := []int{2, 4} // all[2:4] are the agent's own
+	real := make([]uint64, len(all))
+	same := make([]uint64, len(all))
+	for k, it := range all {
+		real[k] = textHash(it.Text)
+		same[k] = -uint64(it.Kind+1) * 0x9E3779B97F4A7C15 // every key 0
+	}
+	wantItems := []item{all[0], all[1], all[2], all[4]}
+	wantUsed := []bool{true, false, true, false}
+	for name, th := range map[string][]uint64{"real hashes": real, "colliding keys": same} {
+		x := dedupItems(all, th, assistant)
+		if !slices.Equal(x.items, wantItems) || !slices.Equal(x.used, wantUsed) {
+			t.Errorf("%s: items %v used %v; want %v %v", name, x.items, x.used, wantItems, wantUsed)
+		}
+		for i, it := range x.items {
+			if k := slices.Index(all, it); x.hashes[i] != th[k] {
+				t.Errorf("%s: item %d's hash %x, want %x", name, i, x.hashes[i], th[k])
+			}
+		}
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,6 +13,8 @@ import (
 	"github.com/compactd/compactd/convo"
 	"github.com/compactd/compactd/internal/plugtest"
 	"github.com/compactd/compactd/pdk"
+	"github.com/compactd/compactd/plugins/internal/decision"
+	"github.com/compactd/compactd/plugins/internal/fingerprint"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -278,6 +282,95 @@ func TestMemo(t *testing.T) {
 	chunkMemo.max = saved
 	if mustJSON(t, tiny) != mustJSON(t, cold) {
 		t.Fatal("a full memo changed the result")
+	}
+}
+
+// TestCursor: a request whose first chunks come from a conversation's
+// cursor (what its previous request rendered) gets the result computed
+// afresh, whatever order the requests come in: a conversation's turns in
+// order, backwards and shuffled, two conversations with the same task
+// taking turns, and one that differs from another only in a message in the
+// middle. The messages carry hashes, as the host sends them.
+func TestCursor(t *testing.T) {
+	hashed := func(msgs []abi.Message) []abi.Message {
+		for i := range msgs {
+			var h fingerprint.Hash
+			h.Message(&msgs[i])
+			msgs[i].Hash = h.Sum128()
+		}
+		return msgs
+	}
+	a := hashed(agent(30))
+	b := slices.Clone(a) // the same task, other results
+	for i := 2; i < len(b); i++ {
+		if b[i].Role == abi.RoleTool {
+			b[i].Content = abi.TextContent(b[i].Content.Text() + fmt.Sprintf("\nother/file%d.go", i))
+		}
+	}
+	b = hashed(b)
+	c := slices.Clone(a) // a with one result in the middle changed
+	c[21].Content = abi.TextContent("src/changed.rs: changed_fn")
+	c = hashed(c)
+	type call struct {
+		msgs  []abi.Message
+		cfg   map[string]any
+		state json.RawMessage
+	}
+	var calls []call
+	for _, cfg := range []map[string]any{small(), small("max_chunks", 3, "merge_fan", 2)} {
+		for _, msgs := range [][]abi.Message{a, b, c} {
+			for _, n := range plugtest.TurnPrefixes(msgs) {
+				calls = append(calls, call{msgs: msgs[:n:n], cfg: cfg})
+			}
+		}
+	}
+	half := len(calls) / 2
+	// a's turns again with jumps the host forced (remembered in the
+	// state): the same messages, other chunks.
+	for _, n := range plugtest.TurnPrefixes(a) {
+		calls = append(calls, call{a[:n:n], small(), decision.WithForced(nil, []int{4, 5, 7})})
+	}
+	want := make([]string, len(calls))
+	for i, x := range calls {
+		chunkMemo.clear()
+		want[i] = mustJSON(t, plugtest.Run(t, compact, x.msgs, x.cfg, x.state))
+	}
+	inOrder := make([]int, len(calls))
+	for i := range inOrder {
+		inOrder[i] = i
+	}
+	backwards := slices.Clone(inOrder)
+	slices.Reverse(backwards)
+	var alternate []int // a's, b's and c's turns taking turns, then a's forced ones with a's
+	per := half / 3
+	for k := 0; k < per; k++ {
+		alternate = append(alternate, k, per+k, 2*per+k)
+	}
+	for k := 0; k < per; k++ {
+		alternate = append(alternate, 2*half+k, k)
+	}
+	shuffled := slices.Clone(inOrder)
+	rand.New(rand.NewPCG(1, 2)).Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+	for _, order := range []struct {
+		name string
+		idx  []int
+	}{{"in order", inOrder}, {"backwards", backwards}, {"taking turns", alternate}, {"shuffled", shuffled}} {
+		chunkMemo.clear()
+		for _, i := range order.idx {
+			if got := mustJSON(t, plugtest.Run(t, compact, calls[i].msgs, calls[i].cfg, calls[i].state)); got != want[i] {
+				t.Fatalf("%s: request %d differs from its result computed afresh:\n%s\n%s", order.name, i, got, want[i])
+			}
+		}
+	}
+	// The cursor was kept (the test exercised it).
+	cfg, err := decodeConfig(plugtest.Request(a, small(), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunkMemo.clear()
+	plugtest.Run(t, compact, a, small(), nil)
+	if _, ok := chunkMemo.get(cursorKey(pinnedKey(a[:2], cfg))).(*cursor); !ok {
+		t.Fatal("no cursor kept for a conversation with hashes")
 	}
 }
 

@@ -36,18 +36,34 @@ const emptyPrefix = "[ledger: nothing new in turns "
 func render(h pdk.Host, msgs []abi.Message, pinned int, units []convo.Unit, p plan, cfg config) ([]abi.Content, error) {
 	entries := make([]*entry, len(p.chunks))
 	keys := make([][2]uint64, len(p.chunks))
+	cums := make([]fingerprint.Hash, len(p.chunks)) // the chain's state after each chunk
 	pkey := pinnedKey(msgs[:pinned], cfg)
 	var cum fingerprint.Hash
 	cum.Str("compactd-ledger-render-v2")
 	cum.Word(math.Float64bits(cfg.Share))
 	cum.Word(pkey[0])
 	cum.Word(pkey[1])
+	// The chunks the conversation's previous request rendered, as far as
+	// this one has them unchanged, come from its cursor without hashing
+	// their messages again.
+	cur, _ := chunkMemo.take(cursorKey(pkey)).(*cursor)
+	known := cur.known(msgs, units, p.chunks, pkey, cfg.Share)
+	if known > 0 {
+		copy(keys, cur.keys[:known])
+		copy(cums, cur.cums[:known])
+		copy(entries, cur.entries[:known])
+		cum = cur.cums[known-1]
+	}
 	var seen map[uint64]bool // built on the first chunk not in the memo
 	for ci, span := range p.chunks {
+		if ci < known {
+			continue
+		}
 		xkey := unitsKey(msgs, units[span[0]:span[1]], cfg)
 		cum.Word(xkey[0])
 		cum.Word(xkey[1])
 		keys[ci] = cum.Sum128()
+		cums[ci] = cum
 		if e, ok := chunkMemo.get(keys[ci]).(*entry); ok {
 			entries[ci] = e
 			continue
@@ -65,6 +81,9 @@ func render(h pdk.Host, msgs []abi.Message, pinned int, units []convo.Unit, p pl
 		}
 		entries[ci] = e
 		chunkMemo.put(keys[ci], e, 3*len(e.text.Text())+8*len(e.hashes)+64)
+	}
+	if cur = cur.extend(known, msgs, units, p.chunks, pkey, cfg.Share, keys, cums, entries); cur != nil {
+		chunkMemo.put(cursorKey(pkey), cur, cur.size())
 	}
 	if seen != nil && len(keys) > 0 {
 		// The next jump of this conversation starts from here.
@@ -93,6 +112,100 @@ func render(h pdk.Host, msgs []abi.Message, pinned int, units []convo.Unit, p pl
 		chunkMemo.put(gkey, texts[gi], 2*len(t)+32)
 	}
 	return texts, nil
+}
+
+// cursor is where a conversation's previous request left the ledger: its
+// chunks (unit ranges, and the messages each ends before), the host's
+// hashes of the messages they fold, and each chunk's memo key, key
+// chain and entry. A request that starts with the same pinned messages
+// and folds the same messages into its first chunks takes those from it
+// instead of hashing them again (a conversation's next request adds a
+// chunk or none). Only kept when the host sends message hashes: they are
+// what tells the messages are the same.
+type cursor struct {
+	pkey    [2]uint64
+	share   uint64      // math.Float64bits(cfg.Share)
+	start   int         // the message the first chunk starts at
+	chunks  [][2]int    // each chunk's units
+	ends    []int       // the message each chunk ends before
+	hashes  [][2]uint64 // the host's hashes of msgs[start:ends[len-1]]
+	keys    [][2]uint64
+	cums    []fingerprint.Hash
+	entries []*entry
+}
+
+// cursorKey is the memo key of the cursor of the conversations whose
+// pinned messages' key is pkey.
+func cursorKey(pkey [2]uint64) [2]uint64 { return [2]uint64{pkey[0] ^ 0xC0C5, pkey[1] ^ 0xC0C5} }
+
+// known returns how many of chunks (over units of msgs) c holds as they
+// are: the same units, ending at the same messages, whose hashes are the
+// same. A nil c holds none.
+func (c *cursor) known(msgs []abi.Message, units []convo.Unit, chunks [][2]int, pkey [2]uint64, share float64) int {
+	if c == nil || c.pkey != pkey || c.share != math.Float64bits(share) || len(chunks) == 0 || units[chunks[0][0]].Start != c.start {
+		return 0
+	}
+	n, from := 0, c.start
+	for ; n < len(chunks) && n < len(c.chunks); n++ {
+		end := units[chunks[n][1]-1].End
+		if chunks[n] != c.chunks[n] || end != c.ends[n] {
+			break
+		}
+		same := true
+		for i := from; i < end; i++ {
+			if x := msgs[i].Hash; x != c.hashes[i-c.start] || x == [2]uint64{} {
+				same = false
+				break
+			}
+		}
+		if !same {
+			break
+		}
+		from = end
+	}
+	return n
+}
+
+// extend returns the cursor of this request: c's first known chunks, then
+// the rest of chunks; nil when a message of theirs has no hash from the
+// host. c is reused (the caller took it from the memo).
+func (c *cursor) extend(known int, msgs []abi.Message, units []convo.Unit, chunks [][2]int, pkey [2]uint64, share float64, keys [][2]uint64, cums []fingerprint.Hash, entries []*entry) *cursor {
+	if len(chunks) == 0 {
+		return nil
+	}
+	start := units[chunks[0][0]].Start
+	if known == 0 || c == nil {
+		c = &cursor{pkey: pkey, share: math.Float64bits(share), start: start}
+		known = 0
+	}
+	from := start
+	if known > 0 {
+		from = c.ends[known-1]
+	}
+	c.chunks, c.ends, c.keys, c.cums, c.entries = c.chunks[:known], c.ends[:known], c.keys[:known], c.cums[:known], c.entries[:known]
+	c.hashes = c.hashes[:from-start]
+	for n := known; n < len(chunks); n++ {
+		end := units[chunks[n][1]-1].End
+		for i := from; i < end; i++ {
+			if msgs[i].Hash == [2]uint64{} {
+				return nil
+			}
+			c.hashes = append(c.hashes, msgs[i].Hash)
+		}
+		c.chunks = append(c.chunks, chunks[n])
+		c.ends = append(c.ends, end)
+		c.keys = append(c.keys, keys[n])
+		c.cums = append(c.cums, cums[n])
+		c.entries = append(c.entries, entries[n])
+		from = end
+	}
+	return c
+}
+
+// size is what c costs the memo: its slices (the entries it points to
+// are counted where the memo holds them).
+func (c *cursor) size() int {
+	return 16*len(c.hashes) + (16+8+16+16+8)*len(c.chunks) + 128
 }
 
 // seenSet is what a ledger lists (and its pinned messages hold) up to a
@@ -157,16 +270,12 @@ func buildChunk(h pdk.Host, msgs []abi.Message, seen map[uint64]bool, first bool
 // tokens. hashes are what the picked items make known (see seeHashes).
 func selectItems(x *extraction, seen map[uint64]bool, budget float64) (picked []bool, hashes []uint64) {
 	picked = make([]bool, len(x.items))
-	// Each item's text hash, computed once.
-	th := make([]uint64, len(x.items))
-	for i, it := range x.items {
-		th[i] = textHash(it.Text)
-	}
+	th := x.hashes
 	var queues [numKinds][]int
 	take := func(i int) {
 		picked[i] = true
 		from := len(hashes)
-		hashes = seeHashesOf(hashes, x.items[i], th[i])
+		hashes = seeHashes(hashes, x.items[i], th[i])
 		for _, h := range hashes[from:] {
 			seen[h] = true
 		}
@@ -220,16 +329,12 @@ func textHash(s string) uint64 {
 	return h.Sum128()[0]
 }
 
-// seeHashes appends the hashes of what listing it makes known: its text,
+// seeHashes appends the hashes of what listing it makes known (h is the
+// hash of its text, textHash(it.Text)): its text,
 // and what the text holds as well — a qualified name its parts
 // (self.match_re.search holds match_re), a path what ends it after a
 // slash (/testbed/a/b.py holds a/b.py and b.py).
-func seeHashes(dst []uint64, it item) []uint64 {
-	return seeHashesOf(dst, it, textHash(it.Text))
-}
-
-// seeHashesOf is seeHashes with the hash of it's text, h, known.
-func seeHashesOf(dst []uint64, it item, h uint64) []uint64 {
+func seeHashes(dst []uint64, it item, h uint64) []uint64 {
 	dst = append(dst, h)
 	switch it.Kind {
 	case kindName:
@@ -309,6 +414,8 @@ type extraction struct {
 	// used[i]: items[i] is in the agent's own words (its text, its tool
 	// calls), not only in what it observed.
 	used []bool
+	// hashes[i] is textHash(items[i].Text).
+	hashes []uint64
 }
 
 // extractMessages returns the items of msgs. Their texts point into msgs.
@@ -336,22 +443,50 @@ func extractMessages(h pdk.Host, msgs []abi.Message, cfg config) (*extraction, e
 			assistant = append(assistant, from, len(all))
 		}
 	}
-	x := &extraction{items: make([]item, 0, len(all)), used: make([]bool, 0, len(all))}
-	at := make(map[item]int, len(all))
+	th := make([]uint64, len(all))
+	for k, it := range all {
+		th[k] = textHash(it.Text)
+	}
+	return dedupItems(all, th, assistant), nil
+}
+
+// dedupItems returns the extraction of all, the items of some messages in
+// order (th their text hashes, assistant the [from, to) ranges of the
+// assistant messages' items, in pairs): each item once, in order of first
+// appearance, used when any of its appearances is the agent's own. Items
+// are looked up by their text hash and kind, and compared in full: two
+// items whose key is the same (a collision) stay apart.
+func dedupItems(all []item, th []uint64, assistant []int) *extraction {
+	x := &extraction{items: make([]item, 0, len(all)), used: make([]bool, 0, len(all)), hashes: make([]uint64, 0, len(all))}
+	at := make(map[uint64]int, len(all))
+	var clash map[item]int // the items whose key an earlier, other item holds
 	for k, it := range all {
 		for len(assistant) > 0 && assistant[1] <= k {
 			assistant = assistant[2:]
 		}
 		used := len(assistant) > 0 && assistant[0] <= k
-		if i, ok := at[it]; ok {
+		key := th[k] + uint64(it.Kind+1)*0x9E3779B97F4A7C15
+		i, ok := at[key]
+		switch {
+		case !ok:
+			at[key] = len(x.items)
+		case x.items[i] != it:
+			if i, ok = clash[it]; !ok {
+				if clash == nil {
+					clash = make(map[item]int)
+				}
+				clash[it] = len(x.items)
+			}
+		}
+		if ok {
 			x.used[i] = x.used[i] || used
 			continue
 		}
-		at[it] = len(x.items)
 		x.items = append(x.items, it)
 		x.used = append(x.used, used)
+		x.hashes = append(x.hashes, th[k])
 	}
-	return x, nil
+	return x
 }
 
 // pinnedHashes returns the hashes of what the pinned messages (the system
@@ -366,8 +501,8 @@ func pinnedHashes(h pdk.Host, msgs []abi.Message, key [2]uint64, cfg config) ([]
 		return nil, err
 	}
 	var hs []uint64
-	for _, it := range x.items {
-		hs = seeHashes(hs, it)
+	for i, it := range x.items {
+		hs = seeHashes(hs, it, x.hashes[i])
 	}
 	slices.Sort(hs)
 	hs = slices.Compact(hs)

@@ -98,8 +98,8 @@ func (Format) ItemMessages(raw json.RawMessage, system bool) ([]abi.Message, err
 
 // Leading converts the system prompt and the messages up to and including
 // the first user message.
-func (Format) Leading(system json.RawMessage, list []json.RawMessage) ([]abi.Message, error) {
-	n := 0
+func (Format) Leading(system json.RawMessage, list []json.RawMessage) ([]abi.Message, int, error) {
+	n, settled := 0, 0
 	for n < len(list) {
 		var m struct {
 			Role string `json:"role"`
@@ -107,14 +107,15 @@ func (Format) Leading(system json.RawMessage, list []json.RawMessage) ([]abi.Mes
 		json.Unmarshal(list[n], &m)
 		n++
 		if m.Role == abi.RoleUser {
+			settled = n
 			break
 		}
 	}
 	c, err := Convert(system, list[:n])
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return c.Chat.Messages, nil
+	return c.Chat.Messages, settled, nil
 }
 
 // apiUsage is Messages' usage. Counts outside usage's rule are ignored;

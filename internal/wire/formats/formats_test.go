@@ -270,3 +270,45 @@ func join(l []json.RawMessage) string {
 	}
 	return "[" + strings.Join(parts, ",") + "]"
 }
+
+// TestLeadingSettled: Leading reports how many leading elements decided
+// it (up to the first user message), the same lead comes from any list
+// that keeps them, and a list with no user message settles nothing.
+func TestLeadingSettled(t *testing.T) {
+	t.Parallel()
+	want := map[string]int{"openai": 2, "anthropic": 1, "responses": 1}
+	for _, f := range All() {
+		t.Run(f.Name(), func(t *testing.T) {
+			t.Parallel()
+			s := samples[f.Name()]
+			var system json.RawMessage
+			if s.system != "" {
+				system = json.RawMessage(s.system)
+			}
+			list := elements(t, s.list)
+			lead, settled, err := f.Leading(system, list)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if settled != want[f.Name()] {
+				t.Fatalf("settled %d, want %d", settled, want[f.Name()])
+			}
+			whole, _ := json.Marshal(lead)
+			for _, n := range []int{settled, settled + 1, len(list)} {
+				got, again, err := f.Leading(system, list[:n])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if j, _ := json.Marshal(got); string(j) != string(whole) || again != settled {
+					t.Fatalf("the first %d elements lead %s (settled %d), want %s (%d)", n, j, again, whole, settled)
+				}
+			}
+			// Only what comes before the first user message: nothing
+			// settles it.
+			_, none, err := f.Leading(system, list[:settled-1])
+			if err != nil || none != 0 {
+				t.Fatalf("a list without a user message: settled %d, %v", none, err)
+			}
+		})
+	}
+}

@@ -106,19 +106,19 @@ func (Format) ItemMessages(raw json.RawMessage, _ bool) ([]abi.Message, error) {
 }
 
 // Leading returns the messages up to and including the first user message.
-func (Format) Leading(_ json.RawMessage, list []json.RawMessage) ([]abi.Message, error) {
+func (Format) Leading(_ json.RawMessage, list []json.RawMessage) ([]abi.Message, int, error) {
 	var out []abi.Message
-	for _, raw := range list {
+	for i, raw := range list {
 		c, err := chat.FromRaw([]json.RawMessage{raw})
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		out = append(out, c.Messages[0])
 		if c.Messages[0].Role == abi.RoleUser {
-			break
+			return out, i + 1, nil
 		}
 	}
-	return out, nil
+	return out, 0, nil
 }
 
 // apiUsage is Chat Completions' usage. Counts outside usage's rule

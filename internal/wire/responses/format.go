@@ -2,6 +2,7 @@ package responses
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 
 	"github.com/compactd/compactd/abi"
@@ -100,16 +101,36 @@ func (Format) ItemMessages(raw json.RawMessage, system bool) ([]abi.Message, err
 }
 
 // Leading converts the instructions and the items up to and including the
-// first user message.
-func (Format) Leading(system json.RawMessage, list []json.RawMessage) ([]abi.Message, error) {
+// first user message; only those items are read (as Chat Completions'
+// Leading reads only those messages).
+//
+// A string input is one user message: it settles the lead (1).
+func (Format) Leading(system json.RawMessage, list []json.RawMessage) ([]abi.Message, int, error) {
 	if stringInput(list) {
-		return Leading(system, list[0])
+		lead, err := Leading(system, list[0])
+		if err != nil {
+			return nil, 0, err
+		}
+		return lead, 1, nil
 	}
-	items, err := readItems(list)
+	items := make([]Item, 0, 4)
+	settled := 0
+	for i, raw := range list {
+		it, err := readItem(raw)
+		if err != nil {
+			return nil, 0, fmt.Errorf("input item %d: %w", i, err)
+		}
+		items = append(items, it)
+		if it.Type == TypeMessage && it.Role == abi.RoleUser {
+			settled = i + 1
+			break
+		}
+	}
+	lead, err := leading(system, items)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return leading(system, items)
+	return lead, settled, nil
 }
 
 // Usage reads a response object's usage.

@@ -398,3 +398,43 @@ func TestItemReferences(t *testing.T) {
 		t.Fatalf("after dropping the tool turn (%v): %s", err, got)
 	}
 }
+
+// TestFormatLeading: the leading items (up to and including the first
+// user message) convert as the whole input's leading part does, and only
+// they are read: an unreadable item after them does not matter, one
+// among them is an error.
+func TestFormatLeading(t *testing.T) {
+	t.Parallel()
+	var items []json.RawMessage
+	if err := json.Unmarshal([]byte(sampleInput), &items); err != nil {
+		t.Fatal(err)
+	}
+	instructions := json.RawMessage(`"be careful"`)
+	got, settled, err := Format{}.Leading(instructions, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if settled < 1 || settled > len(items) || string(items[settled-1]) == "" {
+		t.Fatalf("settled %d of %d items", settled, len(items))
+	}
+	all, err := readItems(items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := leading(instructions, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gj, _ := json.Marshal(got)
+	wj, _ := json.Marshal(want)
+	if string(gj) != string(wj) || len(got) == 0 || got[len(got)-1].Role != abi.RoleUser {
+		t.Fatalf("leading %s, want %s", gj, wj)
+	}
+	bad := json.RawMessage(`{"type":"message","role":7}`)
+	if _, _, err := (Format{}).Leading(instructions, append(items[:2:2], bad)); err != nil {
+		t.Fatalf("an item after the first user message was read: %v", err)
+	}
+	if _, _, err := (Format{}).Leading(instructions, []json.RawMessage{items[0], bad, items[1]}); err == nil || !strings.Contains(err.Error(), "input item 1") {
+		t.Fatalf("an unreadable leading item: %v", err)
+	}
+}
