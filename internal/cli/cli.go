@@ -249,7 +249,7 @@ var localFlags = []string{"plugins", "cache-dir", "log-level"}
 
 func (c *commonFlags) register(fs *flagSet, env *Env) {
 	fs.StringVar(&c.plugins, "plugins", paths.PluginsDir(env.Getenv), "plugins `DIR` ($COMPACTD_PLUGINS, else $XDG_DATA_HOME/compactd/plugins)")
-	fs.StringVar(&c.cacheDir, "cache-dir", paths.CacheDir(env.Getenv), "compiled-module cache `DIR` (\"\" disables it)")
+	fs.StringVar(&c.cacheDir, "cache-dir", paths.CacheDir(env.Getenv), "cache `DIR` of compiled and instrumented modules (\"\" disables it)")
 	fs.StringVar(&c.logLevel, "log-level", "warn", "log `LEVEL`: trace, debug, info, warn, error, off")
 }
 
