@@ -56,6 +56,18 @@ func elements(t testing.TB, list string) []json.RawMessage {
 	return out
 }
 
+// sample returns the format's sample conversation: its system prompt
+// (nil when none) and the elements of its list.
+func sample(t testing.TB, format string) (json.RawMessage, []json.RawMessage) {
+	t.Helper()
+	s := samples[format]
+	var system json.RawMessage
+	if s.system != "" {
+		system = json.RawMessage(s.system)
+	}
+	return system, elements(t, s.list)
+}
+
 func identity(n int) []int {
 	o := make([]int, n)
 	for i := range o {
@@ -106,12 +118,7 @@ func TestRoundTrip(t *testing.T) {
 	for _, f := range All() {
 		t.Run(f.Name(), func(t *testing.T) {
 			t.Parallel()
-			s := samples[f.Name()]
-			var system json.RawMessage
-			if s.system != "" {
-				system = json.RawMessage(s.system)
-			}
-			list := elements(t, s.list)
+			system, list := sample(t, f.Name())
 			wc, err := f.Convert(system, list)
 			if err != nil {
 				t.Fatal(err)
@@ -280,12 +287,7 @@ func TestLeadingSettled(t *testing.T) {
 	for _, f := range All() {
 		t.Run(f.Name(), func(t *testing.T) {
 			t.Parallel()
-			s := samples[f.Name()]
-			var system json.RawMessage
-			if s.system != "" {
-				system = json.RawMessage(s.system)
-			}
-			list := elements(t, s.list)
+			system, list := sample(t, f.Name())
 			lead, settled, err := f.Leading(system, list)
 			if err != nil {
 				t.Fatal(err)
