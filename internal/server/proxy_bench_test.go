@@ -67,11 +67,7 @@ func benchUpstream() *httptest.Server {
 func BenchmarkProxyOverhead(b *testing.B) {
 	up := benchUpstream()
 	defer up.Close()
-	td := setup(b, "", pluginSliding)
-	tokenFile := filepath.Join(td.dir, "token")
-	os.WriteFile(tokenFile, []byte(proxyToken), 0o600)
-	os.WriteFile(td.config, []byte(fmt.Sprintf("policy: sliding\ntcp: {listen: '127.0.0.1:0', token_file: %s}\nproxy: {openai: {upstream: '%s/v1'}, anthropic: {upstream: '%s'}}\n", tokenFile, up.URL, up.URL)), 0o600)
-	td.start(b)
+	td := benchProxyDaemon(b, fmt.Sprintf("proxy: {openai: {upstream: '%s/v1'}, anthropic: {upstream: '%s'}}\n", up.URL, up.URL))
 	proxied := "http://" + td.TCPAddr() + "/v1/chat/completions"
 	direct := up.URL + "/v1/chat/completions"
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
@@ -197,6 +193,24 @@ func BenchmarkProxyOverhead(b *testing.B) {
 			}
 		}
 	}
+}
+
+// benchProxyDaemon starts a daemon serving sliding, its TCP listener
+// taking the benchmarks' proxy token; extra is more of its config (the
+// proxy's upstreams, the log).
+func benchProxyDaemon(b *testing.B, extra string) *testDaemon {
+	b.Helper()
+	td := setup(b, "", pluginSliding)
+	tokenFile := filepath.Join(td.dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(proxyToken), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cfg := fmt.Sprintf("policy: sliding\ntcp: {listen: '127.0.0.1:0', token_file: %s}\n", tokenFile) + extra
+	if err := os.WriteFile(td.config, []byte(cfg), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	td.start(b)
+	return td
 }
 
 func p50(ds []time.Duration) time.Duration {

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -28,11 +26,7 @@ import (
 func BenchmarkProxyCompacting(b *testing.B) {
 	up := benchUpstream()
 	defer up.Close()
-	td := setup(b, "", pluginSliding)
-	tokenFile := filepath.Join(td.dir, "token")
-	os.WriteFile(tokenFile, []byte(proxyToken), 0o600)
-	os.WriteFile(td.config, []byte(fmt.Sprintf("policy: sliding\ntcp: {listen: '127.0.0.1:0', token_file: %s}\nproxy: {openai: {upstream: '%s/v1'}, trigger_tokens: 1000}\n", tokenFile, up.URL)), 0o600)
-	td.start(b)
+	td := benchProxyDaemon(b, fmt.Sprintf("proxy: {openai: {upstream: '%s/v1'}, trigger_tokens: 1000}\n", up.URL))
 	proxied := "http://" + td.TCPAddr() + "/v1/chat/completions"
 	direct := up.URL + "/v1/chat/completions"
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}

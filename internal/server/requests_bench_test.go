@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -21,12 +20,8 @@ import (
 func BenchmarkRequestLogCost(b *testing.B) {
 	up := benchUpstream()
 	defer up.Close()
-	td := setup(b, "", pluginSliding)
-	tokenFile := filepath.Join(td.dir, "token")
-	os.WriteFile(tokenFile, []byte(proxyToken), 0o600)
 	access := filepath.Join(b.TempDir(), "access.jsonl")
-	os.WriteFile(td.config, []byte(fmt.Sprintf("policy: sliding\ntcp: {listen: '127.0.0.1:0', token_file: %s}\nproxy: {openai: {upstream: '%s/v1'}}\nlog: {access_file: %s}\n", tokenFile, up.URL, access)), 0o600)
-	td.start(b)
+	td := benchProxyDaemon(b, fmt.Sprintf("proxy: {openai: {upstream: '%s/v1'}}\nlog: {access_file: %s}\n", up.URL, access))
 	msgs := tauConversation(b, 12000)
 	body := openAIBody(msgs, "")
 	url := "http://" + td.TCPAddr() + proxy.RouteOpenAI
