@@ -158,27 +158,42 @@ func TestRefsAreByteIdentical(t *testing.T) {
 	}
 }
 
-// TestHostileGo runs the Go misbehaving plugin on both paths.
+// TestHostileGo runs the Go misbehaving plugin on both paths. The modes
+// that share limits share one plugin per path, so each mode after the
+// first also shows that the host keeps serving after all the failures
+// before it (and a Go plugin is loaded three times a path, not thirteen).
+//
+// The memory and output limits are small so that what the guest must
+// allocate to break them is small too: under -race every byte the host
+// copies of a growing linear memory or of a large output is tracked, and
+// breaking 64 MiB and 8 MiB limits with a 48 MiB output took minutes on
+// a busy machine. The checks are the same at any size: the guest's
+// allocation past the memory limit fails as ErrMemoryLimit naming it,
+// and an output past the output limit as ErrOutputTooLarge naming it.
 func TestHostileGo(t *testing.T) {
 	t.Parallel()
 	testenv.Long(t, "a Go plugin run out of memory, time and output, on both paths")
 	// A Go guest takes a few seconds to die of memory exhaustion (its
 	// runtime collects and retries before it gives up), hence the limit;
 	// under -race on a loaded 2-core machine (load average 17 seen) the
-	// Extism path took up to two minutes, where 30s failed.
-	limits := Limits{CallTimeout: 4 * time.Minute, MaxMemoryPages: 1024, MaxOutputBytes: 8 << 20, MaxInstances: 2}
-	roomy := Limits{MaxMemoryPages: 8192}
+	// Extism path took up to two minutes, where 30s failed. 16 MiB is
+	// room for the Go runtime (45 pages initially) and every mode but
+	// the two that break it.
+	limits := Limits{CallTimeout: 4 * time.Minute, MaxMemoryPages: MinMemoryPages, MaxOutputBytes: 1 << 20, MaxInstances: 2}
 	tests := []struct {
 		mode   string
+		n      int // the mode's size in MiB (huge: its summary; 0: the mode's default)
 		limits Limits
 		kind   error
 		code   string
 		want   string
 	}{
 		{mode: "loop", limits: Limits{CallTimeout: time.Second}, kind: ErrTimeout, want: "time limit of 1s"},
-		{mode: "alloc", kind: ErrMemoryLimit, want: "64 MiB"},
-		{mode: "huge", kind: ErrMemoryLimit},
-		{mode: "huge", limits: roomy, kind: ErrOutputTooLarge, want: "limit 8388608"},
+		{mode: "alloc", kind: ErrMemoryLimit, want: "16 MiB"},
+		// A summary of 48 MiB does not fit in 16 MiB of memory; one of
+		// 2 MiB does, and is over the output limit of 1 MiB.
+		{mode: "huge", kind: ErrMemoryLimit, want: "16 MiB"},
+		{mode: "huge", n: 2, kind: ErrOutputTooLarge, want: "limit 1048576"},
 		{mode: "badref", kind: ErrInvalidResult, want: "out of range"},
 		{mode: "reorder", kind: ErrInvalidResult, want: "strictly increasing"},
 		{mode: "split", kind: ErrInvalidResult, want: "tool"},
@@ -193,15 +208,22 @@ func TestHostileGo(t *testing.T) {
 		t.Run(path.name, func(t *testing.T) {
 			t.Parallel()
 			e := newTestEngine(t, path.disable, limits)
+			plugins := map[Limits]*Plugin{}
+			for _, tt := range tests {
+				if plugins[tt.limits] == nil {
+					plugins[tt.limits] = loadTestPlugin(t, e, "host/testdata/gohostile", tt.limits)
+				}
+			}
 			for _, tt := range tests {
 				t.Run(tt.mode, func(t *testing.T) {
-					p := loadTestPlugin(t, e, "host/testdata/gohostile", tt.limits)
+					p := plugins[tt.limits]
 					if p.Path() != path.name {
 						t.Fatalf("path = %s", p.Path())
 					}
 					c := testConversation(t)
 					before := snapshot(c)
-					_, err := p.Compact(context.Background(), modeRequest(c, tt.mode))
+					req := &Request{Conversation: c, Config: json.RawMessage(fmt.Sprintf(`{"mode":%q,"n":%d}`, tt.mode, tt.n))}
+					_, err := p.Compact(context.Background(), req)
 					checkPluginError(t, err, "gohostile", tt.kind, tt.code, tt.want)
 					if !bytes.Equal(before, snapshot(c)) {
 						t.Fatal("the caller's conversation changed")
