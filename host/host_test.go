@@ -93,8 +93,7 @@ func TestLoadDescribes(t *testing.T) {
 	t.Parallel()
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
-			e := newTestEngine(t, path.disable, Limits{})
-			p := loadTestPlugin(t, e, "plugins/sliding", Limits{})
+			p := sharedPlugin(t, path.disable, "plugins/sliding")
 			if p.Path() != path.name {
 				t.Errorf("path = %s, want %s", p.Path(), path.name)
 			}
@@ -113,8 +112,7 @@ func TestRefsAreByteIdentical(t *testing.T) {
 	t.Parallel()
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
-			e := newTestEngine(t, path.disable, Limits{})
-			p := loadTestPlugin(t, e, "plugins/sliding", Limits{})
+			p := sharedPlugin(t, path.disable, "plugins/sliding")
 			c := testConversation(t)
 			before := snapshot(c)
 			cfg, err := p.Schema().Resolve(policyLayer(map[string]any{"window_size": 3, "step": 1}))
@@ -268,8 +266,7 @@ func TestHostFunctions(t *testing.T) {
 	t.Parallel()
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
-			e := newTestEngine(t, path.disable, Limits{})
-			p := loadTestPlugin(t, e, "host/testdata/gohostile", Limits{})
+			p := sharedPlugin(t, path.disable, "host/testdata/gohostile")
 			c := testConversation(t)
 			req := modeRequest(c, "count")
 			req.Env.CountTokens = func(s string) int { return len(s) }
@@ -325,8 +322,7 @@ func TestHostFunctionExtractIdentifiers(t *testing.T) {
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
 			t.Parallel()
-			e := newTestEngine(t, path.disable, Limits{})
-			p := loadTestPlugin(t, e, "host/testdata/gohostile", Limits{})
+			p := sharedPlugin(t, path.disable, "host/testdata/gohostile")
 			resp, err := p.Compact(context.Background(), modeRequest(c, "idents"))
 			if err != nil {
 				t.Fatal(err)
@@ -445,8 +441,9 @@ func TestCloseWaitsForCallsInFlight(t *testing.T) {
 
 func TestCanceledContext(t *testing.T) {
 	t.Parallel()
-	e := newTestEngine(t, false, Limits{CallTimeout: time.Minute})
-	p := loadTestPlugin(t, e, "host/testdata/gohostile", Limits{})
+	// The context's deadline comes long before the shared plugin's call
+	// timeout (DefaultCallTimeout).
+	p := sharedPlugin(t, false, "host/testdata/gohostile")
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	_, err := p.Compact(ctx, modeRequest(testConversation(t), "loop"))
@@ -747,7 +744,7 @@ func TestDescribedLoad(t *testing.T) {
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
 			e := newTestEngine(t, path.disable, Limits{})
-			full := loadTestPlugin(t, e, "plugins/sliding", Limits{})
+			full := sharedPlugin(t, path.disable, "plugins/sliding")
 			wasm, err := os.ReadFile(wasmbuild.ForTest(t, "plugins/sliding"))
 			if err != nil {
 				t.Fatal(err)
