@@ -507,7 +507,9 @@ func TestHostileC(t *testing.T) {
 		want   string
 	}{
 		{mode: "LOOP", limits: Limits{CallTimeout: 500 * time.Millisecond}, kind: ErrTimeout, want: "time limit of 500ms"},
-		{mode: "ALLOC", limits: Limits{MaxMemoryPages: 1024}, kind: ErrMemoryLimit, want: "64 MiB"},
+		// 16 MiB, not 64: the same limit to break, with a quarter of
+		// the linear memory for the host to grow (and -race to track).
+		{mode: "ALLOC", limits: Limits{MaxMemoryPages: MinMemoryPages}, kind: ErrMemoryLimit, want: "16 MiB"},
 		// HUGE writes its output through Extism's kernel eight bytes per
 		// host call: 65 MiB take seconds, and a minute under -race on a
 		// busy machine, so the output limit is tried on a 2 MiB one
@@ -532,6 +534,7 @@ func TestHostileC(t *testing.T) {
 			tt.limits.CallTimeout = 10 * time.Minute
 		}
 		t.Run(tt.mode, func(t *testing.T) {
+			t.Parallel()
 			p := loadTestPlugin(t, e, "host/testdata/hostile/hostile.c#HOSTILE_"+tt.mode, tt.limits)
 			if p.Path() != "extism" {
 				t.Fatalf("path = %s", p.Path())
@@ -797,6 +800,7 @@ func TestDescribedLoad(t *testing.T) {
 // TestCloseDuringBackgroundCompile: closing a quickly loaded plugin and
 // the engine while the compiler works leaves nothing running.
 func TestCloseDuringBackgroundCompile(t *testing.T) {
+	t.Parallel()
 	// A module on the fast path, the cache empty: the compile takes a
 	// while (lastn's, a second under -race; a Go plugin's, ten).
 	wasm, err := os.ReadFile(wasmbuild.ForTest(t, "plugins/lastn/lastn.c"))

@@ -59,6 +59,7 @@ func TestWorkBudgetStopsLoops(t *testing.T) {
 	}
 	for _, tier := range tiers {
 		t.Run(tier.name, func(t *testing.T) {
+			t.Parallel()
 			var log strings.Builder
 			var logMu sync.Mutex
 			e, err := NewEngine(Config{DisableFastPath: tier.disable, CacheDir: wasmbuild.TestCacheDir(t),
