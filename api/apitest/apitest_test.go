@@ -43,6 +43,20 @@ func TestValidatorRejectsDrift(t *testing.T) {
 		{"undocumented method", "DELETE", "/v1/policies/x", "200", "application/json", `{}`, "", true},
 		{"undocumented media type", "GET", "/", "200", "text/plain", "hi", "", true},
 		{"HTML page", "GET", "/", "200", "text/html; charset=utf-8", "<p>hi</p>", "", false},
+		{"missing required field", "GET", "/healthz", "200", "application/json", `{"policies":1}`, "", true},
+		{"not JSON", "GET", "/healthz", "200", "application/json", `{"status":`, "", true},
+		{"undocumented JSON-like media type", "GET", "/healthz", "200", "application/yaml", "status: ok", "", true},
+		{"media type parameters", "GET", "/healthz", "200", "application/json; charset=utf-8", health, "", false},
+		{"keywords beside $ref", "POST", "/v1/compact", "404", "application/json", `{"error":{"code":"unknown_policy","message":"no"}}`, "", false},
+		{"keywords beside $ref, outside their enum", "POST", "/v1/compact", "404", "application/json", `{"error":{"code":"internal","message":"no"}}`, "", true},
+		{"component response", "POST", "/v1/compact", "500", "application/json", `{"error":{"code":"internal","message":"no"}}`, "", false},
+		{"component response, extra field", "POST", "/v1/compact", "500", "application/json", `{"error":{"code":"internal","message":"no","x":1}}`, "", true},
+		{"date-time", "GET", "/v1/requests", "200", "application/json", requestsPage("2026-11-27T08:00:00Z"), "", false},
+		{"date-time, malformed", "GET", "/v1/requests", "200", "application/json", requestsPage("yesterday"), "", true},
+		{"YAML body", "GET", "/v1/openapi.yaml", "200", "application/yaml", "openapi: 3.1.0\ninfo: {}\npaths: {}\n", "", false},
+		{"YAML body, missing required field", "GET", "/v1/openapi.yaml", "200", "application/yaml", "openapi: 3.1.0\n", "", true},
+		{"plain text body", "GET", "/metrics", "200", "text/plain; version=0.0.4", "up 1\n", "", false},
+		{"unknown path, error with an extra field", "GET", "/v1/secret", "404", "application/json", `{"error":{"code":"not_found","message":"no","x":1}}`, "", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -50,12 +64,17 @@ func TestValidatorRejectsDrift(t *testing.T) {
 			if tt.allow != "" {
 				h.Set("Allow", tt.allow)
 			}
-			code := map[string]int{"200": 200, "404": 404, "405": 405, "418": 418, "400": 400}[tt.status]
+			code := map[string]int{"200": 200, "404": 404, "405": 405, "418": 418, "400": 400, "500": 500}[tt.status]
 			if errs := exchange(t, v, tt.method, tt.path, "", code, h, tt.body); (len(errs) > 0) != tt.bad {
 				t.Errorf("reported %v, want a report: %v", errs, tt.bad)
 			}
 		})
 	}
+}
+
+// requestsPage is a GET /v1/requests answer with one record at time.
+func requestsPage(time string) string {
+	return `{"requests":[{"id":"d-1","time":"` + time + `","kind":"proxy","compacted":false,"compactd_ms":1}],"money":{"paid_usd":0,"full_usd":0,"priced":0,"unpriced":0}}`
 }
 
 // exchange sends a request (with a JSON body unless reqBody is "")
@@ -94,6 +113,9 @@ func exchange(t *testing.T, v *Validator, method, path, reqBody string, status i
 	return rec.errs
 }
 
+// compactAnswer is a documented POST /v1/compact answer.
+const compactAnswer = `{"messages":[],"compacted":false,"summary":"","conversation_id":"c","warnings":[],"stats":{"tokens_before":0,"tokens_after":0,"messages_before":0,"messages_after":0,"encoding":"o200k_base","duration_ns":1,"stages":[]}}`
+
 // TestValidatorChecksAcceptedRequests: a request the server accepted must
 // match the document too.
 func TestValidatorChecksAcceptedRequests(t *testing.T) {
@@ -103,7 +125,7 @@ func TestValidatorChecksAcceptedRequests(t *testing.T) {
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"messages":[],"compacted":false,"summary":"","conversation_id":"c","warnings":[],"stats":{"tokens_before":0,"tokens_after":0,"messages_before":0,"messages_after":0,"encoding":"o200k_base","duration_ns":1,"stages":[]}}`)
+		io.WriteString(w, compactAnswer)
 	}))
 	defer srv.Close()
 	for body, bad := range map[string]bool{
@@ -131,6 +153,52 @@ func TestValidatorChecksAcceptedRequests(t *testing.T) {
 		if got := len(rec.errs) > 0; got != bad {
 			t.Errorf("%s: reported %v, want a report: %v", body, rec.errs, bad)
 		}
+	}
+}
+
+// TestValidatorChecksRequestBodies: an accepted request's body must be
+// there when the document requires one, of a documented media type, and
+// decodable.
+func TestValidatorChecksRequestBodies(t *testing.T) {
+	v, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, compactAnswer)
+	}))
+	defer srv.Close()
+	const ok = `{"policy":"x","messages":[]}`
+	tests := []struct {
+		name, ctype, body string
+		bad               bool
+	}{
+		{"documented", "application/json", ok, false},
+		{"media type parameters", "application/json; charset=utf-8", ok, false},
+		{"no body", "", "", true},
+		{"undocumented media type", "text/plain", ok, true},
+		{"not JSON", "application/json", `{"policy":`, true},
+		{"wrong type", "application/json", `{"policy":1,"messages":[]}`, true},
+		{"missing required field", "application/json", `{"policy":"x"}`, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var rec recorder
+			c := &http.Client{Transport: v.Transport(&rec, nil)}
+			req, _ := http.NewRequest("POST", srv.URL+"/v1/compact", strings.NewReader(tt.body))
+			if tt.ctype != "" {
+				req.Header.Set("Content-Type", tt.ctype)
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if got := len(rec.errs) > 0; got != tt.bad {
+				t.Errorf("reported %v, want a report: %v", rec.errs, tt.bad)
+			}
+		})
 	}
 }
 
