@@ -35,12 +35,13 @@
 //     compactd's own 502 upstream_unreachable and 504 upstream_timeout
 //     when the upstream fails the exchange.
 //
-// It uses github.com/getkin/kin-openapi to route requests and check
-// parameters, headers, statuses and media types, and validates bodies
-// against the document's schemas with github.com/santhosh-tekuri/jsonschema
-// (JSON Schema 2020-12, as OpenAPI 3.1 specifies: type arrays, const,
-// keywords beside $ref), compiling each schema once per Validator rather
-// than once per exchange as kin-openapi's own body validation does.
+// It uses github.com/getkin/kin-openapi to load the document and route
+// requests, decodes bodies, parameters and headers as its openapi3filter
+// does, and validates them against the document's schemas with
+// github.com/santhosh-tekuri/jsonschema (JSON Schema 2020-12, as OpenAPI
+// 3.1 specifies: type arrays, const, keywords beside $ref), compiling each
+// schema once per Validator rather than once per value as openapi3filter's
+// own validation does.
 package apitest
 
 import (
@@ -223,16 +224,13 @@ func (v *Validator) Check(req *http.Request, reqBody []byte, resp *http.Response
 		return fmt.Errorf("an event stream with status %d", resp.StatusCode)
 	}
 
-	// openapi3filter checks the route, parameters, headers and status; the
-	// bodies are validated by v.schemas (see checkRequestBody and
-	// checkResponseBody), as openapi3filter would validate them but with
-	// each schema compiled once.
+	// Validated as openapi3filter.ValidateRequest and ValidateResponse
+	// would, with each schema compiled once (see checkRequest and
+	// checkResponse).
 	opts := &openapi3filter.Options{
 		AuthenticationFunc:    openapi3filter.NoopAuthenticationFunc,
 		IncludeResponseStatus: true,
 		MultiError:            true,
-		ExcludeRequestBody:    true,
-		ExcludeResponseBody:   true,
 	}
 	in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route, Options: opts}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
@@ -240,8 +238,7 @@ func (v *Validator) Check(req *http.Request, reqBody []byte, resp *http.Response
 		vreq.Body = io.NopCloser(bytes.NewReader(reqBody))
 		vin := *in
 		vin.Request = vreq
-		err := openapi3filter.ValidateRequest(context.Background(), &vin)
-		if err := errors.Join(err, v.checkRequestBody(route, req.Header, reqBody)); err != nil {
+		if err := v.checkRequest(context.Background(), &vin, reqBody); err != nil {
 			return fmt.Errorf("the server accepted a request the document rejects: %w", err)
 		}
 	}
@@ -257,11 +254,7 @@ func (v *Validator) Check(req *http.Request, reqBody []byte, resp *http.Response
 		RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header,
 		Body: io.NopCloser(bytes.NewReader(body)), Options: opts,
 	}
-	err = openapi3filter.ValidateResponse(context.Background(), rin)
-	if decodable(ct) {
-		err = errors.Join(err, v.checkResponseBody(route, respKey, resp, body))
-	}
-	return err
+	return v.checkResponse(context.Background(), rin, respKey, body, decodable(ct))
 }
 
 // responseKey returns the key of the response documented for status in
@@ -304,28 +297,6 @@ func (v *Validator) checkRequestBody(route *routers.Route, header http.Header, b
 	ptr := pointer("paths", route.Path, strings.ToLower(route.Method), "requestBody")
 	if err := v.schemas.checkBody(ptr, ref.Value.Content, header, body); err != nil {
 		return fmt.Errorf("request body: %w", err)
-	}
-	return nil
-}
-
-// checkResponseBody validates a response's body against the response
-// documented under key (see responseKey), as openapi3filter.ValidateResponse
-// does (which does not look at some redirects' bodies).
-func (v *Validator) checkResponseBody(route *routers.Route, key string, resp *http.Response, body []byte) error {
-	switch resp.StatusCode {
-	case http.StatusNotModified, http.StatusPermanentRedirect, http.StatusTemporaryRedirect, http.StatusMovedPermanently:
-		return nil
-	}
-	if key == "" {
-		return nil // openapi3filter reports the status
-	}
-	ref := route.Operation.Responses.Value(key)
-	if ref == nil || ref.Value == nil {
-		return fmt.Errorf("response %s of %s %s is not resolved", key, route.Method, route.Path)
-	}
-	ptr := pointer("paths", route.Path, strings.ToLower(route.Method), "responses", key)
-	if err := v.schemas.checkBody(ptr, ref.Value.Content, resp.Header, body); err != nil {
-		return fmt.Errorf("response body (status %d): %w", resp.StatusCode, err)
 	}
 	return nil
 }

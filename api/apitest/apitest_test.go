@@ -284,3 +284,77 @@ func TestValidatorPassesStreamsOn(t *testing.T) {
 		t.Fatalf("reported %v", rec.errs)
 	}
 }
+
+// TestValidatorChecksParametersAndHeaders: an accepted request's
+// parameters (query, header) and an answer's headers must match the
+// document: types, bounds, const and enum values, required ones present.
+func TestValidatorChecksParametersAndHeaders(t *testing.T) {
+	v, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := requestsPage("2026-11-27T08:00:00Z")
+	long := strings.Repeat("x", 257)
+	const chat = "/v1/chat/completions"
+	tests := []struct {
+		name, method, path string
+		reqHeader          http.Header
+		status             int
+		respHeader         http.Header
+		body               string
+		bad                bool
+	}{
+		{"query integer", "GET", "/v1/requests?limit=5", nil, 200, nil, page, false},
+		{"query integer over its maximum", "GET", "/v1/requests?limit=1001", nil, 200, nil, page, true},
+		{"query integer below its minimum", "GET", "/v1/requests?limit=0", nil, 200, nil, page, true},
+		{"query integer that is not one", "GET", "/v1/requests?limit=five", nil, 200, nil, page, true},
+		{"query integer, empty", "GET", "/v1/requests?limit=", nil, 200, nil, page, true},
+		{"query string over its maxLength", "GET", "/v1/requests?conversation=" + long, nil, 200, nil, page, true},
+		{"query string, repeated, the first non-empty counts", "GET", "/v1/requests?conversation=&conversation=" + long, nil, 200, nil, page, true},
+		{"required query parameter", "GET", "/conversation?id=c", nil, 200, http.Header{"Content-Type": {"text/html"}}, "<p>c</p>", false},
+		{"required query parameter missing", "GET", "/conversation", nil, 200, http.Header{"Content-Type": {"text/html"}}, "<p>c</p>", true},
+		{"header parameter", "POST", chat, http.Header{"X-Compactd-Title": {"a title"}}, 200, http.Header{HeaderUpstream: {"openai"}}, `{}`, false},
+		{"header parameter over its maxLength", "POST", chat, http.Header{"X-Compactd-Title": {long}}, 200, http.Header{HeaderUpstream: {"openai"}}, `{}`, true},
+		{"answer header const", "POST", chat, nil, 200, http.Header{HeaderUpstream: {"openai"}, "X-Compactd-Compacted": {"true"}}, `{}`, false},
+		{"answer header other than its const", "POST", chat, nil, 200, http.Header{HeaderUpstream: {"openai"}, "X-Compactd-Compacted": {"yes"}}, `{}`, true},
+		{"answer header outside its enum", "POST", chat, nil, 200, http.Header{HeaderUpstream: {"gemini"}}, `{}`, true},
+		{"required answer header", "POST", "/v1/compact", nil, 401, http.Header{"WWW-Authenticate": {"Bearer"}}, `{"error":{"code":"unauthorized","message":"no"}}`, false},
+		{"required answer header missing", "POST", "/v1/compact", nil, 401, nil, `{"error":{"code":"unauthorized","message":"no"}}`, true},
+		{"required header of a redirect", "GET", "/conversation?id=c&token=t", nil, 303, http.Header{"Location": {"/conversation?id=c"}}, "", false},
+		{"required header of a redirect missing", "GET", "/conversation?id=c&token=t", nil, 303, nil, "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				for k, vs := range tt.respHeader {
+					w.Header()[k] = vs
+				}
+				w.WriteHeader(tt.status)
+				io.WriteString(w, tt.body)
+			}))
+			defer srv.Close()
+			var rd io.Reader
+			if tt.method == "POST" {
+				rd = strings.NewReader(`{"policy":"x","model":"m","messages":[]}`)
+			}
+			req, _ := http.NewRequest(tt.method, srv.URL+tt.path, rd)
+			if rd != nil {
+				req.Header.Set("Content-Type", "application/json")
+			}
+			for k, vs := range tt.reqHeader {
+				req.Header[k] = vs
+			}
+			var rec recorder
+			c := &http.Client{Transport: v.Transport(&rec, nil), CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if got := len(rec.errs) > 0; got != tt.bad {
+				t.Errorf("reported %v, want a report: %v", rec.errs, tt.bad)
+			}
+		})
+	}
+}

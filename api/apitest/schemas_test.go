@@ -110,3 +110,25 @@ func BenchmarkCheck(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCheckProxy is one validated proxied exchange with compactd's
+// request and answer headers, whose schemas openapi3filter checks.
+func BenchmarkCheckProxy(b *testing.B) {
+	v, err := New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	reqBody := []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+	body := []byte(`{"id":"x","choices":[]}`)
+	for b.Loop() {
+		req := &http.Request{Method: http.MethodPost, URL: &url.URL{Path: "/v1/chat/completions"},
+			Header: http.Header{"Content-Type": {"application/json"}, "X-Compactd-Conversation": {"c"}, "X-Compactd-Title": {"t"}},
+			Body:   io.NopCloser(bytes.NewReader(reqBody))}
+		resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"},
+			"X-Compactd-Upstream": {"openai"}, "X-Compactd-Conversation": {"c"}, "X-Compactd-Compacted": {"true"}},
+			Body: io.NopCloser(bytes.NewReader(body))}
+		if err := v.Check(req, reqBody, resp, body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
