@@ -19,6 +19,7 @@ import (
 	"slices"
 	"sort"
 	"time"
+	"unsafe"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/chat"
@@ -555,14 +556,14 @@ func writeCanonical(h hash.Hash, m *abi.Message) {
 		h.Write(n[:])
 		h.Write(b)
 	}
-	field('r', []byte(m.Role))
-	field('n', []byte(m.Name))
+	field('r', stringBytes(m.Role))
+	field('n', stringBytes(m.Name))
 	c := m.Content
 	switch {
 	case c.IsNull():
 		field('0', nil)
 	case c.IsString():
-		field('t', []byte(c.Text()))
+		field('t', stringBytes(c.Text()))
 	default:
 		var parts []map[string]any
 		dec := json.NewDecoder(bytes.NewReader(c.Raw()))
@@ -586,6 +587,10 @@ func writeCanonical(h hash.Hash, m *abi.Message) {
 	}
 	field('.', nil)
 }
+
+// stringBytes views s as bytes, for a hash that only reads them: the
+// system prompt, hashed on every request, was copied for it first.
+func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 func contains(list []string, s string) bool {
 	for _, x := range list {
