@@ -322,7 +322,11 @@ func (c *Compactor) Compact(ctx context.Context, req Request) (*Response, error)
 			marks = mergeMarks(run.marks, marks, run.refs)
 		}
 		if out := run.out; out != nil {
-			tok.CountMessages(out.Messages)
+			// Kept messages carry their input's counts (host.Response):
+			// only the policy's new messages are counted.
+			for _, i := range run.newMessages {
+				out.Messages[i].Tokens = tok.CountMessage(&out.Messages[i])
+			}
 			for _, r := range st.Rewritten {
 				if r >= 0 && r < len(resp.Origin) && resp.Origin[r] >= 0 {
 					rewritten[resp.Origin[r]] = true
