@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/compactd/compactd/idents"
 	"github.com/compactd/compactd/internal/plugtest"
 )
 
@@ -89,15 +90,43 @@ func TestDedupItems(t *testing.T) {
 	}
 	wantItems := []item{all[0], all[1], all[2], all[4]}
 	wantUsed := []bool{true, false, true, false}
+	dedups := map[string]func([]item, []uint64, []int) *extraction{"scanned": dedupScanned, "mapped": dedupMapped}
 	for name, th := range map[string][]uint64{"real hashes": real, "colliding keys": same} {
-		x := dedupItems(all, th, assistant)
-		if !slices.Equal(x.items, wantItems) || !slices.Equal(x.used, wantUsed) {
-			t.Errorf("%s: items %v used %v; want %v %v", name, x.items, x.used, wantItems, wantUsed)
-		}
-		for i, it := range x.items {
-			if k := slices.Index(all, it); x.hashes[i] != th[k] {
-				t.Errorf("%s: item %d's hash %x, want %x", name, i, x.hashes[i], th[k])
+		for how, dedup := range dedups {
+			name := how + ", " + name
+			x := dedup(all, th, assistant)
+			if !slices.Equal(x.items, wantItems) || !slices.Equal(x.used, wantUsed) {
+				t.Errorf("%s: items %v used %v; want %v %v", name, x.items, x.used, wantItems, wantUsed)
 			}
+			for i, it := range x.items {
+				if k := slices.Index(all, it); x.hashes[i] != th[k] {
+					t.Errorf("%s: item %d's hash %x, want %x", name, i, x.hashes[i], th[k])
+				}
+			}
+		}
+	}
+}
+
+// TestDedupScannedMapped: the scan dedupItems makes of a chunk's few items
+// and the map it makes of more give the same extraction, on lists of
+// every length around dedupScanMax with repeats, colliding hashes and
+// assistant ranges.
+func TestDedupScannedMapped(t *testing.T) {
+	words := []string{"a.go", "b.go", "x", "y_z", "a.go", "42", "x"}
+	for n := 0; n <= 2*dedupScanMax+3; n++ {
+		all := make([]item, n)
+		th := make([]uint64, n)
+		for k := range all {
+			all[k] = item{Kind: idents.Kind(k % 3), Text: words[(k*5)%len(words)]}
+			th[k] = textHash(all[k].Text) & 3 // few hash values: many collisions
+		}
+		assistant := []int{n / 4, n / 2, 3 * n / 4, n}
+		s, m := dedupScanned(all, th, assistant), dedupMapped(all, th, assistant)
+		if !slices.Equal(s.items, m.items) || !slices.Equal(s.used, m.used) || !slices.Equal(s.hashes, m.hashes) {
+			t.Fatalf("%d items: scanned %v %v, mapped %v %v", n, s.items, s.used, m.items, m.used)
+		}
+		if len(s.items) > 3*len(words) || n > 0 && len(s.items) == 0 {
+			t.Fatalf("%d items: %d kept", n, len(s.items))
 		}
 	}
 }

@@ -1,8 +1,8 @@
 package main
 
 import (
-	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
@@ -123,7 +123,7 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 	}
 	state := decision.WithForced(nil, forced)
 	if len(plan.groups) == 0 {
-		res := abi.Unchanged(len(msgs), fmt.Sprintf("%d turns after the task: nothing folded yet", len(units)))
+		res := abi.Unchanged(len(msgs), strconv.Itoa(len(units))+" turns after the task: nothing folded yet")
 		if pinned > 0 {
 			res.CacheBreakpoints = []int{pinned - 1}
 		}
@@ -153,11 +153,28 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 	return &abi.CompactResult{
 		Messages:          items,
 		Compacted:         true,
-		Summary:           fmt.Sprintf("folded %d of %d turns into a ledger of %d chunk(s); %d turn(s) verbatim", plan.folded, len(units), len(texts), len(units)-plan.folded),
+		Summary:           foldedSummary(plan.folded, len(units), len(texts)),
 		EntriesSummarized: tail - pinned,
 		CacheBreakpoints:  marks,
 		State:             state,
 	}, nil
+}
+
+// foldedSummary is a compacted result's summary: "folded 12 of 14 turns
+// into a ledger of 3 chunk(s); 2 turn(s) verbatim". (Built with strconv:
+// fmt.Sprintf was a few microseconds of every request in the guest.)
+func foldedSummary(folded, units, messages int) string {
+	b := make([]byte, 0, 96)
+	b = append(b, "folded "...)
+	b = strconv.AppendInt(b, int64(folded), 10)
+	b = append(b, " of "...)
+	b = strconv.AppendInt(b, int64(units), 10)
+	b = append(b, " turns into a ledger of "...)
+	b = strconv.AppendInt(b, int64(messages), 10)
+	b = append(b, " chunk(s); "...)
+	b = strconv.AppendInt(b, int64(units-folded), 10)
+	b = append(b, " turn(s) verbatim"...)
+	return string(b)
 }
 
 // plan is where the replay put the ledger: the chunks made at each jump
@@ -178,7 +195,9 @@ type plan struct {
 // unit stays verbatim. When a jump makes more than max_chunks groups, all
 // but the newest merge_keep merge into one.
 func replay(msgs []abi.Message, pinned int, units []convo.Unit, cfg config, forced []int) plan {
-	var p plan
+	// At most one chunk and one group per unit: allocated once, not grown
+	// jump by jump.
+	p := plan{chunks: make([][2]int, 0, len(units)), groups: make([][2]int, 0, len(units))}
 	next := 0 // forced[next] is the next forced jump
 	total := 0
 	for i := 0; i < pinned; i++ {

@@ -453,10 +453,52 @@ func extractMessages(h pdk.Host, msgs []abi.Message, cfg config) (*extraction, e
 // dedupItems returns the extraction of all, the items of some messages in
 // order (th their text hashes, assistant the [from, to) ranges of the
 // assistant messages' items, in pairs): each item once, in order of first
-// appearance, used when any of its appearances is the agent's own. Items
-// are looked up by their text hash and kind, and compared in full: two
-// items whose key is the same (a collision) stay apart.
+// appearance, used when any of its appearances is the agent's own. Two
+// items are the same only when their kinds and texts are: a hash
+// collision keeps them apart. A chunk's few items (most chunks: a turn's
+// dozen) are looked up by a scan of those kept, comparing hashes first;
+// more by a map (see dedupMapped).
 func dedupItems(all []item, th []uint64, assistant []int) *extraction {
+	if len(all) <= dedupScanMax {
+		return dedupScanned(all, th, assistant)
+	}
+	return dedupMapped(all, th, assistant)
+}
+
+// dedupScanMax is the most items dedupItems scans for instead of making
+// a map: below it a scan costs the guest less than the map's allocation
+// and hashing.
+const dedupScanMax = 32
+
+// dedupScanned is dedupItems by a scan of the items kept.
+func dedupScanned(all []item, th []uint64, assistant []int) *extraction {
+	x := &extraction{items: make([]item, 0, len(all)), used: make([]bool, 0, len(all)), hashes: make([]uint64, 0, len(all))}
+	for k, it := range all {
+		for len(assistant) > 0 && assistant[1] <= k {
+			assistant = assistant[2:]
+		}
+		used := len(assistant) > 0 && assistant[0] <= k
+		i := -1
+		for j, h := range x.hashes {
+			if h == th[k] && x.items[j] == it {
+				i = j
+				break
+			}
+		}
+		if i >= 0 {
+			x.used[i] = x.used[i] || used
+			continue
+		}
+		x.items = append(x.items, it)
+		x.used = append(x.used, used)
+		x.hashes = append(x.hashes, th[k])
+	}
+	return x
+}
+
+// dedupMapped is dedupItems by a map keyed by text hash and kind, an
+// exact map holding the items whose key an earlier, other item holds.
+func dedupMapped(all []item, th []uint64, assistant []int) *extraction {
 	x := &extraction{items: make([]item, 0, len(all)), used: make([]bool, 0, len(all)), hashes: make([]uint64, 0, len(all))}
 	at := make(map[uint64]int, len(all))
 	var clash map[item]int // the items whose key an earlier, other item holds
