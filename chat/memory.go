@@ -24,8 +24,9 @@ const DefaultMemoryBytes = 64 << 20
 // request body, kept as it was read, not copied), each message's parsed
 // form and byte span, and the token counts the compactor set. A new
 // request finds its entry by a hash of its leading messages up to and
-// including the first user message (read first: a few messages), then
-// compares its bytes with the entry's: every whole message that is
+// including the first user message (read first, skipped over rather than
+// parsed: only their roles are read, since the system prompt is often
+// the largest message), then compares its bytes with the entry's: every whole message that is
 // byte-identical, in place, is taken from the entry (its bytes are the
 // new request's, its parsed form and counts the entry's); the scanner
 // resumes after the last one. Nothing is trusted that was not compared,
@@ -159,6 +160,10 @@ func (m *Memory) ScanMessages(s *jsonscan.Scanner) (*Conversation, error) {
 		return ScanMessages(s) // its error
 	}
 	arrStart := s.Pos()
+	if c, ok, err := m.scanRemembered(s, arrStart); ok || err != nil {
+		return c, err
+	}
+	s.Seek(arrStart)
 	c := &Conversation{openAI: true}
 	mo := &memo{mem: m, body: len(data)}
 	c.memo = mo
@@ -206,6 +211,92 @@ func (m *Memory) ScanMessages(s *jsonscan.Scanner) (*Conversation, error) {
 	m.parsed.Add(uint64(len(c.Messages) - mo.reused))
 	mo.array = data[arrStart:s.Pos()]
 	return c, nil
+}
+
+// scanRemembered is ScanMessages for a request that repeats a remembered
+// one past its key, the common case (an agent's next turn): it finds the
+// key's messages without parsing them (it reads only their roles, where
+// parsing the system prompt cost as much as the rest of the request), and
+// takes every message the remembered entry matches, byte for byte, before
+// it parses the rest. ok is false, with nothing counted, when no entry
+// matches past the key or the key's bytes do not read as objects: the
+// caller then parses from the array's start, as before, so a miss and a
+// malformed message are reported as they always were. err is a parse
+// error past the reused messages.
+func (m *Memory) scanRemembered(s *jsonscan.Scanner, arrStart int) (c *Conversation, ok bool, err error) {
+	data := s.Data()
+	if s.BeginArray() != nil {
+		return nil, false, nil
+	}
+	var spans [keyMessages]msgSpan
+	n := 0
+	for n < keyMessages {
+		more, err := s.NextElement(n == 0)
+		if err != nil || !more || s.Peek() != jsonscan.Object {
+			return nil, false, nil
+		}
+		start := s.Pos() // the '{', as scanOne's span starts
+		role, err := skipMessage(s)
+		if err != nil {
+			return nil, false, nil
+		}
+		spans[n] = msgSpan{start: int32(start - arrStart), end: int32(s.Pos() - arrStart)}
+		n++
+		if role == abi.RoleUser {
+			break
+		}
+	}
+	key := maphash.Bytes(m.seed, data[arrStart:arrStart+int(spans[n-1].end)])
+	e := m.lookup(key)
+	if e == nil {
+		return nil, false, nil
+	}
+	r := e.match(data[arrStart:], spans[:n])
+	if r <= n {
+		return nil, false, nil
+	}
+	c = &Conversation{openAI: true}
+	mo := &memo{mem: m, body: len(data), key: key}
+	c.memo = mo
+	c.reuse(e, data, arrStart, n, r)
+	m.hits.Add(1)
+	m.reused.Add(uint64(r))
+	s.Seek(arrStart + int(e.spans[r-1].end))
+	for n = r; ; n++ {
+		end, err := c.scanOne(s, n, false, arrStart)
+		if err != nil {
+			return nil, true, err
+		}
+		if end {
+			break
+		}
+	}
+	m.parsed.Add(uint64(len(c.Messages) - mo.reused))
+	mo.array = data[arrStart:s.Pos()]
+	return c, true, nil
+}
+
+// skipMessage consumes a message object without parsing it and returns
+// its role (the last "role" member's string, "" if none).
+func skipMessage(s *jsonscan.Scanner) (role string, err error) {
+	if err := s.BeginObject(); err != nil {
+		return "", err
+	}
+	for first := true; ; first = false {
+		key, esc, more, err := s.NextMember(first)
+		if err != nil || !more {
+			return role, err
+		}
+		if string(jsonscan.Key(key, esc)) == "role" && s.Peek() == jsonscan.String {
+			if role, err = s.ReadString("role", roles...); err != nil {
+				return "", err
+			}
+			continue
+		}
+		if _, _, _, err := s.Skip(); err != nil {
+			return "", err
+		}
+	}
 }
 
 // scanOne parses the next message of the array into c (n messages so

@@ -221,3 +221,79 @@ func strconvQuote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
 }
+
+// TestMemoryKeyUnparsed: a request that repeats a remembered one is read
+// without parsing its key messages (scanRemembered), and answers exactly
+// as a fresh parse does: the same messages, or the same error.
+func TestMemoryKeyUnparsed(t *testing.T) {
+	t.Parallel()
+	sys := `{"role":"system","content":"You are terse.\nKeep \"quotes\"."}`
+	base := append([]string{sys}, testMessages(10, "k")[1:]...)
+	next := `{"role":"user","content":"next"}`
+	spaced := `{ "content" : "You are terse.\nKeep \"quotes\".", "role" : "system" }`
+	escapedKey := `{"r\u006fle":"user","content":"task k"}`
+	cases := []struct {
+		name  string
+		msgs  []string
+		reuse int // messages taken from the memory
+		err   bool
+	}{
+		{name: "next turn", msgs: append(base, next), reuse: 10},
+		{name: "same request", msgs: base, reuse: 10},
+		{name: "the key alone", msgs: base[:2]}, // nothing past the key: parsed as before
+		{name: "edited system prompt", msgs: append([]string{strings.Replace(sys, "terse", "brief", 1)}, append(base[1:], next)...)},
+		{name: "key spaced differently", msgs: append([]string{spaced}, append(base[1:], next)...)},
+		{name: "role key escaped", msgs: append([]string{sys, escapedKey}, append(base[2:], next)...)},
+		{name: "malformed message after the reused ones", msgs: append(base, `{"role":"user","content":5}`), err: true},
+		{name: "not an object after the reused ones", msgs: append(base, `"hi"`), err: true},
+		{name: "key not an object", msgs: append([]string{`[1]`}, base[1:]...), err: true},
+		{name: "key message malformed", msgs: append([]string{`{"role":"system","content":{}}`}, base[1:]...), err: true},
+		{name: "syntax error in the key", msgs: append([]string{`{"role":"system",}`}, base[1:]...), err: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			mem := NewMemory(MemoryOptions{})
+			Remember(scanBody(t, mem, body(base)), "tok")
+			b := body(tc.msgs)
+			s := jsonscan.New(b)
+			s.Seek(bytes.Index(b, []byte(`[`)))
+			c, err := mem.ScanMessages(s)
+			fs := jsonscan.New(b)
+			fs.Seek(bytes.Index(b, []byte(`[`)))
+			_, want := ScanMessages(fs)
+			if tc.err {
+				if err == nil || want == nil || err.Error() != want.Error() {
+					t.Fatalf("error %v, want %v", err, want)
+				}
+				return
+			}
+			if err != nil || want != nil {
+				t.Fatalf("error %v (fresh parse: %v)", err, want)
+			}
+			checkSame(t, c, b)
+			if c.memo.reused != tc.reuse {
+				t.Errorf("reused %d messages, want %d", c.memo.reused, tc.reuse)
+			}
+			if s.Pos() != fs.Pos() {
+				t.Errorf("scanner at %d after the array, want %d", s.Pos(), fs.Pos())
+			}
+		})
+	}
+}
+
+// BenchmarkMemoryNextTurn: one agent turn (two new messages) on a
+// remembered conversation with a long system prompt, the daemon's
+// common request.
+func BenchmarkMemoryNextTurn(b *testing.B) {
+	sys := `{"role":"system","content":` + strconvQuote(strings.Repeat("# Policy\nDo not book a flight without the user's \"yes\".\n", 150)) + `}`
+	msgs := append([]string{sys}, testMessages(30, "b")[1:]...)
+	mem := NewMemory(MemoryOptions{})
+	Remember(scanBody(b, mem, body(msgs[:28])), "tok")
+	req := body(msgs)
+	b.SetBytes(int64(len(req)))
+	b.ReportAllocs()
+	for b.Loop() {
+		scanBody(b, mem, req)
+	}
+}

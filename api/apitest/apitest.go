@@ -35,9 +35,13 @@
 //     compactd's own 502 upstream_unreachable and 504 upstream_timeout
 //     when the upstream fails the exchange.
 //
-// It uses github.com/getkin/kin-openapi, whose OpenAPI 3.1 support
-// validates schemas with a JSON Schema 2020-12 validator (type arrays,
-// const, keywords beside $ref).
+// It uses github.com/getkin/kin-openapi to load the document and route
+// requests, decodes bodies, parameters and headers as its openapi3filter
+// does, and validates them against the document's schemas with
+// github.com/santhosh-tekuri/jsonschema (JSON Schema 2020-12, as OpenAPI
+// 3.1 specifies: type arrays, const, keywords beside $ref), compiling each
+// schema once per Validator rather than once per value as openapi3filter's
+// own validation does.
 package apitest
 
 import (
@@ -50,6 +54,7 @@ import (
 	"mime"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -71,8 +76,9 @@ const upstreamExtension = "x-compactd-upstream"
 // Validator validates exchanges against the OpenAPI document and counts
 // which documented responses were seen. It is safe for concurrent use.
 type Validator struct {
-	doc    *openapi3.T
-	router routers.Router
+	doc     *openapi3.T
+	router  routers.Router
+	schemas *schemas // the bodies' schemas, each compiled once
 
 	mu    sync.Mutex
 	hits  map[string]int // response keys (see Documented) → times seen
@@ -98,7 +104,11 @@ func New() (*Validator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("apitest: %w", err)
 	}
-	return &Validator{doc: doc, router: router, hits: map[string]int{}, codes: map[string]int{}}, nil
+	s, err := newSchemas()
+	if err != nil {
+		return nil, err
+	}
+	return &Validator{doc: doc, router: router, schemas: s, hits: map[string]int{}, codes: map[string]int{}}, nil
 }
 
 // Reporter receives validation failures; *testing.T is one.
@@ -183,6 +193,7 @@ func (v *Validator) Check(req *http.Request, reqBody []byte, resp *http.Response
 		return v.checkUnrouted(req, re.Reason == routers.ErrMethodNotAllowed.Error() || v.pathDeclared(lookup), resp, body)
 	}
 	status := fmt.Sprint(resp.StatusCode)
+	respKey := responseKey(route.Operation.Responses, resp.StatusCode)
 	if upstream := resp.Header.Get(HeaderUpstream) != ""; route.Operation.Extensions[upstreamExtension] == nil {
 		if upstream {
 			return fmt.Errorf("%s on an answer of %s %s, which does not forward to an upstream", HeaderUpstream, method, route.Path)
@@ -200,7 +211,7 @@ func (v *Validator) Check(req *http.Request, reqBody []byte, resp *http.Response
 		op.Responses = openapi3.NewResponses(openapi3.WithName("default", def.Value))
 		r := *route
 		r.Operation = &op
-		route, status = &r, "default"
+		route, status, respKey = &r, "default", "default"
 	}
 	v.hit(method, route.Path, status)
 	if method == http.MethodHead {
@@ -213,6 +224,9 @@ func (v *Validator) Check(req *http.Request, reqBody []byte, resp *http.Response
 		return fmt.Errorf("an event stream with status %d", resp.StatusCode)
 	}
 
+	// Validated as openapi3filter.ValidateRequest and ValidateResponse
+	// would, with each schema compiled once (see checkRequest and
+	// checkResponse).
 	opts := &openapi3filter.Options{
 		AuthenticationFunc:    openapi3filter.NoopAuthenticationFunc,
 		IncludeResponseStatus: true,
@@ -224,7 +238,7 @@ func (v *Validator) Check(req *http.Request, reqBody []byte, resp *http.Response
 		vreq.Body = io.NopCloser(bytes.NewReader(reqBody))
 		vin := *in
 		vin.Request = vreq
-		if err := openapi3filter.ValidateRequest(context.Background(), &vin); err != nil {
+		if err := v.checkRequest(context.Background(), &vin, reqBody); err != nil {
 			return fmt.Errorf("the server accepted a request the document rejects: %w", err)
 		}
 	}
@@ -235,15 +249,56 @@ func (v *Validator) Check(req *http.Request, reqBody []byte, resp *http.Response
 		if ref := route.Operation.Responses.Status(resp.StatusCode); ref != nil && ref.Value != nil && len(ref.Value.Content) > 0 && ref.Value.Content.Get(ct) == nil {
 			return fmt.Errorf("Content-Type %q is not documented for status %d", ct, resp.StatusCode)
 		}
-		o := *opts
-		o.ExcludeResponseBody = true
-		opts = &o
 	}
 	rin := &openapi3filter.ResponseValidationInput{
 		RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header,
 		Body: io.NopCloser(bytes.NewReader(body)), Options: opts,
 	}
-	return openapi3filter.ValidateResponse(context.Background(), rin)
+	return v.checkResponse(context.Background(), rin, respKey, body, decodable(ct))
+}
+
+// responseKey returns the key of the response documented for status in
+// responses ("200", "2XX" or "default", as openapi3filter picks it), or ""
+// when there is none.
+func responseKey(responses *openapi3.Responses, status int) string {
+	if responses == nil || responses.Len() == 0 {
+		return ""
+	}
+	st := strconv.Itoa(status)
+	if responses.Value(st) != nil {
+		return st
+	}
+	if status > 99 && status < 600 {
+		if rng := st[:1] + "XX"; responses.Value(rng) != nil {
+			return rng
+		}
+	}
+	if responses.Default() != nil {
+		return "default"
+	}
+	return ""
+}
+
+// checkRequestBody validates the body of a request the server accepted
+// against its operation's request body, as openapi3filter.ValidateRequest
+// does: a required body must be there, and a body must be of a documented
+// media type and match its schema.
+func (v *Validator) checkRequestBody(route *routers.Route, header http.Header, body []byte) error {
+	ref := route.Operation.RequestBody
+	if ref == nil || ref.Value == nil {
+		return nil
+	}
+	if len(body) == 0 {
+		if ref.Value.Required {
+			return errors.New("request body: required but missing")
+		}
+		return nil
+	}
+	ptr := pointer("paths", route.Path, strings.ToLower(route.Method), "requestBody")
+	if err := v.schemas.checkBody(ptr, ref.Value.Content, header, body); err != nil {
+		return fmt.Errorf("request body: %w", err)
+	}
+	return nil
 }
 
 // pathDeclared reports whether the document declares req's path for some
@@ -353,7 +408,7 @@ func (v *Validator) validateSchema(name string, value any) error {
 	if ref == nil || ref.Value == nil {
 		return fmt.Errorf("openapi.yaml has no schema %s", name)
 	}
-	return v.doc.ValidateSchemaJSON(ref.Value, value, openapi3.EnableJSONSchema2020(), openapi3.VisitAsResponse())
+	return v.schemas.validate(pointer("components", "schemas", name), value)
 }
 
 // providerUnauthorized reports whether value is the proxy's 401 in a

@@ -43,6 +43,20 @@ func TestValidatorRejectsDrift(t *testing.T) {
 		{"undocumented method", "DELETE", "/v1/policies/x", "200", "application/json", `{}`, "", true},
 		{"undocumented media type", "GET", "/", "200", "text/plain", "hi", "", true},
 		{"HTML page", "GET", "/", "200", "text/html; charset=utf-8", "<p>hi</p>", "", false},
+		{"missing required field", "GET", "/healthz", "200", "application/json", `{"policies":1}`, "", true},
+		{"not JSON", "GET", "/healthz", "200", "application/json", `{"status":`, "", true},
+		{"undocumented JSON-like media type", "GET", "/healthz", "200", "application/yaml", "status: ok", "", true},
+		{"media type parameters", "GET", "/healthz", "200", "application/json; charset=utf-8", health, "", false},
+		{"keywords beside $ref", "POST", "/v1/compact", "404", "application/json", `{"error":{"code":"unknown_policy","message":"no"}}`, "", false},
+		{"keywords beside $ref, outside their enum", "POST", "/v1/compact", "404", "application/json", `{"error":{"code":"internal","message":"no"}}`, "", true},
+		{"component response", "POST", "/v1/compact", "500", "application/json", `{"error":{"code":"internal","message":"no"}}`, "", false},
+		{"component response, extra field", "POST", "/v1/compact", "500", "application/json", `{"error":{"code":"internal","message":"no","x":1}}`, "", true},
+		{"date-time", "GET", "/v1/requests", "200", "application/json", requestsPage("2026-11-27T08:00:00Z"), "", false},
+		{"date-time, malformed", "GET", "/v1/requests", "200", "application/json", requestsPage("yesterday"), "", true},
+		{"YAML body", "GET", "/v1/openapi.yaml", "200", "application/yaml", "openapi: 3.1.0\ninfo: {}\npaths: {}\n", "", false},
+		{"YAML body, missing required field", "GET", "/v1/openapi.yaml", "200", "application/yaml", "openapi: 3.1.0\n", "", true},
+		{"plain text body", "GET", "/metrics", "200", "text/plain; version=0.0.4", "up 1\n", "", false},
+		{"unknown path, error with an extra field", "GET", "/v1/secret", "404", "application/json", `{"error":{"code":"not_found","message":"no","x":1}}`, "", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -50,12 +64,17 @@ func TestValidatorRejectsDrift(t *testing.T) {
 			if tt.allow != "" {
 				h.Set("Allow", tt.allow)
 			}
-			code := map[string]int{"200": 200, "404": 404, "405": 405, "418": 418, "400": 400}[tt.status]
+			code := map[string]int{"200": 200, "404": 404, "405": 405, "418": 418, "400": 400, "500": 500}[tt.status]
 			if errs := exchange(t, v, tt.method, tt.path, "", code, h, tt.body); (len(errs) > 0) != tt.bad {
 				t.Errorf("reported %v, want a report: %v", errs, tt.bad)
 			}
 		})
 	}
+}
+
+// requestsPage is a GET /v1/requests answer with one record at time.
+func requestsPage(time string) string {
+	return `{"requests":[{"id":"d-1","time":"` + time + `","kind":"proxy","compacted":false,"compactd_ms":1}],"money":{"paid_usd":0,"full_usd":0,"priced":0,"unpriced":0}}`
 }
 
 // exchange sends a request (with a JSON body unless reqBody is "")
@@ -94,6 +113,9 @@ func exchange(t *testing.T, v *Validator, method, path, reqBody string, status i
 	return rec.errs
 }
 
+// compactAnswer is a documented POST /v1/compact answer.
+const compactAnswer = `{"messages":[],"compacted":false,"summary":"","conversation_id":"c","warnings":[],"stats":{"tokens_before":0,"tokens_after":0,"messages_before":0,"messages_after":0,"encoding":"o200k_base","duration_ns":1,"stages":[]}}`
+
 // TestValidatorChecksAcceptedRequests: a request the server accepted must
 // match the document too.
 func TestValidatorChecksAcceptedRequests(t *testing.T) {
@@ -103,7 +125,7 @@ func TestValidatorChecksAcceptedRequests(t *testing.T) {
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"messages":[],"compacted":false,"summary":"","conversation_id":"c","warnings":[],"stats":{"tokens_before":0,"tokens_after":0,"messages_before":0,"messages_after":0,"encoding":"o200k_base","duration_ns":1,"stages":[]}}`)
+		io.WriteString(w, compactAnswer)
 	}))
 	defer srv.Close()
 	for body, bad := range map[string]bool{
@@ -131,6 +153,52 @@ func TestValidatorChecksAcceptedRequests(t *testing.T) {
 		if got := len(rec.errs) > 0; got != bad {
 			t.Errorf("%s: reported %v, want a report: %v", body, rec.errs, bad)
 		}
+	}
+}
+
+// TestValidatorChecksRequestBodies: an accepted request's body must be
+// there when the document requires one, of a documented media type, and
+// decodable.
+func TestValidatorChecksRequestBodies(t *testing.T) {
+	v, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, compactAnswer)
+	}))
+	defer srv.Close()
+	const ok = `{"policy":"x","messages":[]}`
+	tests := []struct {
+		name, ctype, body string
+		bad               bool
+	}{
+		{"documented", "application/json", ok, false},
+		{"media type parameters", "application/json; charset=utf-8", ok, false},
+		{"no body", "", "", true},
+		{"undocumented media type", "text/plain", ok, true},
+		{"not JSON", "application/json", `{"policy":`, true},
+		{"wrong type", "application/json", `{"policy":1,"messages":[]}`, true},
+		{"missing required field", "application/json", `{"policy":"x"}`, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var rec recorder
+			c := &http.Client{Transport: v.Transport(&rec, nil)}
+			req, _ := http.NewRequest("POST", srv.URL+"/v1/compact", strings.NewReader(tt.body))
+			if tt.ctype != "" {
+				req.Header.Set("Content-Type", tt.ctype)
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if got := len(rec.errs) > 0; got != tt.bad {
+				t.Errorf("reported %v, want a report: %v", rec.errs, tt.bad)
+			}
+		})
 	}
 }
 
@@ -214,5 +282,79 @@ func TestValidatorPassesStreamsOn(t *testing.T) {
 	}
 	if len(rec.errs) > 0 {
 		t.Fatalf("reported %v", rec.errs)
+	}
+}
+
+// TestValidatorChecksParametersAndHeaders: an accepted request's
+// parameters (query, header) and an answer's headers must match the
+// document: types, bounds, const and enum values, required ones present.
+func TestValidatorChecksParametersAndHeaders(t *testing.T) {
+	v, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := requestsPage("2026-11-27T08:00:00Z")
+	long := strings.Repeat("x", 257)
+	const chat = "/v1/chat/completions"
+	tests := []struct {
+		name, method, path string
+		reqHeader          http.Header
+		status             int
+		respHeader         http.Header
+		body               string
+		bad                bool
+	}{
+		{"query integer", "GET", "/v1/requests?limit=5", nil, 200, nil, page, false},
+		{"query integer over its maximum", "GET", "/v1/requests?limit=1001", nil, 200, nil, page, true},
+		{"query integer below its minimum", "GET", "/v1/requests?limit=0", nil, 200, nil, page, true},
+		{"query integer that is not one", "GET", "/v1/requests?limit=five", nil, 200, nil, page, true},
+		{"query integer, empty", "GET", "/v1/requests?limit=", nil, 200, nil, page, true},
+		{"query string over its maxLength", "GET", "/v1/requests?conversation=" + long, nil, 200, nil, page, true},
+		{"query string, repeated, the first non-empty counts", "GET", "/v1/requests?conversation=&conversation=" + long, nil, 200, nil, page, true},
+		{"required query parameter", "GET", "/conversation?id=c", nil, 200, http.Header{"Content-Type": {"text/html"}}, "<p>c</p>", false},
+		{"required query parameter missing", "GET", "/conversation", nil, 200, http.Header{"Content-Type": {"text/html"}}, "<p>c</p>", true},
+		{"header parameter", "POST", chat, http.Header{"X-Compactd-Title": {"a title"}}, 200, http.Header{HeaderUpstream: {"openai"}}, `{}`, false},
+		{"header parameter over its maxLength", "POST", chat, http.Header{"X-Compactd-Title": {long}}, 200, http.Header{HeaderUpstream: {"openai"}}, `{}`, true},
+		{"answer header const", "POST", chat, nil, 200, http.Header{HeaderUpstream: {"openai"}, "X-Compactd-Compacted": {"true"}}, `{}`, false},
+		{"answer header other than its const", "POST", chat, nil, 200, http.Header{HeaderUpstream: {"openai"}, "X-Compactd-Compacted": {"yes"}}, `{}`, true},
+		{"answer header outside its enum", "POST", chat, nil, 200, http.Header{HeaderUpstream: {"gemini"}}, `{}`, true},
+		{"required answer header", "POST", "/v1/compact", nil, 401, http.Header{"WWW-Authenticate": {"Bearer"}}, `{"error":{"code":"unauthorized","message":"no"}}`, false},
+		{"required answer header missing", "POST", "/v1/compact", nil, 401, nil, `{"error":{"code":"unauthorized","message":"no"}}`, true},
+		{"required header of a redirect", "GET", "/conversation?id=c&token=t", nil, 303, http.Header{"Location": {"/conversation?id=c"}}, "", false},
+		{"required header of a redirect missing", "GET", "/conversation?id=c&token=t", nil, 303, nil, "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				for k, vs := range tt.respHeader {
+					w.Header()[k] = vs
+				}
+				w.WriteHeader(tt.status)
+				io.WriteString(w, tt.body)
+			}))
+			defer srv.Close()
+			var rd io.Reader
+			if tt.method == "POST" {
+				rd = strings.NewReader(`{"policy":"x","model":"m","messages":[]}`)
+			}
+			req, _ := http.NewRequest(tt.method, srv.URL+tt.path, rd)
+			if rd != nil {
+				req.Header.Set("Content-Type", "application/json")
+			}
+			for k, vs := range tt.reqHeader {
+				req.Header[k] = vs
+			}
+			var rec recorder
+			c := &http.Client{Transport: v.Transport(&rec, nil), CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if got := len(rec.errs) > 0; got != tt.bad {
+				t.Errorf("reported %v, want a report: %v", rec.errs, tt.bad)
+			}
+		})
 	}
 }

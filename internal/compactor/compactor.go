@@ -19,6 +19,7 @@ import (
 	"slices"
 	"sort"
 	"time"
+	"unsafe"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/chat"
@@ -321,7 +322,11 @@ func (c *Compactor) Compact(ctx context.Context, req Request) (*Response, error)
 			marks = mergeMarks(run.marks, marks, run.refs)
 		}
 		if out := run.out; out != nil {
-			tok.CountMessages(out.Messages)
+			// Kept messages carry their input's counts (host.Response):
+			// only the policy's new messages are counted.
+			for _, i := range run.newMessages {
+				out.Messages[i].Tokens = tok.CountMessage(&out.Messages[i])
+			}
 			for _, r := range st.Rewritten {
 				if r >= 0 && r < len(resp.Origin) && resp.Origin[r] >= 0 {
 					rewritten[resp.Origin[r]] = true
@@ -555,14 +560,14 @@ func writeCanonical(h hash.Hash, m *abi.Message) {
 		h.Write(n[:])
 		h.Write(b)
 	}
-	field('r', []byte(m.Role))
-	field('n', []byte(m.Name))
+	field('r', stringBytes(m.Role))
+	field('n', stringBytes(m.Name))
 	c := m.Content
 	switch {
 	case c.IsNull():
 		field('0', nil)
 	case c.IsString():
-		field('t', []byte(c.Text()))
+		field('t', stringBytes(c.Text()))
 	default:
 		var parts []map[string]any
 		dec := json.NewDecoder(bytes.NewReader(c.Raw()))
@@ -586,6 +591,10 @@ func writeCanonical(h hash.Hash, m *abi.Message) {
 	}
 	field('.', nil)
 }
+
+// stringBytes views s as bytes, for a hash that only reads them: the
+// system prompt, hashed on every request, was copied for it first.
+func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 func contains(list []string, s string) bool {
 	for _, x := range list {

@@ -479,3 +479,39 @@ func TestSummaryMetadata(t *testing.T) {
 		t.Fatalf("output %s", out)
 	}
 }
+
+// TestOnlyNewMessagesCounted: after a stage, the messages it kept keep
+// their counts and only the ones it wrote are counted (one cache lookup
+// each), and every output message's count is its own.
+func TestOnlyNewMessagesCounted(t *testing.T) {
+	t.Parallel()
+	own := tokens.New(tokens.Options{})
+	c := compactor.New(compactor.Options{Policies: policies(t), Tokens: own})
+	in := realConversation(t)
+	resp := compact(t, c, compactor.Request{Conversation: in, Pipeline: []string{"deterministic"}, Model: "gpt-4o"})
+	written := 0
+	for _, o := range resp.Origin {
+		if o < 0 {
+			written++
+		}
+	}
+	if !resp.Compacted || written == 0 {
+		t.Fatalf("deterministic wrote %d messages (compacted %v): the test needs a new message", written, resp.Compacted)
+	}
+	st := own.Stats()
+	if got, want := st.Hits+st.Misses, uint64(in.Len()+written); got != want {
+		t.Errorf("%d messages counted, want the %d input messages and the %d new ones", got, in.Len(), written)
+	}
+	fresh := tokens.New(tokens.Options{}).ForModel("gpt-4o")
+	sum := 0
+	for i := range resp.Conversation.Messages {
+		m := resp.Conversation.Messages[i]
+		if want := fresh.CountMessage(&m); m.Tokens != want {
+			t.Fatalf("message %d (origin %d): %d tokens, counted %d", i, resp.Origin[i], m.Tokens, want)
+		}
+		sum += m.Tokens
+	}
+	if resp.Stats.TokensAfter != sum {
+		t.Errorf("tokens after %d, the messages hold %d", resp.Stats.TokensAfter, sum)
+	}
+}
