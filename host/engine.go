@@ -112,6 +112,9 @@ type Engine struct {
 	pending     atomic.Int64  // background compiles not done
 	logsMu      sync.Mutex
 	logs        map[string]*logLimiter // per plugin file name
+	// logClock, when set, is the clock of the log limiters made from
+	// then on (tests hold it still; see TestHostileCalls).
+	logClock func() time.Time
 	// minStartTimeout is MinStartTimeout (tests shorten it to see the
 	// wall-clock backstop at work).
 	minStartTimeout time.Duration
@@ -776,6 +779,9 @@ func (e *Engine) logLimiter(label string) *logLimiter {
 	l := e.logs[label]
 	if l == nil {
 		l = newLogLimiter()
+		if e.logClock != nil {
+			l.now = e.logClock
+		}
 		e.logs[label] = l
 	}
 	return l

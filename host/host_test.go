@@ -93,8 +93,7 @@ func TestLoadDescribes(t *testing.T) {
 	t.Parallel()
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
-			e := newTestEngine(t, path.disable, Limits{})
-			p := loadTestPlugin(t, e, "plugins/sliding", Limits{})
+			p := sharedPlugin(t, path.disable, "plugins/sliding")
 			if p.Path() != path.name {
 				t.Errorf("path = %s, want %s", p.Path(), path.name)
 			}
@@ -113,8 +112,7 @@ func TestRefsAreByteIdentical(t *testing.T) {
 	t.Parallel()
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
-			e := newTestEngine(t, path.disable, Limits{})
-			p := loadTestPlugin(t, e, "plugins/sliding", Limits{})
+			p := sharedPlugin(t, path.disable, "plugins/sliding")
 			c := testConversation(t)
 			before := snapshot(c)
 			cfg, err := p.Schema().Resolve(policyLayer(map[string]any{"window_size": 3, "step": 1}))
@@ -158,27 +156,42 @@ func TestRefsAreByteIdentical(t *testing.T) {
 	}
 }
 
-// TestHostileGo runs the Go misbehaving plugin on both paths.
+// TestHostileGo runs the Go misbehaving plugin on both paths. The modes
+// that share limits share one plugin per path, so each mode after the
+// first also shows that the host keeps serving after all the failures
+// before it (and a Go plugin is loaded three times a path, not thirteen).
+//
+// The memory and output limits are small so that what the guest must
+// allocate to break them is small too: under -race every byte the host
+// copies of a growing linear memory or of a large output is tracked, and
+// breaking 64 MiB and 8 MiB limits with a 48 MiB output took minutes on
+// a busy machine. The checks are the same at any size: the guest's
+// allocation past the memory limit fails as ErrMemoryLimit naming it,
+// and an output past the output limit as ErrOutputTooLarge naming it.
 func TestHostileGo(t *testing.T) {
 	t.Parallel()
 	testenv.Long(t, "a Go plugin run out of memory, time and output, on both paths")
 	// A Go guest takes a few seconds to die of memory exhaustion (its
 	// runtime collects and retries before it gives up), hence the limit;
 	// under -race on a loaded 2-core machine (load average 17 seen) the
-	// Extism path took up to two minutes, where 30s failed.
-	limits := Limits{CallTimeout: 4 * time.Minute, MaxMemoryPages: 1024, MaxOutputBytes: 8 << 20, MaxInstances: 2}
-	roomy := Limits{MaxMemoryPages: 8192}
+	// Extism path took up to two minutes, where 30s failed. 16 MiB is
+	// room for the Go runtime (45 pages initially) and every mode but
+	// the two that break it.
+	limits := Limits{CallTimeout: 4 * time.Minute, MaxMemoryPages: MinMemoryPages, MaxOutputBytes: 1 << 20, MaxInstances: 2}
 	tests := []struct {
 		mode   string
+		n      int // the mode's size in MiB (huge: its summary; 0: the mode's default)
 		limits Limits
 		kind   error
 		code   string
 		want   string
 	}{
 		{mode: "loop", limits: Limits{CallTimeout: time.Second}, kind: ErrTimeout, want: "time limit of 1s"},
-		{mode: "alloc", kind: ErrMemoryLimit, want: "64 MiB"},
-		{mode: "huge", kind: ErrMemoryLimit},
-		{mode: "huge", limits: roomy, kind: ErrOutputTooLarge, want: "limit 8388608"},
+		{mode: "alloc", kind: ErrMemoryLimit, want: "16 MiB"},
+		// A summary of 48 MiB does not fit in 16 MiB of memory; one of
+		// 2 MiB does, and is over the output limit of 1 MiB.
+		{mode: "huge", kind: ErrMemoryLimit, want: "16 MiB"},
+		{mode: "huge", n: 2, kind: ErrOutputTooLarge, want: "limit 1048576"},
 		{mode: "badref", kind: ErrInvalidResult, want: "out of range"},
 		{mode: "reorder", kind: ErrInvalidResult, want: "strictly increasing"},
 		{mode: "split", kind: ErrInvalidResult, want: "tool"},
@@ -193,15 +206,22 @@ func TestHostileGo(t *testing.T) {
 		t.Run(path.name, func(t *testing.T) {
 			t.Parallel()
 			e := newTestEngine(t, path.disable, limits)
+			plugins := map[Limits]*Plugin{}
+			for _, tt := range tests {
+				if plugins[tt.limits] == nil {
+					plugins[tt.limits] = loadTestPlugin(t, e, "host/testdata/gohostile", tt.limits)
+				}
+			}
 			for _, tt := range tests {
 				t.Run(tt.mode, func(t *testing.T) {
-					p := loadTestPlugin(t, e, "host/testdata/gohostile", tt.limits)
+					p := plugins[tt.limits]
 					if p.Path() != path.name {
 						t.Fatalf("path = %s", p.Path())
 					}
 					c := testConversation(t)
 					before := snapshot(c)
-					_, err := p.Compact(context.Background(), modeRequest(c, tt.mode))
+					req := &Request{Conversation: c, Config: json.RawMessage(fmt.Sprintf(`{"mode":%q,"n":%d}`, tt.mode, tt.n))}
+					_, err := p.Compact(context.Background(), req)
 					checkPluginError(t, err, "gohostile", tt.kind, tt.code, tt.want)
 					if !bytes.Equal(before, snapshot(c)) {
 						t.Fatal("the caller's conversation changed")
@@ -246,8 +266,7 @@ func TestHostFunctions(t *testing.T) {
 	t.Parallel()
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
-			e := newTestEngine(t, path.disable, Limits{})
-			p := loadTestPlugin(t, e, "host/testdata/gohostile", Limits{})
+			p := sharedPlugin(t, path.disable, "host/testdata/gohostile")
 			c := testConversation(t)
 			req := modeRequest(c, "count")
 			req.Env.CountTokens = func(s string) int { return len(s) }
@@ -303,8 +322,7 @@ func TestHostFunctionExtractIdentifiers(t *testing.T) {
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
 			t.Parallel()
-			e := newTestEngine(t, path.disable, Limits{})
-			p := loadTestPlugin(t, e, "host/testdata/gohostile", Limits{})
+			p := sharedPlugin(t, path.disable, "host/testdata/gohostile")
 			resp, err := p.Compact(context.Background(), modeRequest(c, "idents"))
 			if err != nil {
 				t.Fatal(err)
@@ -423,8 +441,9 @@ func TestCloseWaitsForCallsInFlight(t *testing.T) {
 
 func TestCanceledContext(t *testing.T) {
 	t.Parallel()
-	e := newTestEngine(t, false, Limits{CallTimeout: time.Minute})
-	p := loadTestPlugin(t, e, "host/testdata/gohostile", Limits{})
+	// The context's deadline comes long before the shared plugin's call
+	// timeout (DefaultCallTimeout).
+	p := sharedPlugin(t, false, "host/testdata/gohostile")
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	_, err := p.Compact(ctx, modeRequest(testConversation(t), "loop"))
@@ -488,7 +507,9 @@ func TestHostileC(t *testing.T) {
 		want   string
 	}{
 		{mode: "LOOP", limits: Limits{CallTimeout: 500 * time.Millisecond}, kind: ErrTimeout, want: "time limit of 500ms"},
-		{mode: "ALLOC", limits: Limits{MaxMemoryPages: 1024}, kind: ErrMemoryLimit, want: "64 MiB"},
+		// 16 MiB, not 64: the same limit to break, with a quarter of
+		// the linear memory for the host to grow (and -race to track).
+		{mode: "ALLOC", limits: Limits{MaxMemoryPages: MinMemoryPages}, kind: ErrMemoryLimit, want: "16 MiB"},
 		// HUGE writes its output through Extism's kernel eight bytes per
 		// host call: 65 MiB take seconds, and a minute under -race on a
 		// busy machine, so the output limit is tried on a 2 MiB one
@@ -513,6 +534,7 @@ func TestHostileC(t *testing.T) {
 			tt.limits.CallTimeout = 10 * time.Minute
 		}
 		t.Run(tt.mode, func(t *testing.T) {
+			t.Parallel()
 			p := loadTestPlugin(t, e, "host/testdata/hostile/hostile.c#HOSTILE_"+tt.mode, tt.limits)
 			if p.Path() != "extism" {
 				t.Fatalf("path = %s", p.Path())
@@ -725,7 +747,7 @@ func TestDescribedLoad(t *testing.T) {
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
 			e := newTestEngine(t, path.disable, Limits{})
-			full := loadTestPlugin(t, e, "plugins/sliding", Limits{})
+			full := sharedPlugin(t, path.disable, "plugins/sliding")
 			wasm, err := os.ReadFile(wasmbuild.ForTest(t, "plugins/sliding"))
 			if err != nil {
 				t.Fatal(err)
@@ -778,6 +800,7 @@ func TestDescribedLoad(t *testing.T) {
 // TestCloseDuringBackgroundCompile: closing a quickly loaded plugin and
 // the engine while the compiler works leaves nothing running.
 func TestCloseDuringBackgroundCompile(t *testing.T) {
+	t.Parallel()
 	// A module on the fast path, the cache empty: the compile takes a
 	// while (lastn's, a second under -race; a Go plugin's, ten).
 	wasm, err := os.ReadFile(wasmbuild.ForTest(t, "plugins/lastn/lastn.c"))

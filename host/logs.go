@@ -23,11 +23,15 @@ type logLimiter struct {
 	tokens  float64
 	last    time.Time
 	pending uint64 // dropped since the last note
+	// now is the limiter's clock: time.Now, or a clock a test holds
+	// still so that the bucket does not refill while a busy machine
+	// slows the guest down (Engine.logClock).
+	now func() time.Time
 
 	dropped, truncated atomic.Uint64
 }
 
-func newLogLimiter() *logLimiter { return &logLimiter{tokens: abi.LogBurst} }
+func newLogLimiter() *logLimiter { return &logLimiter{tokens: abi.LogBurst, now: time.Now} }
 
 // allow takes one line from the bucket. It returns whether the line may
 // be written and how many lines were dropped since the last line written.
@@ -57,7 +61,7 @@ func pluginLog(logger hclog.Logger, limits *logLimiter, level hclog.Level, msg [
 	if level < logger.GetLevel() {
 		return
 	}
-	ok, dropped := limits.allow(time.Now())
+	ok, dropped := limits.allow(limits.now())
 	if !ok {
 		return
 	}

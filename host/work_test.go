@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,10 +59,11 @@ func TestWorkBudgetStopsLoops(t *testing.T) {
 	}
 	for _, tier := range tiers {
 		t.Run(tier.name, func(t *testing.T) {
+			t.Parallel()
 			var log strings.Builder
 			var logMu sync.Mutex
 			e, err := NewEngine(Config{DisableFastPath: tier.disable, CacheDir: wasmbuild.TestCacheDir(t),
-				Logger: hclog.New(&hclog.LoggerOptions{Output: lockedWriter{&logMu, &log}, Level: hclog.Warn}),
+				Logger: hclog.New(&hclog.LoggerOptions{Output: lockedWriter{mu: &logMu, w: &log}, Level: hclog.Warn}),
 				Limits: Limits{WorkBudget: MinWorkBudget, StartWorkBudget: MinWorkBudget}})
 			if err != nil {
 				t.Fatal(err)
@@ -115,30 +117,49 @@ func TestWorkBudgetStopsLoops(t *testing.T) {
 	}
 }
 
-// lockedWriter serializes writes to w.
+// lockedWriter serializes writes to w, calling before (if set) with
+// each write first.
 type lockedWriter struct {
-	mu *sync.Mutex
-	w  *strings.Builder
+	mu     *sync.Mutex
+	w      *strings.Builder
+	before func(p []byte)
 }
 
 func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.before != nil {
+		l.before(p)
+	}
 	return l.w.Write(p)
 }
 
 // TestLoadRetriedCompiled: a load whose describe runs past its wall-clock
-// limit on the interpreter (slow_describe spins 20 million iterations:
-// 2-5 s interpreted, ~30 ms compiled) is tried once more,
-// compiled, and serves; a describe that loops is tried once more and then
-// reported as the wall clock's doing; one that uses up its work budget is
-// reported at once.
+// limit on the interpreter is tried once more, compiled, and serves; a
+// describe that loops is tried once more and then reported as the wall
+// clock's doing; one that uses up its work budget is reported at once.
+//
+// The first describe runs past its limit because the test's log writer
+// holds describe_logs' line until the limit has passed (twice over), not
+// because the interpreter is slow: a module that only spun longer than
+// the limit interpreted (seconds) and shorter compiled (~30 ms) needed a
+// limit of 300ms between the two, which the compiled retry missed at a
+// load average of 12. The retry's describe writes its line at once, and
+// has a limit a thousand times what it needs.
 func TestLoadRetriedCompiled(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
+	const limit = time.Second
 	var log strings.Builder
 	var logMu sync.Mutex
+	var held atomic.Bool
+	stall := func(p []byte) {
+		if strings.Contains(string(p), "describing") && held.CompareAndSwap(false, true) {
+			time.Sleep(2 * limit) // the first describe outlasts its limit
+		}
+	}
 	e, err := NewEngine(Config{CacheDir: wasmbuild.TestCacheDir(t),
-		Logger: hclog.New(&hclog.LoggerOptions{Output: lockedWriter{&logMu, &log}, Level: hclog.Warn})})
+		Logger: hclog.New(&hclog.LoggerOptions{Output: lockedWriter{mu: &logMu, w: &log, before: stall}, Level: hclog.Warn})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,13 +173,11 @@ func TestLoadRetriedCompiled(t *testing.T) {
 		return n
 	}
 
-	// 300ms: a tenth of the interpreter's time (seconds) and ten times the
-	// compiler's (~30ms) on a busy 2-core machine.
-	p, err := e.Load(ctx, hostileWat(t, "slow_describe"), LoadOptions{Source: "/plugins/slow_describe.wasm", Quick: true, Limits: Limits{CallTimeout: 300 * time.Millisecond}})
+	p, err := e.Load(ctx, hostileWat(t, "describe_logs"), LoadOptions{Source: "/plugins/describe_logs.wasm", Quick: true, Limits: Limits{CallTimeout: limit}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Tier() != TierCompiled || p.Name() != "slow-describe" || retries() != 1 {
+	if p.Tier() != TierCompiled || p.Name() != "describe-logs" || retries() != 1 || !held.Load() {
 		t.Errorf("tier %s, name %q: want the retry's compiled module", p.Tier(), p.Name())
 	}
 	p.Close(ctx)

@@ -60,8 +60,12 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 			b[len(b)-1] = 1
 		}
 		return abi.Unchanged(n, "ok"), nil
-	case "huge":
-		res := abi.Unchanged(n, strings.Repeat("x", 48<<20))
+	case "huge": // a summary of cfg.N MiB (48 by default)
+		size := 48
+		if cfg.N > 0 {
+			size = cfg.N
+		}
+		res := abi.Unchanged(n, strings.Repeat("x", size<<20))
 		return res, nil
 	case "badref":
 		return &abi.CompactResult{Messages: []abi.Item{abi.Ref(0), abi.Ref(n + 1000)}, Compacted: true}, nil
