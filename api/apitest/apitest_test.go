@@ -116,9 +116,10 @@ func exchange(t *testing.T, v *Validator, method, path, reqBody string, status i
 // compactAnswer is a documented POST /v1/compact answer.
 const compactAnswer = `{"messages":[],"compacted":false,"summary":"","conversation_id":"c","warnings":[],"stats":{"tokens_before":0,"tokens_after":0,"messages_before":0,"messages_after":0,"encoding":"o200k_base","duration_ns":1,"stages":[]}}`
 
-// TestValidatorChecksAcceptedRequests: a request the server accepted must
-// match the document too.
-func TestValidatorChecksAcceptedRequests(t *testing.T) {
+// compactServer returns a validator and a server that answers every
+// request with compactAnswer (closed when the test ends).
+func compactServer(t *testing.T) (*Validator, *httptest.Server) {
+	t.Helper()
 	v, err := New()
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +128,14 @@ func TestValidatorChecksAcceptedRequests(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, compactAnswer)
 	}))
-	defer srv.Close()
+	t.Cleanup(srv.Close)
+	return v, srv
+}
+
+// TestValidatorChecksAcceptedRequests: a request the server accepted must
+// match the document too.
+func TestValidatorChecksAcceptedRequests(t *testing.T) {
+	v, srv := compactServer(t)
 	for body, bad := range map[string]bool{
 		`{"policy":"x","messages":[{"role":"user","content":"hi"}]}`:                                       false,
 		`{"policy":"x","messages":[{"role":"robot","content":"hi"}]}`:                                      true,
@@ -160,15 +168,7 @@ func TestValidatorChecksAcceptedRequests(t *testing.T) {
 // there when the document requires one, of a documented media type, and
 // decodable.
 func TestValidatorChecksRequestBodies(t *testing.T) {
-	v, err := New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, compactAnswer)
-	}))
-	defer srv.Close()
+	v, srv := compactServer(t)
 	const ok = `{"policy":"x","messages":[]}`
 	tests := []struct {
 		name, ctype, body string

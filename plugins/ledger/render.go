@@ -472,12 +472,9 @@ const dedupScanMax = 32
 
 // dedupScanned is dedupItems by a scan of the items kept.
 func dedupScanned(all []item, th []uint64, assistant []int) *extraction {
-	x := &extraction{items: make([]item, 0, len(all)), used: make([]bool, 0, len(all)), hashes: make([]uint64, 0, len(all))}
+	x := newExtraction(len(all))
 	for k, it := range all {
-		for len(assistant) > 0 && assistant[1] <= k {
-			assistant = assistant[2:]
-		}
-		used := len(assistant) > 0 && assistant[0] <= k
+		used := inAssistant(&assistant, k)
 		i := -1
 		for j, h := range x.hashes {
 			if h == th[k] && x.items[j] == it {
@@ -485,13 +482,7 @@ func dedupScanned(all []item, th []uint64, assistant []int) *extraction {
 				break
 			}
 		}
-		if i >= 0 {
-			x.used[i] = x.used[i] || used
-			continue
-		}
-		x.items = append(x.items, it)
-		x.used = append(x.used, used)
-		x.hashes = append(x.hashes, th[k])
+		x.keep(i, it, used, th[k])
 	}
 	return x
 }
@@ -499,14 +490,11 @@ func dedupScanned(all []item, th []uint64, assistant []int) *extraction {
 // dedupMapped is dedupItems by a map keyed by text hash and kind, an
 // exact map holding the items whose key an earlier, other item holds.
 func dedupMapped(all []item, th []uint64, assistant []int) *extraction {
-	x := &extraction{items: make([]item, 0, len(all)), used: make([]bool, 0, len(all)), hashes: make([]uint64, 0, len(all))}
+	x := newExtraction(len(all))
 	at := make(map[uint64]int, len(all))
 	var clash map[item]int // the items whose key an earlier, other item holds
 	for k, it := range all {
-		for len(assistant) > 0 && assistant[1] <= k {
-			assistant = assistant[2:]
-		}
-		used := len(assistant) > 0 && assistant[0] <= k
+		used := inAssistant(&assistant, k)
 		key := th[k] + uint64(it.Kind+1)*0x9E3779B97F4A7C15
 		i, ok := at[key]
 		switch {
@@ -520,15 +508,41 @@ func dedupMapped(all []item, th []uint64, assistant []int) *extraction {
 				clash[it] = len(x.items)
 			}
 		}
-		if ok {
-			x.used[i] = x.used[i] || used
-			continue
+		if !ok {
+			i = -1
 		}
-		x.items = append(x.items, it)
-		x.used = append(x.used, used)
-		x.hashes = append(x.hashes, th[k])
+		x.keep(i, it, used, th[k])
 	}
 	return x
+}
+
+// newExtraction returns an empty extraction with room for n items.
+func newExtraction(n int) *extraction {
+	return &extraction{items: make([]item, 0, n), used: make([]bool, 0, n), hashes: make([]uint64, 0, n)}
+}
+
+// keep records item it (text hash h): a new item when i < 0, else the
+// kept item i, marked used if it is.
+func (x *extraction) keep(i int, it item, used bool, h uint64) {
+	if i >= 0 {
+		x.used[i] = x.used[i] || used
+		return
+	}
+	x.items = append(x.items, it)
+	x.used = append(x.used, used)
+	x.hashes = append(x.hashes, h)
+}
+
+// inAssistant reports whether item k lies in one of the agent's spans
+// (pairs of item indices, start inclusive, end exclusive, in order),
+// first dropping the spans that end at or before k.
+func inAssistant(spans *[]int, k int) bool {
+	s := *spans
+	for len(s) > 0 && s[1] <= k {
+		s = s[2:]
+	}
+	*spans = s
+	return len(s) > 0 && s[0] <= k
 }
 
 // pinnedHashes returns the hashes of what the pinned messages (the system
