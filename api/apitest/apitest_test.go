@@ -132,6 +132,22 @@ func compactServer(t *testing.T) (*Validator, *httptest.Server) {
 	return v, srv
 }
 
+// checkReported sends req through v's transport (redirects not followed)
+// and checks that v reported a mismatch exactly when bad.
+func checkReported(t *testing.T, v *Validator, req *http.Request, bad bool) {
+	t.Helper()
+	var rec recorder
+	c := &http.Client{Transport: v.Transport(&rec, nil), CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := len(rec.errs) > 0; got != bad {
+		t.Errorf("reported %v, want a report: %v", rec.errs, bad)
+	}
+}
+
 // TestValidatorChecksAcceptedRequests: a request the server accepted must
 // match the document too.
 func TestValidatorChecksAcceptedRequests(t *testing.T) {
@@ -184,20 +200,11 @@ func TestValidatorChecksRequestBodies(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var rec recorder
-			c := &http.Client{Transport: v.Transport(&rec, nil)}
 			req, _ := http.NewRequest("POST", srv.URL+"/v1/compact", strings.NewReader(tt.body))
 			if tt.ctype != "" {
 				req.Header.Set("Content-Type", tt.ctype)
 			}
-			resp, err := c.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			if got := len(rec.errs) > 0; got != tt.bad {
-				t.Errorf("reported %v, want a report: %v", rec.errs, tt.bad)
-			}
+			checkReported(t, v, req, tt.bad)
 		})
 	}
 }
@@ -345,16 +352,7 @@ func TestValidatorChecksParametersAndHeaders(t *testing.T) {
 			for k, vs := range tt.reqHeader {
 				req.Header[k] = vs
 			}
-			var rec recorder
-			c := &http.Client{Transport: v.Transport(&rec, nil), CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-			resp, err := c.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			if got := len(rec.errs) > 0; got != tt.bad {
-				t.Errorf("reported %v, want a report: %v", rec.errs, tt.bad)
-			}
+			checkReported(t, v, req, tt.bad)
 		})
 	}
 }
