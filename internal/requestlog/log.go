@@ -251,13 +251,17 @@ func (l *Log) writeBatch(batch []queued) {
 		byConv[id] = append(byConv[id], q.rec)
 	}
 	if mu, ok := l.kv.(store.MultiUpdater); ok && len(order) > 1 {
-		if err := l.appendStoreMany(mu, order, byConv); err != nil {
-			n := 0
-			for _, id := range order {
-				n += len(byConv[id])
+		for len(order) > 0 {
+			ids := order[:min(len(order), maxPerWrite)]
+			order = order[len(ids):]
+			if err := l.appendStoreMany(mu, ids, byConv); err != nil {
+				n := 0
+				for _, id := range ids {
+					n += len(byConv[id])
+				}
+				l.failures.Add(uint64(n))
+				l.logger.Warn("request log: writing to the store", "conversations", len(ids), "records", n, "error", err)
 			}
-			l.failures.Add(uint64(n))
-			l.logger.Warn("request log: writing to the store", "conversations", len(order), "records", n, "error", err)
 		}
 	} else {
 		for _, id := range order {
@@ -271,6 +275,12 @@ func (l *Log) writeBatch(batch []queued) {
 		close(ack)
 	}
 }
+
+// maxPerWrite bounds the conversations one store write (UpdateMany)
+// appends to: a transaction holds every list it rewrites in memory until
+// it commits (a full list is about 150 KB), so a batch of many
+// conversations goes in several writes of at most this many.
+const maxPerWrite = 64
 
 // appendStore adds recs to conversation id's list in the store, keeping
 // its last PerConversation records. The store's Update makes the append
