@@ -56,11 +56,14 @@ func run(jobs int) error {
 		return err
 	}
 	mods = append(mods, extra...)
+	ctx := context.Background()
+	if err := checkVersion(ctx); err != nil {
+		return err
+	}
 	cacheDir, err := wasmbuild.TestCacheDirMain()
 	if err != nil {
 		return err
 	}
-	ctx := context.Background()
 	engines := map[bool]*host.Engine{}
 	for _, disableFast := range []bool{false, true} {
 		e, err := host.NewEngine(host.Config{DisableFastPath: disableFast, CacheDir: cacheDir})
@@ -100,12 +103,40 @@ func run(jobs int) error {
 	if err := errors.Join(all...); err != nil {
 		return err
 	}
-	// The tests' wazero reads the cache of version "dev" only.
-	testCache := filepath.Join(cacheDir, "wazero-dev-"+runtime.GOARCH+"-"+runtime.GOOS)
-	if entries, err := os.ReadDir(testCache); err != nil || len(entries) == 0 {
-		return fmt.Errorf("nothing compiled into %s, the test binaries' cache: build this program with wasmbuild.TestLDFlags (%s)", testCache, wasmbuild.TestLDFlags)
-	}
 	fmt.Printf("warmtestcache: %d modules on both paths in %s\n", len(mods), cacheDir)
+	return nil
+}
+
+// testCacheSubdir is the directory of a compilation cache that a test
+// binary's wazero reads: its version is "dev" there.
+var testCacheSubdir = "wazero-dev-" + runtime.GOARCH + "-" + runtime.GOOS
+
+// checkVersion compiles a small module into a cache of its own and fails
+// unless it lands where the test binaries look (testCacheSubdir): this
+// program was then built without wasmbuild.TestLDFlags, or the flag no
+// longer names wazero's version variable.
+func checkVersion(ctx context.Context) error {
+	dir, err := os.MkdirTemp("", "warmtestcache-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	e, err := host.NewEngine(host.Config{CacheDir: dir})
+	if err != nil {
+		return err
+	}
+	defer e.Close(ctx)
+	if err := load(ctx, e, "plugins/lastn/lastn.c"); err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(dir, testCacheSubdir)); err != nil {
+		entries, _ := os.ReadDir(dir)
+		var names []string
+		for _, d := range entries {
+			names = append(names, d.Name())
+		}
+		return fmt.Errorf("compiled into %v, not %s, which the test binaries read: build this program with -ldflags %q (wasmbuild.TestLDFlags)", names, testCacheSubdir, wasmbuild.TestLDFlags)
+	}
 	return nil
 }
 
