@@ -438,7 +438,7 @@ func TestAcquireHammer(t *testing.T) {
 	r := New(Options{Dir: dir, Engine: newEngine(t), Debounce: time.Millisecond, Smoke: daemonSmoke()})
 	t.Cleanup(func() { r.Close(bg) })
 	startReady(t, r)
-	swaps, workers := 40, 8
+	swaps, workers := 20, 8
 	if testing.Short() {
 		swaps = 10
 	}
