@@ -61,6 +61,7 @@ func (d *childDaemon) killWhenMarked(t *testing.T, stateDir, file, kind string) 
 // sliding took seconds. TestCrashLoopQuarantine runs the same load
 // markers under -race, in the test binary's own daemon processes.
 func TestCrashWhileCompiling(t *testing.T) {
+	t.Parallel()
 	td := setup(t, "policy: sliding\n", pluginLastn, pluginSliding)
 	td.served = true
 	// A cache of its own, empty: compiling sliding takes seconds.
