@@ -72,6 +72,10 @@ const (
 	// texts natively (ABI 1.1): the file paths, names, ids, numbers and
 	// error lines package idents finds, in its wire format.
 	HostExtractIdentifiers = "extract_identifiers"
+	// HostExtractIdentifiersFrom is extract_identifiers with its request
+	// read straight from the plugin's memory (ABI 1.1, fast path only):
+	// no boundary crossing per 8 bytes to fill a kernel block.
+	HostExtractIdentifiersFrom = "extract_identifiers_from"
 )
 
 // Views a plugin may declare in its description (ABI 1.1). ViewFull, the
@@ -92,6 +96,11 @@ const (
 	// cannot write to the plugin's memory); use message_content.
 	ContentUnsupported = ^uint64(0) - 1
 )
+
+// ExtractUnsupported is what extract_identifiers_from returns when the
+// call is not on the fast path (the host cannot read the plugin's memory):
+// use extract_identifiers.
+const ExtractUnsupported = ^uint64(0) - 1
 
 // VersionString is an ABI version "MAJOR.MINOR". In JSON it is a string
 // ("1.0"); a bare integer (1) is accepted as "1.0".

@@ -344,6 +344,42 @@ func TestHostFunctionExtractIdentifiers(t *testing.T) {
 	}
 }
 
+// TestHostFunctionExtractIdentifiersFrom: on the fast path,
+// extract_identifiers_from (the PDK's way there: the idents mode of
+// TestHostFunctionExtractIdentifiers checks its answers) traps, named, on
+// a request over the limit or outside the plugin's memory, without harm
+// to the next call; through Extism it answers abi.ExtractUnsupported.
+func TestHostFunctionExtractIdentifiersFrom(t *testing.T) {
+	t.Parallel()
+	c, err := chat.Parse([]byte(`[{"role":"user","content":"Fix parse_args in src/app/main.py"}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	traps := map[string]string{
+		"identsfrombig": fmt.Sprintf("extract_identifiers_from: the request is %d bytes; the limit is %d", abi.MaxHostInputBytes+1, abi.MaxHostInputBytes),
+		"identsfromout": "extract_identifiers_from: the request of 1024 bytes at 4294967040 is outside the plugin's memory",
+	}
+	for _, path := range paths {
+		t.Run(path.name, func(t *testing.T) {
+			t.Parallel()
+			p := sharedPlugin(t, path.disable, "host/testdata/gohostile")
+			for mode, msg := range traps {
+				resp, err := p.Compact(context.Background(), modeRequest(c, mode))
+				if path.disable {
+					if err != nil || !slices.Equal(resp.Result.Warnings, []string{"unsupported"}) {
+						t.Fatalf("%s through Extism: %v, %+v", mode, err, resp)
+					}
+					continue
+				}
+				checkPluginError(t, err, "gohostile", ErrTrap, "", msg)
+				if _, err := p.Compact(context.Background(), modeRequest(c, "ok")); err != nil {
+					t.Fatalf("next call after %s: %v", mode, err)
+				}
+			}
+		})
+	}
+}
+
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 
 func TestPoolServesConcurrentCallers(t *testing.T) {

@@ -127,13 +127,37 @@ func hostFuncs() []hostFunc {
 			if n := mem.length(s[0]); n > abi.MaxHostInputBytes {
 				panic(fmt.Sprintf("the request is %d bytes; the limit is %d", n, abi.MaxHostInputBytes))
 			}
-			ans, err := idents.Answer(ctx, nil, mem.read(s[0]))
-			if err != nil {
-				panic(err)
+			s[0] = extractIdentifiers(ctx, mem, mem.read(s[0]))
+		}},
+		{abi.HostExtractIdentifiersFrom, []api.ValueType{i64, i64}, []api.ValueType{i64}, func(ctx context.Context, _ *callState, mem hostMemory, s []uint64) {
+			if mem.guest == nil {
+				// Through Extism the host cannot read the plugin's own
+				// memory: the plugin falls back to extract_identifiers.
+				s[0] = abi.ExtractUnsupported
+				return
 			}
-			s[0] = mem.write(ans)
+			ptr, n := s[0], s[1]
+			if n > abi.MaxHostInputBytes {
+				panic(fmt.Sprintf("the request is %d bytes; the limit is %d", n, abi.MaxHostInputBytes))
+			}
+			req, ok := mem.guest.Read(uint32(ptr), uint32(n))
+			if ptr > math.MaxUint32 || !ok {
+				panic(fmt.Sprintf("the request of %d bytes at %d is outside the plugin's memory", n, ptr))
+			}
+			s[0] = extractIdentifiers(ctx, mem, req)
 		}},
 	}
+}
+
+// extractIdentifiers answers an extract_identifiers request (req, in
+// idents' wire format) with a block of its answer. A malformed request is
+// a plugin's bug: the call traps.
+func extractIdentifiers(ctx context.Context, mem hostMemory, req []byte) uint64 {
+	ans, err := idents.Answer(ctx, nil, req)
+	if err != nil {
+		panic(err)
+	}
+	return mem.write(ans)
 }
 
 // run calls f for the call st, naming f in the trap a panic becomes.

@@ -59,7 +59,7 @@ func decodeResult(in *chat.Conversation, out []byte) (*Response, *PluginError) {
 				return nil, &PluginError{Kind: ErrInvalidResult, Detail: fmt.Sprintf("message %d (%s): %v", i, m.Role, err)}
 			}
 		}
-		b, err := marshalMessage(&m)
+		b, err := encodeNewMessage(&m)
 		if err != nil {
 			return nil, &PluginError{Kind: ErrInvalidOutput, Detail: fmt.Sprintf("message %d: %v", i, err), Err: err}
 		}
@@ -78,6 +78,39 @@ func decodeResult(in *chat.Conversation, out []byte) (*Response, *PluginError) {
 	resp.Result.Compacted = resp.Compacted
 	resp.Conversation = in.WithMessages(raw, msgs)
 	return resp, nil
+}
+
+// encodeNewMessage encodes a new message as marshalMessage does, byte for
+// byte. The common one, a summary (a plain role and a string content the
+// result held, nothing else), is written directly: its content's JSON is
+// the result's own string token, which parseResult validated, and which
+// encoding/json would only check and copy again (a ledger's is
+// kilobytes, on every request).
+func encodeNewMessage(m *abi.Message) (json.RawMessage, error) {
+	raw, ok := m.Content.StringJSON()
+	if !ok || m.Name != "" || m.ToolCallID != "" || len(m.ToolCalls) > 0 || m.Tokens != 0 || !plainRole(m.Role) {
+		return marshalMessage(m)
+	}
+	b := make([]byte, 0, len(`{"role":"","content":}`)+len(m.Role)+len(raw))
+	b = append(b, `{"role":"`...)
+	b = append(b, m.Role...)
+	b = append(b, `","content":`...)
+	b = append(b, raw...)
+	return append(b, '}'), nil
+}
+
+// plainRole reports whether role is lower-case ASCII letters, which JSON
+// writes as they are.
+func plainRole(role string) bool {
+	if role == "" {
+		return false
+	}
+	for i := 0; i < len(role); i++ {
+		if role[i] < 'a' || role[i] > 'z' {
+			return false
+		}
+	}
+	return true
 }
 
 // marshalMessage encodes a new message from its known fields, without

@@ -52,3 +52,37 @@ func TestDecodeResultPartsOfOtherFormats(t *testing.T) {
 		t.Fatal("an OpenAI-format conversation took a part OpenAI's format does not have")
 	}
 }
+
+// TestEncodeNewMessage: a new message's bytes are encoding/json's
+// (marshalMessage), whether written directly (a summary: a plain role and
+// a string content) or not.
+func TestEncodeNewMessage(t *testing.T) {
+	t.Parallel()
+	for _, item := range []string{
+		`{"role":"assistant","content":"[compactd ledger: a <b> & c]\nran: bash"}`,
+		`{"role":"user","content":"caf\u00e9 \"quoted\" \\ tab\t é \u2028 </script>"}`,
+		`{"role":"assistant","content":""}`,
+		`{"role":"assistant","content":"x","name":"bot"}`,
+		`{"role":"Assistant","content":"capitalised role"}`,
+		`{"role":"assistant","content":[{"type":"text", "text":"parts, spaced"}]}`,
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]}`,
+		`{"role":"tool","content":"done","tool_call_id":"c1"}`,
+	} {
+		res, err := parseResult([]byte(`{"messages":[` + item + `]}`))
+		if err != nil {
+			t.Fatalf("%s: %v", item, err)
+		}
+		m := *res.Messages[0].Message
+		got, err := encodeNewMessage(&m)
+		if err != nil {
+			t.Fatalf("%s: %v", item, err)
+		}
+		want, err := marshalMessage(&m)
+		if err != nil {
+			t.Fatalf("%s: %v", item, err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("%s:\n got %s\nwant %s", item, got, want)
+		}
+	}
+}

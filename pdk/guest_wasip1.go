@@ -83,6 +83,9 @@ func hostMessageContentInto(index, ptr, capacity uint64) uint64
 //go:wasmimport extism:host/user extract_identifiers
 func hostExtractIdentifiers(offset uint64) uint64
 
+//go:wasmimport extism:host/user extract_identifiers_from
+func hostExtractIdentifiersFrom(ptr, n uint64) uint64
+
 // A guest's linear memory never shrinks, so its peak is what it costs the
 // host for the rest of its life. Collect at 50% heap growth instead of Go's
 // default 100%: a small live heap makes each collection cheap, and the peak
@@ -334,6 +337,9 @@ var extractRequest []byte
 // ExtractIdentifiers extracts texts natively through extract_identifiers,
 // in batches of at most abi.MaxHostInputBytes; a text too large for a
 // batch of its own is extracted here, in the guest, with the same code.
+// On the fast path the host reads each batch from the guest's memory
+// (extract_identifiers_from); through Extism it is copied to a kernel
+// block first.
 func (wasmHost) ExtractIdentifiers(texts []idents.Input) ([][]idents.Item, error) {
 	out := make([][]idents.Item, len(texts))
 	for from := 0; from < len(texts); {
@@ -348,9 +354,12 @@ func (wasmHost) ExtractIdentifiers(texts []idents.Input) ([][]idents.Item, error
 			continue
 		}
 		extractRequest = idents.AppendRequest(extractRequest[:0], texts[from:to])
-		in := toKernel(extractRequest)
-		ans := hostExtractIdentifiers(in)
-		extismFree(in)
+		ans := hostExtractIdentifiersFrom(uint64(uintptr(unsafe.Pointer(unsafe.SliceData(extractRequest)))), uint64(len(extractRequest)))
+		if ans == abi.ExtractUnsupported {
+			in := toKernel(extractRequest)
+			ans = hostExtractIdentifiers(in)
+			extismFree(in)
+		}
 		var raw []byte
 		if ans != 0 {
 			raw = fromKernel(ans)

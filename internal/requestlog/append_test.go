@@ -8,9 +8,11 @@ import (
 	"time"
 )
 
-// TestAppendRecords: appending to a stored list as bytes gives the bytes
+// TestAppendRecords: appending to a stored list as bytes gives the list
 // decoding, appending, trimming and encoding the whole list gave (what
-// the store writer did before), and an unreadable list starts over.
+// the store writer did before), in the one-record-a-line layout, from a
+// list in that layout or in any other (one line, indented); an
+// unreadable list starts over.
 func TestAppendRecords(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 11, 27, 6, 0, 0, 123456789, time.UTC)
@@ -30,6 +32,29 @@ func TestAppendRecords(t *testing.T) {
 			t.Fatal(err)
 		}
 		return b
+	}
+	// lines is rs in the one-a-line layout; indent is rs indented.
+	lines := func(t *testing.T, rs []Record) []byte {
+		b, err := appendRecords(nil, rs, len(rs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	indent := func(t *testing.T, rs []Record) []byte {
+		b, err := json.MarshalIndent(rs, "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	// reencode decodes a stored list and encodes it on one line.
+	reencode := func(t *testing.T, b []byte) []byte {
+		var list []Record
+		if err := json.Unmarshal(b, &list); err != nil {
+			t.Fatalf("stored list %s: %v", b, err)
+		}
+		return encode(t, list)
 	}
 	// reference is the store writer's former append: decode, append,
 	// keep the last limit, encode.
@@ -63,6 +88,17 @@ func TestAppendRecords(t *testing.T) {
 		{"not an array", []byte(`{"id":"x"}`), recs(0, 2), 5},
 		{"not records", []byte(`[1,2]`), recs(0, 2), 5},
 		{"data after the list", append(encode(t, recs(0, 2)), " x"...), recs(2, 1), 5},
+		{"lines: room left", lines(t, recs(0, 2)), recs(2, 2), 5},
+		{"lines: fills up", lines(t, recs(0, 3)), recs(3, 2), 5},
+		{"lines: drops the oldest", lines(t, recs(0, 5)), recs(5, 2), 5},
+		{"lines: drops all", lines(t, recs(0, 5)), recs(5, 5), 5},
+		{"lines: more new than the limit", lines(t, recs(0, 4)), recs(4, 9), 5},
+		{"lines: limit one", lines(t, recs(0, 1)), recs(1, 1), 1},
+		{"lines: one record", lines(t, recs(0, 1)), recs(1, 1), 5},
+		{"indented", indent(t, recs(0, 4)), recs(4, 2), 5},
+		{"lines, then not JSON", append(lines(t, recs(0, 2))[:20:20], "\n]"...), recs(2, 1), 5},
+		{"line break after an inner object", []byte("[\n{\"id\":\"a\",\"x\":{\"y\":1},\n\"kind\":\"compact\"}\n]"), recs(0, 1), 2},
+		{"line break inside a record", []byte("[\n{\"id\":\"a\",\n\"kind\":\"compact\"},\n{\"id\":\"b\"}\n]"), recs(0, 1), 5},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -70,7 +106,10 @@ func TestAppendRecords(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := reference(t, c.old, c.add, c.limit); !bytes.Equal(got, want) {
+			if _, _, ok := listLines(got); !ok {
+				t.Fatalf("appended list not one record a line:\n%s", got)
+			}
+			if want := reference(t, c.old, c.add, c.limit); !bytes.Equal(reencode(t, got), want) {
 				t.Fatalf("appended list:\n%s\nwant\n%s", got, want)
 			}
 		})
@@ -82,7 +121,7 @@ func TestAppendRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.HasPrefix(got, old[:len(old)-1]) {
+	if !bytes.HasPrefix(got, append([]byte(listOpen), old[1:len(old)-1]...)) {
 		t.Fatalf("the stored record changed:\n%s", got)
 	}
 	var list []Record

@@ -1,6 +1,7 @@
 package requestlog
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -229,7 +230,11 @@ func (l *Log) writeStore(queue <-chan queued) {
 const maxBatch = 4096
 
 // writeBatch writes a batch's records, then answers its Flush markers
-// (every record queued before a marker is then written).
+// (every record queued before a marker is then written). A store that
+// can update several keys at once (store.MultiUpdater: bbolt) writes the
+// whole batch in one transaction, one sync to disk, rather than one per
+// conversation: requests from many conversations at once (agents side by
+// side) would otherwise cost a sync per conversation every batch.
 func (l *Log) writeBatch(batch []queued) {
 	var order []string
 	byConv := map[string][]Record{}
@@ -245,16 +250,37 @@ func (l *Log) writeBatch(batch []queued) {
 		}
 		byConv[id] = append(byConv[id], q.rec)
 	}
-	for _, id := range order {
-		if err := l.appendStore(id, byConv[id]); err != nil {
-			l.failures.Add(uint64(len(byConv[id])))
-			l.logger.Warn("request log: writing to the store", "conversation", id, "records", len(byConv[id]), "error", err)
+	if mu, ok := l.kv.(store.MultiUpdater); ok && len(order) > 1 {
+		for len(order) > 0 {
+			ids := order[:min(len(order), maxPerWrite)]
+			order = order[len(ids):]
+			if err := l.appendStoreMany(mu, ids, byConv); err != nil {
+				n := 0
+				for _, id := range ids {
+					n += len(byConv[id])
+				}
+				l.failures.Add(uint64(n))
+				l.logger.Warn("request log: writing to the store", "conversations", len(ids), "records", n, "error", err)
+			}
+		}
+	} else {
+		for _, id := range order {
+			if err := l.appendStore(id, byConv[id]); err != nil {
+				l.failures.Add(uint64(len(byConv[id])))
+				l.logger.Warn("request log: writing to the store", "conversation", id, "records", len(byConv[id]), "error", err)
+			}
 		}
 	}
 	for _, ack := range acks {
 		close(ack)
 	}
 }
+
+// maxPerWrite bounds the conversations one store write (UpdateMany)
+// appends to: a transaction holds every list it rewrites in memory until
+// it commits (a full list is about 150 KB), so a batch of many
+// conversations goes in several writes of at most this many.
+const maxPerWrite = 64
 
 // appendStore adds recs to conversation id's list in the store, keeping
 // its last PerConversation records. The store's Update makes the append
@@ -267,6 +293,40 @@ func (l *Log) appendStore(id string, recs []Record) error {
 	})
 }
 
+// appendStoreMany is appendStore for several conversations in one store
+// write.
+func (l *Log) appendStoreMany(mu store.MultiUpdater, ids []string, byConv map[string][]Record) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	keys := make([][]byte, len(ids))
+	for i, id := range ids {
+		keys[i] = []byte(id)
+	}
+	return mu.UpdateMany(ctx, keys, func(i int, old []byte) ([]byte, error) {
+		return appendRecords(old, byConv[ids[i]], l.opts.PerConversation)
+	})
+}
+
+// A stored list is a JSON array of records, one record a line:
+//
+//	[
+//	{"id":...},
+//	{"id":...}
+//	]
+//
+// A record encoded by encoding/json holds no raw newline, so the records
+// of a list in this layout are found (counted, the oldest dropped)
+// without reading them: appending to a busy conversation's list, which
+// every batch of the store writer does, costs a copy of its bytes, not a
+// parse. It is still one JSON array (what List and another replica
+// read); a list in any other form (a version before this layout wrote
+// it on one line) is read record by record and rewritten in this one.
+const (
+	listOpen  = "[\n"
+	listSep   = ",\n"
+	listClose = "\n]"
+)
+
 // appendRecords returns the stored list old (a JSON array of records)
 // with recs appended, keeping its last limit records. The records already
 // stored are kept as their bytes, not decoded and encoded again: a busy
@@ -277,32 +337,84 @@ func appendRecords(old []byte, recs []Record, limit int) ([]byte, error) {
 	if len(recs) > limit {
 		recs = recs[len(recs)-limit:]
 	}
-	kept := storedRecords(old)
-	if over := len(kept) + len(recs) - limit; over > 0 {
-		kept = kept[over:]
-	}
 	fresh := make([][]byte, len(recs))
-	size := len("[]")
+	size := len(listOpen) + len(listClose)
 	for i := range recs {
 		b, err := json.Marshal(&recs[i])
 		if err != nil {
 			return nil, err
 		}
 		fresh[i] = b
-		size += len(b) + 1
+		size += len(b) + len(listSep)
 	}
-	for _, r := range kept {
-		size += len(r) + 1
+	keep := limit - len(recs)
+	var kept []byte // the kept records, as stored: "{...},\n{...}"
+	if inner, n, ok := listLines(old); ok {
+		for ; n > keep; n-- {
+			i := bytes.Index(inner, []byte(listSep))
+			if i < 0 {
+				inner = nil
+				break
+			}
+			inner = inner[i+len(listSep):]
+		}
+		if keep == 0 {
+			inner = nil
+		}
+		kept = inner
+	} else {
+		recs := storedRecords(old)
+		if over := len(recs) - keep; over > 0 {
+			recs = recs[over:]
+		}
+		for i, r := range recs {
+			if i > 0 {
+				kept = append(kept, listSep...)
+			}
+			if bytes.IndexByte(r, '\n') >= 0 { // written with line breaks: one line now
+				var b bytes.Buffer
+				if json.Compact(&b, r) == nil {
+					r = b.Bytes()
+				}
+			}
+			kept = append(kept, r...)
+		}
 	}
+	size += len(kept)
 	out := make([]byte, 0, size)
-	out = append(out, '[')
-	for _, r := range slices.Concat(kept, fresh) {
-		if len(out) > 1 {
-			out = append(out, ',')
+	out = append(out, listOpen...)
+	out = append(out, kept...)
+	for _, r := range fresh {
+		if len(out) > len(listOpen) {
+			out = append(out, listSep...)
 		}
 		out = append(out, r...)
 	}
-	return append(out, ']'), nil
+	return append(out, listClose...), nil
+}
+
+// listLines returns the records of a list in the one-a-line layout (their
+// bytes between the brackets, a view of old) and how many there are; ok
+// is false when old is not in that layout: every line break must sit
+// between one record's "}," and the next one's "{".
+func listLines(old []byte) (inner []byte, n int, ok bool) {
+	if !bytes.HasPrefix(old, []byte(listOpen+"{")) || !bytes.HasSuffix(old, []byte("}"+listClose)) || len(old) < len(listOpen)+len("{}")+len(listClose) {
+		return nil, 0, false
+	}
+	inner = old[len(listOpen) : len(old)-len(listClose)]
+	n = 1
+	for rest, at := inner, 0; ; {
+		i := bytes.IndexByte(rest, '\n')
+		if i < 0 {
+			return inner, n, true
+		}
+		at += i
+		if at < 2 || at+1 >= len(inner) || inner[at-2] != '}' || inner[at-1] != ',' || inner[at+1] != '{' {
+			return nil, 0, false
+		}
+		n++
+		rest, at = inner[at+1:], at+1
+	}
 }
 
 // storedRecords splits a stored list into its records' bytes (views of

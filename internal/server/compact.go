@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -540,7 +541,7 @@ func (s *Server) record(req *client.CompactRequest, pipeline []string, in *chat.
 		MessagesBefore: st.MessagesBefore, TokensBefore: st.TokensBefore,
 		MessagesAfter: st.MessagesAfter, TokensAfter: st.TokensAfter,
 		ContextWindow: window, Compacted: resp.Compacted, Failed: failed,
-		Title: req.Title, Tags: req.Tags, User: req.User, DerivedTitle: s.derivedTitle(req, in),
+		Title: req.Title, Tags: req.Tags, User: req.User, DerivedTitle: s.derivedTitle(req, resp.ConversationID, in),
 	})
 	s.recordDetail(in, resp, req.Model, pipeline, wireCount{})
 }
@@ -582,12 +583,46 @@ func (s *Server) recordDetail(in *chat.Conversation, resp *compactor.Response, m
 
 // derivedTitle is a /v1/compact conversation's title from its task
 // (convlabel.Title), when the request gives none and state.titles allows
-// it. The store keeps it only for a conversation without a title.
-func (s *Server) derivedTitle(req *client.CompactRequest, in *chat.Conversation) string {
+// it. The store keeps it only for a conversation without a title, so the
+// first one derived is the one that counts: it is derived once per
+// conversation (s.titles), not read again from every request's task.
+func (s *Server) derivedTitle(req *client.CompactRequest, conversationID string, in *chat.Conversation) string {
 	if req.Title != "" || !s.opts.Config.Current().State.DeriveTitles() {
 		return ""
 	}
-	return convlabel.Title(in.Messages)
+	return s.titles.get(conversationID, func() string { return convlabel.Title(in.Messages) })
+}
+
+// maxTitles bounds the conversations titleCache remembers; past it the
+// cache starts over (a title is then derived once more).
+const maxTitles = 4096
+
+// titleCache remembers the title derived for each recent conversation.
+// The zero value is ready to use; it is safe for concurrent use.
+type titleCache struct {
+	mu     sync.Mutex
+	titles map[string]string
+}
+
+// get returns conversation id's title, deriving it the first time.
+func (c *titleCache) get(id string, derive func() string) string {
+	if id == "" {
+		return derive()
+	}
+	c.mu.Lock()
+	t, ok := c.titles[id]
+	c.mu.Unlock()
+	if ok {
+		return t
+	}
+	t = derive()
+	c.mu.Lock()
+	if c.titles == nil || len(c.titles) >= maxTitles {
+		c.titles = make(map[string]string)
+	}
+	c.titles[id] = t
+	c.mu.Unlock()
+	return t
 }
 
 // endCompactSpan ends a /v1/compact request's span with its record's

@@ -98,6 +98,8 @@ type Server struct {
 	reloadAt  time.Time // when
 
 	upstreams upstreamChanges
+
+	titles titleCache
 }
 
 // maxConfigBody caps a PUT /v1/config body.

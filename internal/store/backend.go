@@ -70,6 +70,16 @@ type KV interface {
 	Update(ctx context.Context, key []byte, fn func(old []byte) ([]byte, error)) error
 }
 
+// MultiUpdater is implemented by a KV that can update several keys in
+// one write (the bbolt bucket: one transaction, one sync to disk, instead
+// of one per key). UpdateMany calls fn for each key, in order, with its
+// current value (nil when absent or expired) and stores fn's answer; the
+// writes are atomic together, and an error from fn ends UpdateMany with
+// that error and nothing written.
+type MultiUpdater interface {
+	UpdateMany(ctx context.Context, keys [][]byte, fn func(i int, old []byte) ([]byte, error)) error
+}
+
 // MaxUpdateAttempts bounds the tries of a KV.Update that keeps losing to
 // concurrent writers of its key.
 const MaxUpdateAttempts = 16
@@ -105,7 +115,10 @@ type VersionedState interface {
 	SaveStateIf(ctx context.Context, conversationID, policy string, state json.RawMessage, version string) error
 }
 
-var _ Backend = (*Store)(nil)
+var (
+	_ Backend      = (*Store)(nil)
+	_ MultiUpdater = (*Bucket)(nil)
+)
 
 // OpenBucket implements Backend: Bucket, as a KV.
 func (s *Store) OpenBucket(name string, opts BucketOptions) (KV, error) {

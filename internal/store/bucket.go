@@ -201,23 +201,58 @@ func (b *Bucket) Update(ctx context.Context, key []byte, fn func(old []byte) ([]
 		if err != nil {
 			return err
 		}
-		var old []byte
-		if v := t.data.Get(key); len(v) >= 8 && (opts.TTL <= 0 || !time.Unix(0, int64(binary.BigEndian.Uint64(v[:8]))).Add(opts.TTL).Before(b.s.now())) {
-			old = append([]byte{}, v[8:]...)
-		}
-		value, err := fn(old)
-		if err != nil {
-			return err
-		}
-		if opts.MaxBytes > 0 && int64(len(key)+len(value)) > opts.MaxBytes {
-			return fmt.Errorf("%w: %d bytes in bucket %s (the limit is %d)", ErrTooLarge, len(key)+len(value), b.name, opts.MaxBytes)
-		}
-		return b.putTx(tx, key, value, opts)
+		return b.updateTx(tx, t, key, opts, fn)
 	})
 	if err != nil {
 		return fmt.Errorf("store: %s: %w", b.name, err)
 	}
 	return nil
+}
+
+// UpdateMany implements MultiUpdater: Update of each key in turn, all in
+// one write transaction (one commit and sync for the lot).
+func (b *Bucket) UpdateMany(ctx context.Context, keys [][]byte, fn func(i int, old []byte) ([]byte, error)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, key := range keys {
+		if len(key) == 0 {
+			return fmt.Errorf("store: %s: empty key", b.name)
+		}
+	}
+	opts := b.options()
+	err := b.s.db.Update(func(tx *bolt.Tx) error {
+		t, err := b.open(tx)
+		if err != nil {
+			return err
+		}
+		for i, key := range keys {
+			if err := b.updateTx(tx, t, key, opts, func(old []byte) ([]byte, error) { return fn(i, old) }); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: %s: %w", b.name, err)
+	}
+	return nil
+}
+
+// updateTx is Update inside a write transaction (t is the bucket there).
+func (b *Bucket) updateTx(tx *bolt.Tx, t *txBucket, key []byte, opts BucketOptions, fn func(old []byte) ([]byte, error)) error {
+	var old []byte
+	if v := t.data.Get(key); len(v) >= 8 && (opts.TTL <= 0 || !time.Unix(0, int64(binary.BigEndian.Uint64(v[:8]))).Add(opts.TTL).Before(b.s.now())) {
+		old = append([]byte{}, v[8:]...)
+	}
+	value, err := fn(old)
+	if err != nil {
+		return err
+	}
+	if opts.MaxBytes > 0 && int64(len(key)+len(value)) > opts.MaxBytes {
+		return fmt.Errorf("%w: %d bytes in bucket %s (the limit is %d)", ErrTooLarge, len(key)+len(value), b.name, opts.MaxBytes)
+	}
+	return b.putTx(tx, key, value, opts)
 }
 
 // Put stores value under key, evicting the oldest entries if the bucket

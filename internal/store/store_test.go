@@ -232,6 +232,82 @@ func TestStateLimits(t *testing.T) {
 	}
 }
 
+// TestBucketUpdateMany: UpdateMany hands each key's current value to fn
+// (nil when absent or expired) and stores the answers in one
+// transaction, under the bucket's bounds; an error from fn writes none.
+func TestBucketUpdateMany(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	s := open(t, clk.opts(t.TempDir()))
+	b, err := s.Bucket("lists", BucketOptions{MaxEntries: 3, TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(k string) string {
+		t.Helper()
+		v, err := b.Get(ctx, []byte(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v == nil {
+			return "<nil>"
+		}
+		return string(v)
+	}
+	b.Put(ctx, []byte("old"), []byte("o"))
+	clk.Add(2 * time.Hour) // old expires
+	b.Put(ctx, []byte("a"), []byte("1"))
+	clk.Add(time.Minute)
+	keys := [][]byte{[]byte("a"), []byte("b"), []byte("old")}
+	var seen []string
+	err = b.UpdateMany(ctx, keys, func(i int, old []byte) ([]byte, error) {
+		seen = append(seen, fmt.Sprintf("%s=%q", keys[i], old))
+		return append(old, '+'), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `a="1" b="" old=""`; strings.Join(seen, " ") != want {
+		t.Errorf("fn saw %s; want %s", strings.Join(seen, " "), want)
+	}
+	for k, want := range map[string]string{"a": "1+", "b": "+", "old": "+"} {
+		if got := get(k); got != want {
+			t.Errorf("%s = %s, want %s", k, got, want)
+		}
+	}
+	if st, _ := b.Stats(); st != (BucketStats{Entries: 3, Bytes: 9}) {
+		t.Errorf("stats = %+v", st)
+	}
+	// Past MaxEntries the oldest writes go, as with Put: a is rewritten
+	// first, so b is the oldest when c comes.
+	clk.Add(time.Minute)
+	if err := b.UpdateMany(ctx, [][]byte{[]byte("a"), []byte("c")}, func(_ int, old []byte) ([]byte, error) { return append(old, '!'), nil }); err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{"a": "1+!", "b": "<nil>", "c": "!", "old": "+"} {
+		if got := get(k); got != want {
+			t.Errorf("after eviction: %s = %s, want %s", k, got, want)
+		}
+	}
+	// An error from fn (here at the second key) writes nothing.
+	boom := errors.New("boom")
+	err = b.UpdateMany(ctx, [][]byte{[]byte("a"), []byte("c")}, func(i int, _ []byte) ([]byte, error) {
+		if i == 1 {
+			return nil, boom
+		}
+		return []byte("x"), nil
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("UpdateMany = %v; want fn's error", err)
+	}
+	if get("a") != "1+!" {
+		t.Errorf("a = %s after a failed UpdateMany; want it unchanged", get("a"))
+	}
+	if err := b.UpdateMany(ctx, [][]byte{[]byte("a"), nil}, func(int, []byte) ([]byte, error) { return []byte("x"), nil }); err == nil || get("a") != "1+!" {
+		t.Errorf("UpdateMany with an empty key = %v, a = %s", err, get("a"))
+	}
+}
+
 func TestBucket(t *testing.T) {
 	clk := newClock()
 	dir := t.TempDir()

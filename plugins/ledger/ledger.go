@@ -3,6 +3,7 @@ package main
 import (
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
@@ -84,7 +85,38 @@ func policy() pdk.Policy {
 	}
 }
 
+// lastConfig is the config the last call decoded and the JSON it came
+// from: an instance sees the same config on almost every call, and
+// DecodeConfig's cache still finds it by reflection, tens of microseconds
+// of every request in the guest. A guest serves one call at a time; the
+// lock is for native callers.
+var lastConfig struct {
+	sync.Mutex
+	raw string
+	cfg config
+}
+
+// decodeConfig returns the request's config: the last call's when the
+// JSON is the same (a config holds no pointers: a copy shares nothing).
 func decodeConfig(req *abi.CompactRequest) (config, error) {
+	lastConfig.Lock()
+	if lastConfig.raw != "" && lastConfig.raw == string(req.Config) {
+		cfg := lastConfig.cfg
+		lastConfig.Unlock()
+		return cfg, nil
+	}
+	lastConfig.Unlock()
+	cfg, err := decodeConfigJSON(req)
+	if err == nil && len(req.Config) > 0 {
+		lastConfig.Lock()
+		lastConfig.raw, lastConfig.cfg = string(req.Config), cfg
+		lastConfig.Unlock()
+	}
+	return cfg, err
+}
+
+// decodeConfigJSON decodes and checks the request's config.
+func decodeConfigJSON(req *abi.CompactRequest) (config, error) {
 	cfg := defaults
 	if err := req.DecodeConfig(&cfg); err != nil {
 		return cfg, err

@@ -136,6 +136,20 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 		extismStoreU8(off+1, 0)
 		hostExtractIdentifiers(off)
 		return abi.Unchanged(n, "extract_identifiers answered a malformed block"), nil
+	case "identsfrombig", "identsfromout":
+		// extract_identifiers_from with a request over the limit, or
+		// outside the plugin's memory: the host must not read it on
+		// the fast path; through Extism it answers unsupported.
+		ptr, size := uint64(0), uint64(abi.MaxHostInputBytes+1)
+		if cfg.Mode == "identsfromout" {
+			ptr, size = 0xFFFF_FF00, 1024
+		}
+		if hostExtractIdentifiersFrom(ptr, size) == abi.ExtractUnsupported {
+			res := abi.Unchanged(n, "extract_identifiers_from is not served on this path")
+			res.Warnings = []string{"unsupported"}
+			return res, nil
+		}
+		return abi.Unchanged(n, "extract_identifiers_from answered a bad request"), nil
 	case "count":
 		// Exercises count_tokens and llm_complete through the PDK.
 		total := 0
@@ -156,6 +170,9 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 
 //go:wasmimport extism:host/user extract_identifiers
 func hostExtractIdentifiers(offset uint64) uint64
+
+//go:wasmimport extism:host/user extract_identifiers_from
+func hostExtractIdentifiersFrom(ptr, n uint64) uint64
 
 //go:wasmimport extism:host/env alloc
 func extismAlloc(n uint64) uint64
