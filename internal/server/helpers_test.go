@@ -27,6 +27,7 @@ import (
 	"github.com/compactd/compactd/internal/dataset"
 	"github.com/compactd/compactd/internal/testenv"
 	"github.com/compactd/compactd/internal/wasmbuild"
+	"gopkg.in/yaml.v3"
 )
 
 var bg = context.Background()
@@ -77,7 +78,7 @@ func setup(t testing.TB, cfg string, plugins ...string) *testDaemon {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	td := &testDaemon{dir: dir, plugins: filepath.Join(dir, "plugins"), config: filepath.Join(dir, "config.yaml")}
 	os.MkdirAll(td.plugins, 0o755)
-	warm.compiled(t, plugins...)
+	warm.compiled(t, limitsOf(t, cfg), plugins...)
 	for _, rel := range plugins {
 		td.addPlugin(t, rel, "")
 	}
@@ -105,6 +106,25 @@ func setup(t testing.TB, cfg string, plugins ...string) *testDaemon {
 	return td
 }
 
+// limitsOf returns the limits block of the config cfg, as YAML ("" if it
+// has none): the work budgets are compiled into a plugin's instrumented
+// code, so a plugin loaded with other budgets is another module to the
+// compilation cache.
+func limitsOf(t testing.TB, cfg string) string {
+	t.Helper()
+	var c struct {
+		Limits yaml.Node `yaml:"limits"`
+	}
+	if err := yaml.Unmarshal([]byte(cfg), &c); err != nil || c.Limits.IsZero() {
+		return ""
+	}
+	b, err := yaml.Marshal(map[string]*yaml.Node{"limits": &c.Limits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
 // warm fills the tests' shared compilation cache (see cacheWarmer).
 var warm = &cacheWarmer{done: map[string]chan struct{}{}}
 
@@ -121,8 +141,10 @@ var warm = &cacheWarmer{done: map[string]chan struct{}{}}
 // saves time: a cache it could not fill is filled by the daemon itself,
 // as before. Each plugin is warmed once per test process.
 type cacheWarmer struct {
-	mu   sync.Mutex
-	done map[string]chan struct{} // by source (as wasmbuild.ForTest takes it), closed once warmed
+	mu sync.Mutex
+	// done is by source (as wasmbuild.ForTest takes it) and limits
+	// (limitsOf), closed once warmed.
+	done map[string]chan struct{}
 
 	binOnce sync.Once
 	bin     string
@@ -189,15 +211,16 @@ func (w *cacheWarmer) binary() (string, error) {
 	return w.bin, w.binErr
 }
 
-// compiled returns once every plugin of srcs is in the compilation cache
-// (or could not be put there).
-func (w *cacheWarmer) compiled(t testing.TB, srcs ...string) {
+// compiled returns once every plugin of srcs, loaded under limits (a
+// config's limits block, see limitsOf), is in the compilation cache (or
+// could not be put there).
+func (w *cacheWarmer) compiled(t testing.TB, limits string, srcs ...string) {
 	t.Helper()
 	var mine []string
 	w.mu.Lock()
 	for _, src := range srcs {
-		if _, ok := w.done[src]; !ok {
-			w.done[src] = make(chan struct{})
+		if _, ok := w.done[src+"\x00"+limits]; !ok {
+			w.done[src+"\x00"+limits] = make(chan struct{})
 			mine = append(mine, src)
 		}
 	}
@@ -205,16 +228,16 @@ func (w *cacheWarmer) compiled(t testing.TB, srcs ...string) {
 	defer func() {
 		w.mu.Lock()
 		for _, src := range mine {
-			close(w.done[src])
+			close(w.done[src+"\x00"+limits])
 		}
 		w.mu.Unlock()
 	}()
 	if len(mine) > 0 {
-		w.warm(t, mine)
+		w.warm(t, limits, mine)
 	}
 	for _, src := range srcs {
 		w.mu.Lock()
-		done := w.done[src]
+		done := w.done[src+"\x00"+limits]
 		w.mu.Unlock()
 		if !slices.Contains(mine, src) {
 			<-done
@@ -222,10 +245,11 @@ func (w *cacheWarmer) compiled(t testing.TB, srcs ...string) {
 	}
 }
 
-// warm runs `compactd serve` on a directory of srcs's builds until it
+// warm runs `compactd serve`, with the limits block given, on a
+// directory of srcs's builds until it
 // serves each compiled (its compiler writes the compilation cache) or has
 // refused it, then stops it.
-func (w *cacheWarmer) warm(t testing.TB, srcs []string) {
+func (w *cacheWarmer) warm(t testing.TB, limits string, srcs []string) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "cdw")
 	if err != nil {
@@ -239,6 +263,11 @@ func (w *cacheWarmer) warm(t testing.TB, srcs []string) {
 	}
 	td := &testDaemon{dir: dir, plugins: filepath.Join(dir, "plugins"), config: filepath.Join(dir, "config.yaml"), served: true, bin: bin}
 	os.MkdirAll(td.plugins, 0o755)
+	if limits != "" {
+		if err := os.WriteFile(td.config, []byte(limits), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	files := map[string]bool{}
 	for _, src := range srcs {
 		files[filepath.Base(td.addPlugin(t, src, ""))] = true
