@@ -29,6 +29,7 @@ import (
 // module's sections alone took most of its 23 s. The host's and the
 // registry's own tests run the compile budget under -race.
 func TestCompileBudgetDaemon(t *testing.T) {
+	t.Parallel()
 	td := setup(t, "limits:\n  max_total_memory_mb: 512\n  max_compile_memory_mb: 256\n  plugins:\n    lastn: {call_timeout: 1m}\n", pluginLastn)
 	td.served = true
 	d := startChild(t, td)
@@ -109,6 +110,7 @@ func TestCompileBudgetDaemon(t *testing.T) {
 // naming the budget. Every answer is a 200, the daemon never crashes, and
 // /metrics counts the refusals.
 func TestMemoryBudgetDaemon(t *testing.T) {
+	t.Parallel()
 	td := setup(t, `limits:
   max_total_memory_mb: 256
   max_compile_memory_mb: 200

@@ -348,6 +348,7 @@ func TestFleetDeferredTrigger(t *testing.T) {
 // is down, /healthz says degraded and /metrics counts the dropped writes;
 // after the restart the daemon is healthy again and writes reach Redis.
 func TestFleetRedisDown(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	up := upstreamtest.New()
 	defer up.Close()

@@ -3,21 +3,31 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime/debug"
+	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/compactd/compactd/client"
+	"github.com/compactd/compactd/host"
 	"github.com/compactd/compactd/internal/config"
 	"github.com/compactd/compactd/internal/dataset"
 	"github.com/compactd/compactd/internal/testenv"
 	"github.com/compactd/compactd/internal/wasmbuild"
+	"gopkg.in/yaml.v3"
 )
 
 var bg = context.Background()
@@ -47,6 +57,9 @@ type testDaemon struct {
 	// without the race detector (wasmbuild.CompactdForTest), with
 	// `compactd serve` on the directory, instead of the test binary.
 	served bool
+	// bin, if set, is the compactd binary a served daemon runs (default
+	// wasmbuild.CompactdForTest).
+	bin string
 	// childEnv are NAME=value pairs the daemon startChild starts reads
 	// from its environment (it sees no other variables).
 	childEnv []string
@@ -65,6 +78,7 @@ func setup(t testing.TB, cfg string, plugins ...string) *testDaemon {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	td := &testDaemon{dir: dir, plugins: filepath.Join(dir, "plugins"), config: filepath.Join(dir, "config.yaml")}
 	os.MkdirAll(td.plugins, 0o755)
+	warm.compiled(t, limitsOf(t, cfg), plugins...)
 	for _, rel := range plugins {
 		td.addPlugin(t, rel, "")
 	}
@@ -90,6 +104,200 @@ func setup(t testing.TB, cfg string, plugins ...string) *testDaemon {
 		CompileFirst: true,
 	}
 	return td
+}
+
+// limitsOf returns the limits block of the config cfg, as YAML ("" if it
+// has none): the work budgets are compiled into a plugin's instrumented
+// code, so a plugin loaded with other budgets is another module to the
+// compilation cache.
+func limitsOf(t testing.TB, cfg string) string {
+	t.Helper()
+	var c struct {
+		Limits yaml.Node `yaml:"limits"`
+	}
+	if err := yaml.Unmarshal([]byte(cfg), &c); err != nil || c.Limits.IsZero() {
+		return ""
+	}
+	b, err := yaml.Marshal(map[string]*yaml.Node{"limits": &c.Limits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// warm fills the tests' shared compilation cache (see cacheWarmer).
+var warm = &cacheWarmer{done: map[string]chan struct{}{}}
+
+// cacheWarmer compiles the plugins the tests' daemons load into wazero's
+// compilation cache (wasmbuild.TestCacheDir) with a compactd binary built
+// without the race detector (see binary), before a daemon in the test
+// binary loads them. Those daemons load compiled from
+// that cache at once (DaemonOptions.CompileFirst): on a cold cache (a
+// fresh machine, or a plugin or wazero changed) each Go plugin was
+// compiled under -race by the first test to load it, about ten times the
+// CPU of the same compile without it, and on a machine shared with other
+// test packages that test waited minutes for it (TestHealthAndMetrics:
+// 154 s for gohostile's compile, 7 s once it was cached). Warming only
+// saves time: a cache it could not fill is filled by the daemon itself,
+// as before. Each plugin is warmed once per test process.
+type cacheWarmer struct {
+	mu sync.Mutex
+	// done is by source (as wasmbuild.ForTest takes it) and limits
+	// (limitsOf), closed once warmed.
+	done map[string]chan struct{}
+
+	binOnce sync.Once
+	bin     string
+	binErr  error
+}
+
+// binary builds, once, the compactd the warmer runs. wazero files its
+// compiled modules under its own version, and a module compiled by
+// another version counts as stale; a test binary's build information
+// carries no module versions, so wazero in it calls itself "dev", where
+// a compactd built by go build says v1.x. The warmer's compactd is built
+// with wazero's version set (-X) to the one the test binary's wazero
+// reads, so that the test binary's daemons find what it compiled. It is
+// linked next to wasmbuild.CompactdForTest's binary, one build at a time.
+func (w *cacheWarmer) binary() (string, error) {
+	w.binOnce.Do(func() {
+		// As wazero's internal/version derives it: the module's
+		// version among the dependencies, else the main module's, else
+		// "dev".
+		ver := ""
+		missing := func(v string) bool { return v == "" || v == "(devel)" }
+		if info, ok := debug.ReadBuildInfo(); ok {
+			for _, dep := range info.Deps {
+				if strings.Contains(dep.Path, "github.com/tetratelabs/wazero") {
+					ver = dep.Version
+				}
+			}
+			if missing(ver) {
+				ver = info.Main.Version
+			}
+		}
+		if missing(ver) {
+			ver = "dev"
+		}
+		root, err := wasmbuild.ModuleRoot(".")
+		if err != nil {
+			w.binErr = err
+			return
+		}
+		sum := sha256.Sum256([]byte(root))
+		dir := filepath.Join(os.TempDir(), "compactd-test-bin", hex.EncodeToString(sum[:])[:12])
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			w.binErr = err
+			return
+		}
+		lock, err := os.OpenFile(filepath.Join(dir, "lock-warm"), os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			w.binErr = err
+			return
+		}
+		defer lock.Close()
+		if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+			w.binErr = fmt.Errorf("locking %s: %w", lock.Name(), err)
+			return
+		}
+		defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+		w.bin = filepath.Join(dir, "compactd-wazero-"+ver)
+		cmd := exec.Command("go", "build", "-ldflags=-X=github.com/tetratelabs/wazero/internal/version.version="+ver, "-o", w.bin, "./cmd/compactd")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			w.binErr = fmt.Errorf("go build ./cmd/compactd: %w\n%s", err, out)
+		}
+	})
+	return w.bin, w.binErr
+}
+
+// compiled returns once every plugin of srcs, loaded under limits (a
+// config's limits block, see limitsOf), is in the compilation cache (or
+// could not be put there).
+func (w *cacheWarmer) compiled(t testing.TB, limits string, srcs ...string) {
+	t.Helper()
+	var mine []string
+	w.mu.Lock()
+	for _, src := range srcs {
+		if _, ok := w.done[src+"\x00"+limits]; !ok {
+			w.done[src+"\x00"+limits] = make(chan struct{})
+			mine = append(mine, src)
+		}
+	}
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		for _, src := range mine {
+			close(w.done[src+"\x00"+limits])
+		}
+		w.mu.Unlock()
+	}()
+	if len(mine) > 0 {
+		w.warm(t, limits, mine)
+	}
+	for _, src := range srcs {
+		w.mu.Lock()
+		done := w.done[src+"\x00"+limits]
+		w.mu.Unlock()
+		if !slices.Contains(mine, src) {
+			<-done
+		}
+	}
+}
+
+// warm runs `compactd serve`, with the limits block given, on a
+// directory of srcs's builds until it
+// serves each compiled (its compiler writes the compilation cache) or has
+// refused it, then stops it.
+func (w *cacheWarmer) warm(t testing.TB, limits string, srcs []string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "cdw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	bin, err := w.binary()
+	if err != nil {
+		t.Logf("warming the compilation cache for %v: %v", srcs, err)
+		return
+	}
+	td := &testDaemon{dir: dir, plugins: filepath.Join(dir, "plugins"), config: filepath.Join(dir, "config.yaml"), served: true, bin: bin}
+	os.MkdirAll(td.plugins, 0o755)
+	if limits != "" {
+		if err := os.WriteFile(td.config, []byte(limits), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := map[string]bool{}
+	for _, src := range srcs {
+		files[filepath.Base(td.addPlugin(t, src, ""))] = true
+	}
+	start := time.Now()
+	d := startChild(t, td)
+	defer d.cmd.Process.Kill()
+	deadline := start.Add(5 * time.Minute)
+	for {
+		if d.exited() {
+			t.Logf("warming the compilation cache for %v: the daemon exited with %d; log:\n%s", srcs, d.code, d.Log())
+			return
+		}
+		list, err := d.c.Policies(bg)
+		ready := 0
+		for _, p := range list {
+			if files[filepath.Base(p.File)] && (p.Error != nil || p.Serving && p.Tier == host.TierCompiled) {
+				ready++
+			}
+		}
+		if err == nil && ready == len(files) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Logf("warming the compilation cache for %v: not compiled after %v (%v); log:\n%s", srcs, time.Since(start), err, d.Log())
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d.stop()
 }
 
 // addPlugin copies a built plugin into the plugins directory, as name

@@ -313,6 +313,7 @@ func TestStatusPageTCP(t *testing.T) {
 // TestPageSessionsExpire: a page cookie opens the pages until its expiry,
 // and not after.
 func TestPageSessionsExpire(t *testing.T) {
+	t.Parallel()
 	now := time.Unix(1_800_000_000, 0)
 	ps := newPageSessions("tok")
 	ps.now = func() time.Time { return now }

@@ -153,6 +153,7 @@ func (h *hostileUpstream) serve(w http.ResponseWriter, r *http.Request) {
 // and tripled the memory the limit had to allow. internal/proxy's own
 // tests and TestSDKsSeeStreamErrors run these streams under -race.
 func TestProxyHostileUpstream(t *testing.T) {
+	t.Parallel()
 	up := newHostileUpstream(t)
 	td := setup(t, fmt.Sprintf(`policy: sliding
 policies: {sliding: {window_size: 2, step: 1}}

@@ -422,6 +422,7 @@ func TestCompactResponsesFormat(t *testing.T) {
 // TestProxyResponsesOwnAnswers: compactd's own answers on /v1/responses
 // come in OpenAI's error shape; the upstream's errors pass through.
 func TestProxyResponsesOwnAnswers(t *testing.T) {
+	t.Parallel()
 	td, _ := responsesDaemon(t, "  timeout: 1s\n")
 	body := responsesBody(codexSession(1, 50), "")
 	code := func(b []byte) string {

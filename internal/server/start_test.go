@@ -61,6 +61,7 @@ func (d *childDaemon) killWhenMarked(t *testing.T, stateDir, file, kind string) 
 // sliding took seconds. TestCrashLoopQuarantine runs the same load
 // markers under -race, in the test binary's own daemon processes.
 func TestCrashWhileCompiling(t *testing.T) {
+	t.Parallel()
 	td := setup(t, "policy: sliding\n", pluginLastn, pluginSliding)
 	td.served = true
 	// A cache of its own, empty: compiling sliding takes seconds.
@@ -101,8 +102,17 @@ func TestCrashWhileCompiling(t *testing.T) {
 		!strings.Contains(h.Problems[0], "compactd plugins retry sliding") {
 		t.Fatalf("/healthz with the default policy quarantined: %+v, %v", h, err)
 	}
-	if log := d.Log(); !strings.Contains(log, `the default policy "sliding" does not serve`) || !strings.Contains(log, "compactd plugins retry sliding") {
-		t.Errorf("the log does not say how to clear the quarantine:\n%s", log)
+	// The daemon writes these lines once every file was tried, just
+	// after /healthz stops saying "starting": waited for, not raced.
+	saysHow := func() bool {
+		log := d.Log()
+		return strings.Contains(log, `the default policy "sliding" does not serve`) && strings.Contains(log, "compactd plugins retry sliding")
+	}
+	for deadline := time.Now().Add(time.Minute); !saysHow() && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !saysHow() {
+		t.Errorf("the log does not say how to clear the quarantine:\n%s", d.Log())
 	}
 	if _, err := d.c.Compact(context.Background(), &client.CompactRequest{Policy: "lastn", Messages: chatMessages(2)}); err != nil {
 		t.Errorf("lastn does not serve: %v", err)
