@@ -119,11 +119,7 @@ func startChild(t testing.TB, td *testDaemon) *childDaemon {
 		// The daemon as users run it: `compactd serve` on the same
 		// directory, with nothing from the environment but PATH and
 		// td.childEnv.
-		bin := td.bin
-		if bin == "" {
-			bin = wasmbuild.CompactdForTest(t)
-		}
-		d.cmd = exec.Command(bin, "serve", "--config", td.config, "--socket", d.socket,
+		d.cmd = exec.Command(wasmbuild.CompactdForTest(t), "serve", "--config", td.config, "--socket", d.socket,
 			"--plugins", td.plugins, "--state-dir", filepath.Join(td.dir, "state"), "--cache-dir", cache)
 		d.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + td.dir}, td.childEnv...)
 	} else {

@@ -3,21 +3,15 @@ package server
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -57,9 +51,6 @@ type testDaemon struct {
 	// without the race detector (wasmbuild.CompactdForTest), with
 	// `compactd serve` on the directory, instead of the test binary.
 	served bool
-	// bin, if set, is the compactd binary a served daemon runs (default
-	// wasmbuild.CompactdForTest).
-	bin string
 	// childEnv are NAME=value pairs the daemon startChild starts reads
 	// from its environment (it sees no other variables).
 	childEnv []string
@@ -129,9 +120,13 @@ func limitsOf(t testing.TB, cfg string) string {
 var warm = &cacheWarmer{done: map[string]chan struct{}{}}
 
 // cacheWarmer compiles the plugins the tests' daemons load into wazero's
-// compilation cache (wasmbuild.TestCacheDir) with a compactd binary built
-// without the race detector (see binary), before a daemon in the test
-// binary loads them. Those daemons load compiled from
+// compilation cache (wasmbuild.TestCacheDir) with the compactd binary
+// built without the race detector (wasmbuild.CompactdForTest, linked
+// with wasmbuild.TestLDFlags so that its wazero files modules where the
+// test binary's reads them), before a daemon in the test binary loads
+// them. `make test` warms the built-ins with the default limits before
+// any test runs (internal/wasmbuild/warmtestcache); this covers other
+// limits and `go test` run without make. Those daemons load compiled from
 // that cache at once (DaemonOptions.CompileFirst): on a cold cache (a
 // fresh machine, or a plugin or wazero changed) each Go plugin was
 // compiled under -race by the first test to load it, about ten times the
@@ -145,70 +140,6 @@ type cacheWarmer struct {
 	// done is by source (as wasmbuild.ForTest takes it) and limits
 	// (limitsOf), closed once warmed.
 	done map[string]chan struct{}
-
-	binOnce sync.Once
-	bin     string
-	binErr  error
-}
-
-// binary builds, once, the compactd the warmer runs. wazero files its
-// compiled modules under its own version, and a module compiled by
-// another version counts as stale; a test binary's build information
-// carries no module versions, so wazero in it calls itself "dev", where
-// a compactd built by go build says v1.x. The warmer's compactd is built
-// with wazero's version set (-X) to the one the test binary's wazero
-// reads, so that the test binary's daemons find what it compiled. It is
-// linked next to wasmbuild.CompactdForTest's binary, one build at a time.
-func (w *cacheWarmer) binary() (string, error) {
-	w.binOnce.Do(func() {
-		// As wazero's internal/version derives it: the module's
-		// version among the dependencies, else the main module's, else
-		// "dev".
-		ver := ""
-		missing := func(v string) bool { return v == "" || v == "(devel)" }
-		if info, ok := debug.ReadBuildInfo(); ok {
-			for _, dep := range info.Deps {
-				if strings.Contains(dep.Path, "github.com/tetratelabs/wazero") {
-					ver = dep.Version
-				}
-			}
-			if missing(ver) {
-				ver = info.Main.Version
-			}
-		}
-		if missing(ver) {
-			ver = "dev"
-		}
-		root, err := wasmbuild.ModuleRoot(".")
-		if err != nil {
-			w.binErr = err
-			return
-		}
-		sum := sha256.Sum256([]byte(root))
-		dir := filepath.Join(os.TempDir(), "compactd-test-bin", hex.EncodeToString(sum[:])[:12])
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			w.binErr = err
-			return
-		}
-		lock, err := os.OpenFile(filepath.Join(dir, "lock-warm"), os.O_CREATE|os.O_RDWR, 0o644)
-		if err != nil {
-			w.binErr = err
-			return
-		}
-		defer lock.Close()
-		if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-			w.binErr = fmt.Errorf("locking %s: %w", lock.Name(), err)
-			return
-		}
-		defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-		w.bin = filepath.Join(dir, "compactd-wazero-"+ver)
-		cmd := exec.Command("go", "build", "-ldflags=-X=github.com/tetratelabs/wazero/internal/version.version="+ver, "-o", w.bin, "./cmd/compactd")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			w.binErr = fmt.Errorf("go build ./cmd/compactd: %w\n%s", err, out)
-		}
-	})
-	return w.bin, w.binErr
 }
 
 // compiled returns once every plugin of srcs, loaded under limits (a
@@ -256,12 +187,7 @@ func (w *cacheWarmer) warm(t testing.TB, limits string, srcs []string) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	bin, err := w.binary()
-	if err != nil {
-		t.Logf("warming the compilation cache for %v: %v", srcs, err)
-		return
-	}
-	td := &testDaemon{dir: dir, plugins: filepath.Join(dir, "plugins"), config: filepath.Join(dir, "config.yaml"), served: true, bin: bin}
+	td := &testDaemon{dir: dir, plugins: filepath.Join(dir, "plugins"), config: filepath.Join(dir, "config.yaml"), served: true}
 	os.MkdirAll(td.plugins, 0o755)
 	if limits != "" {
 		if err := os.WriteFile(td.config, []byte(limits), 0o600); err != nil {
