@@ -32,6 +32,19 @@ func (c *clock) opts(dir string) Options {
 	return Options{Dir: dir, Now: c.Now, FlushInterval: time.Hour, SweepInterval: time.Hour}
 }
 
+// getString returns key k's value in b as a string, "<nil>" when absent.
+func getString(t *testing.T, b *Bucket, k string) string {
+	t.Helper()
+	v, err := b.Get(ctx, []byte(k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v == nil {
+		return "<nil>"
+	}
+	return string(v)
+}
+
 func open(t *testing.T, opts Options) *Store {
 	t.Helper()
 	s, err := Open(opts)
@@ -243,17 +256,7 @@ func TestBucketUpdateMany(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	get := func(k string) string {
-		t.Helper()
-		v, err := b.Get(ctx, []byte(k))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if v == nil {
-			return "<nil>"
-		}
-		return string(v)
-	}
+	get := func(k string) string { t.Helper(); return getString(t, b, k) }
 	b.Put(ctx, []byte("old"), []byte("o"))
 	clk.Add(2 * time.Hour) // old expires
 	b.Put(ctx, []byte("a"), []byte("1"))
@@ -331,17 +334,7 @@ func TestBucket(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	get := func(k string) string {
-		t.Helper()
-		v, err := b.Get(ctx, []byte(k))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if v == nil {
-			return "<nil>"
-		}
-		return string(v)
-	}
+	get := func(k string) string { t.Helper(); return getString(t, b, k) }
 	put("a", "1")
 	put("b", "2")
 	put("c", "3")
