@@ -8,8 +8,9 @@
 // A Go guest runs several times slower than native code, and not evenly
 // (a function call costs it much more), so code on the guest's hot path
 // (the PDK's decoding, a built-in policy's steps) is measured this way.
-// The program sees its arguments, environment and standard streams, and
-// the current directory as its root (the package's testdata).
+// The program sees its arguments, environment (PWD included, so relative
+// paths such as testdata/ resolve as natively) and standard streams, and
+// the file system as the host does: it is a developer's own test binary.
 package main
 
 import (
@@ -46,11 +47,15 @@ func run(ctx context.Context, path string, args []string) int {
 		fmt.Fprintln(os.Stderr, "wasmexec:", err)
 		return 1
 	}
+	if err := os.Setenv("PWD", dir); err != nil {
+		fmt.Fprintln(os.Stderr, "wasmexec:", err)
+		return 1
+	}
 	cfg := wazero.NewModuleConfig().
 		WithArgs(append([]string{path}, args...)...).
 		WithStdin(os.Stdin).WithStdout(os.Stdout).WithStderr(os.Stderr).
 		WithSysWalltime().WithSysNanotime().WithSysNanosleep().
-		WithFSConfig(wazero.NewFSConfig().WithDirMount(dir, "/"))
+		WithFSConfig(wazero.NewFSConfig().WithDirMount("/", "/"))
 	for _, kv := range os.Environ() {
 		for i := 0; i < len(kv); i++ {
 			if kv[i] == '=' {
