@@ -196,7 +196,7 @@ func DecodeFastRequest(b []byte, src ContentSource) (*CompactRequest, error) {
 		c.State = state
 	}
 	n := r.u32()
-	if r.err != nil {
+	if r.failed() {
 		return nil, r.err
 	}
 	// Each message takes at least 25 bytes: bound n before allocating.
@@ -215,7 +215,9 @@ func DecodeFastRequest(b []byte, src ContentSource) (*CompactRequest, error) {
 			if kind == fastContentOmittedParts {
 				omitted = OmittedParts
 			}
-			m.Content = Content{omitted: omitted, size: size, index: i, src: src}
+			// Field by field: the message is zero, and a Content
+			// literal costs a Go guest a copy of the whole struct.
+			m.Content.omitted, m.Content.size, m.Content.index, m.Content.src = omitted, size, i, src
 			kind = 0xff // read
 		}
 		var content []byte
@@ -225,18 +227,18 @@ func DecodeFastRequest(b []byte, src ContentSource) (*CompactRequest, error) {
 		switch kind {
 		case fastContentNull, 0xff:
 		case fastContentText:
-			m.Content = Content{text: unsafeString(content), hasText: true}
+			m.Content.text, m.Content.hasText = unsafeString(content), true
 		case fastContentJSON:
-			m.Content = Content{raw: content}
+			m.Content.raw = content
 		default:
-			if r.err == nil {
+			if !r.failed() {
 				r.err = fmt.Errorf("%w: message %d: content kind %d", ErrFastRequest, i, kind)
 			}
 		}
 		m.Name = r.str()
 		m.ToolCallID = r.str()
 		calls := r.u32()
-		if r.err != nil {
+		if r.failed() {
 			return nil, r.err
 		}
 		if int(calls) > (len(b)-r.off)/16+1 {
@@ -250,16 +252,16 @@ func DecodeFastRequest(b []byte, src ContentSource) (*CompactRequest, error) {
 			}
 		}
 	}
-	if r.err == nil && r.off < len(b) && b[r.off] == fastDecisionTag {
+	if !r.failed() && r.off < len(b) && b[r.off] == fastDecisionTag {
 		r.off++
 		d := &Decision{Reason: r.str(), TargetTokens: int(r.u32())}
-		if r.err == nil {
+		if !r.failed() {
 			c.Compact = d
 		}
 	}
-	if r.err == nil && r.off < len(b) && b[r.off] == fastHashesTag {
+	if !r.failed() && r.off < len(b) && b[r.off] == fastHashesTag {
 		r.off++
-		if n := r.u32(); r.err == nil && int(n) != len(req.Messages) {
+		if n := r.u32(); !r.failed() && int(n) != len(req.Messages) {
 			r.err = fmt.Errorf("%w: %d hashes for %d messages", ErrFastRequest, n, len(req.Messages))
 		}
 		if r.need(16 * len(req.Messages)) {
@@ -269,34 +271,46 @@ func DecodeFastRequest(b []byte, src ContentSource) (*CompactRequest, error) {
 			}
 		}
 	}
-	if r.err == nil && r.off != len(b) {
+	if !r.failed() && r.off != len(b) {
 		r.err = fmt.Errorf("%w: %d trailing bytes", ErrFastRequest, len(b)-r.off)
 	}
-	if r.err != nil {
+	if r.failed() {
 		return nil, r.err
 	}
 	return req, nil
 }
 
+// fastReader reads the fast encoding. Its reads are small enough for
+// the compiler to inline (in a Go guest a call costs more than the read):
+// a read past the end sets bad and returns zero values, and failed makes
+// the error once.
 type fastReader struct {
-	b   []byte
-	off int
-	err error
+	b     []byte
+	off   int
+	err   error
+	bad   bool
+	short int // where the first read past the end started
 }
 
-func (r *fastReader) need(n int) bool {
-	if r.err != nil {
-		return false
+// truncated records a read past the end at byte off.
+func (r *fastReader) truncated(off int) {
+	if !r.bad {
+		r.bad, r.short = true, off
 	}
-	if n < 0 || len(r.b)-r.off < n {
-		r.err = fmt.Errorf("%w: truncated at byte %d", ErrFastRequest, r.off)
-		return false
+}
+
+// failed reports whether a read failed, setting r.err for a read past
+// the end.
+func (r *fastReader) failed() bool {
+	if r.bad && r.err == nil {
+		r.err = fmt.Errorf("%w: truncated at byte %d", ErrFastRequest, r.short)
 	}
-	return true
+	return r.err != nil
 }
 
 func (r *fastReader) u8() byte {
-	if !r.need(1) {
+	if r.off >= len(r.b) {
+		r.truncated(r.off)
 		return 0
 	}
 	v := r.b[r.off]
@@ -305,7 +319,8 @@ func (r *fastReader) u8() byte {
 }
 
 func (r *fastReader) u32() uint32 {
-	if !r.need(4) {
+	if len(r.b)-r.off < 4 {
+		r.truncated(r.off)
 		return 0
 	}
 	v := binary.LittleEndian.Uint32(r.b[r.off:])
@@ -313,14 +328,29 @@ func (r *fastReader) u32() uint32 {
 	return v
 }
 
+// need reports whether n more bytes can be read.
+func (r *fastReader) need(n int) bool {
+	if n < 0 || len(r.b)-r.off < n {
+		r.truncated(r.off)
+		return false
+	}
+	return true
+}
+
 func (r *fastReader) bytes() []byte {
-	n := int(r.u32())
-	if !r.need(n) {
+	off := r.off
+	if len(r.b)-off < 4 {
+		r.truncated(off)
 		return nil
 	}
-	v := r.b[r.off : r.off+n : r.off+n]
-	r.off += n
-	return v
+	n := int(binary.LittleEndian.Uint32(r.b[off:]))
+	off += 4
+	if n > len(r.b)-off {
+		r.truncated(r.off)
+		return nil
+	}
+	r.off = off + n
+	return r.b[off : off+n : off+n]
 }
 
 func (r *fastReader) str() string { return unsafeString(r.bytes()) }

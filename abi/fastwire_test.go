@@ -242,3 +242,28 @@ func TestFastHashes(t *testing.T) {
 		t.Fatal("one hash for two messages decoded")
 	}
 }
+
+// BenchmarkDecodeFastRequest decodes a 30-message request in the header
+// view, as a guest does on every call; a Go guest pays most for it (run
+// it as one: see internal/wasmbuild/wasmexec).
+func BenchmarkDecodeFastRequest(b *testing.B) {
+	msgs := make([]Message, 30)
+	for i := range msgs {
+		m := &msgs[i]
+		m.Role, m.Tokens = []string{RoleUser, RoleAssistant, RoleTool, RoleAssistant}[i%4], 90
+		m.Content = Content{text: "I'd like to change my flight to the one on May 17th, please.", hasText: true}
+		switch i % 4 {
+		case 1:
+			m.ToolCalls = []ToolCall{{ID: "call_1", Type: "function", Function: FunctionCall{Name: "get_reservation_details", Arguments: `{"reservation_id":"4WQ150"}`}}}
+		case 2:
+			m.ToolCallID = "call_1"
+		}
+	}
+	ctx := Context{Model: "gpt-4o", Encoding: "o200k_base", ContextWindow: 128000}
+	in := AppendFastHashes(AppendFastRequestView(nil, json.RawMessage(`{}`), &ctx, msgs, ViewHeaders), make([][2]uint64, len(msgs)))
+	for b.Loop() {
+		if _, err := DecodeFastRequest(in, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -42,9 +42,7 @@ func BenchmarkReplay(b *testing.B) {
 	for _, c := range convs {
 		counter.ForModel("gpt-4o").CountMessages(c.Chat.Messages)
 	}
-	lf, _ := os.Create("/tmp/i23p50/guest.log")
-	defer lf.Close()
-	e, err := host.NewEngine(host.Config{CacheDir: wasmbuild.TestCacheDir(b), Logger: hclog.New(&hclog.LoggerOptions{Output: lf, Level: hclog.Info})})
+	e, err := host.NewEngine(host.Config{CacheDir: wasmbuild.TestCacheDir(b), Logger: hclog.NewNullLogger()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -82,6 +82,10 @@ func policy() pdk.Policy {
 		Compact:      compact,
 		// The memo keys hash the host's message hashes when it sends them.
 		ContentHashes: true,
+		// A request reads the contents of the turns it folds into a new
+		// chunk (and of the task, once per instance): the host sends the
+		// rest without them.
+		View: abi.ViewHeaders,
 	}
 }
 

@@ -458,3 +458,33 @@ func TestMemoTake(t *testing.T) {
 		t.Fatalf("eviction: size %d of %d, %d entries", m.size, m.max, len(m.m))
 	}
 }
+
+// TestMemoTakeAndPutAgain: a key taken and put back on every call, as a
+// conversation's cursor is, keeps one slot in the eviction order, not
+// one per call, and its stale slots do not evict it.
+func TestMemoTakeAndPutAgain(t *testing.T) {
+	m := &memo{max: 100 * 8, m: map[[2]uint64]memoEntry{}}
+	for i := uint64(0); i < 50; i++ {
+		m.put([2]uint64{i, 2}, i, 8)
+	}
+	cursor := [2]uint64{7, 7}
+	m.put(cursor, 0, 8)
+	for i := 1; i <= 10000; i++ {
+		v, _ := m.take(cursor).(int)
+		m.put(cursor, v+1, 8)
+		if len(m.order) > 2*len(m.m)+64 {
+			t.Fatalf("call %d: %d slots for %d entries", i, len(m.order), len(m.m))
+		}
+	}
+	if got := m.get(cursor); got != 10000 {
+		t.Fatalf("cursor after 10000 calls: %v", got)
+	}
+	// Filling the rest of the memo evicts the 50 older entries first,
+	// not the cursor put since them.
+	for i := uint64(0); i < 99; i++ {
+		m.put([2]uint64{i, 3}, i, 8)
+	}
+	if m.get(cursor) != 10000 || m.get([2]uint64{0, 2}) != nil || m.size > m.max {
+		t.Fatalf("after filling: cursor %v, oldest %v, size %d of %d", m.get(cursor), m.get([2]uint64{0, 2}), m.size, m.max)
+	}
+}

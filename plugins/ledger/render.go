@@ -641,12 +641,28 @@ type memo struct {
 	max   int
 	size  int
 	m     map[[2]uint64]memoEntry
-	order [][2]uint64
+	order []memoSlot // oldest first; a slot whose seq is not its entry's is stale
+	seq   uint64     // the last put's
 }
 
 type memoEntry struct {
 	v    any // an *entry, a merged message's text, or the pinned []uint64
 	size int
+	seq  uint64 // the put that stored it: its slot in the order
+}
+
+// memoSlot is a put's place in the eviction order.
+type memoSlot struct {
+	key [2]uint64
+	seq uint64
+}
+
+// current reports whether s is the slot of an entry the memo holds: not
+// one of a key taken since, nor of a key taken and put again (whose
+// current slot is a later one).
+func (c *memo) current(s memoSlot) bool {
+	e, ok := c.m[s.key]
+	return ok && e.seq == s.seq
 }
 
 // chunkMemo serves every call of this instance (8 MiB: a few hundred
@@ -666,9 +682,10 @@ func (c *memo) get(key [2]uint64) any {
 	return c.m[key].v
 }
 
-// take returns the value of key and removes it from the memo. Its key
+// take returns the value of key and removes it from the memo. Its slot
 // stays in the eviction order (a linear search would cost every request
-// that takes a seen set): evicting a key no longer held frees nothing.
+// that takes a cursor or a seen set), stale: evicting it frees nothing,
+// and put drops stale slots before they outnumber the entries.
 func (c *memo) take(key [2]uint64) any {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -690,20 +707,21 @@ func (c *memo) put(key [2]uint64, v any, size int) {
 	for c.size+size > c.max && len(c.order) > 0 {
 		old := c.order[0]
 		c.order = c.order[1:]
-		if e, ok := c.m[old]; ok {
-			c.size -= e.size
-			delete(c.m, old)
+		if c.current(old) {
+			c.size -= c.m[old.key].size
+			delete(c.m, old.key)
 		}
 	}
-	c.m[key] = memoEntry{v, size}
-	c.order = append(c.order, key)
+	c.seq++
+	c.m[key] = memoEntry{v, size, c.seq}
+	c.order = append(c.order, memoSlot{key, c.seq})
 	c.size += size
 	if len(c.order) > 2*len(c.m)+64 {
-		// Drop the keys taken since (amortized: the order at least
-		// halves).
-		c.order = slices.DeleteFunc(c.order, func(k [2]uint64) bool {
-			_, ok := c.m[k]
-			return !ok
-		})
+		// Drop the stale slots (amortized: the order at least halves,
+		// down to one slot per entry). A key taken and put again, as a
+		// conversation's cursor is on every request, leaves one stale
+		// slot each time: counted as current, they kept the order long
+		// and made every put scan it.
+		c.order = slices.DeleteFunc(c.order, func(s memoSlot) bool { return !c.current(s) })
 	}
 }
