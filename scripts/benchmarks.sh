@@ -19,6 +19,8 @@
 #               per target (default 3s)
 #   LOAD_ORDERS  the orders the load run sends each set in (default
 #               conversation,shuffled; see loadbench -orders)
+#   LOAD_ROUNDS  the load run's rounds (default 1; see loadbench -rounds:
+#               each ratio becomes the median of each round's own)
 #   SKIP_BENCH=1 / SKIP_EVAL=1 / SKIP_LOAD=1 / SKIP_SUITE=1  leave a part out
 #               (its section says so); the test suite part runs make test
 #               three times, once to warm the caches, then quiet and beside
@@ -177,12 +179,12 @@ END
 # --- load over the socket ----------------------------------------------------
 load_md="$WORK/load.md"
 : >"$load_md"
-load_cmd="go run ./internal/loadbench/loadbench -data $DATA -clients ${LOAD_CLIENTS:-2} -sets ${LOAD_SETS:-tau-bench,mini-swe} -orders ${LOAD_ORDERS:-conversation,shuffled} -min-time ${LOAD_TIME:-3s}"
+load_cmd="go run ./internal/loadbench/loadbench -data $DATA -clients ${LOAD_CLIENTS:-2} -sets ${LOAD_SETS:-tau-bench,mini-swe} -orders ${LOAD_ORDERS:-conversation,shuffled} -min-time ${LOAD_TIME:-3s} -rounds ${LOAD_ROUNDS:-1}"
 if [ -z "${SKIP_LOAD:-}" ]; then
 	log "$load_cmd"
 	go build -o "$WORK/loadbench" ./internal/loadbench/loadbench
 	"$WORK/loadbench" -data "$DATA" -clients "${LOAD_CLIENTS:-2}" -sets "${LOAD_SETS:-tau-bench,mini-swe}" \
-		-orders "${LOAD_ORDERS:-conversation,shuffled}" -min-time "${LOAD_TIME:-3s}" -bin "$WORK/compactd" -plugins "$WORK/plugins" -out "$load_md"
+		-orders "${LOAD_ORDERS:-conversation,shuffled}" -min-time "${LOAD_TIME:-3s}" -rounds "${LOAD_ROUNDS:-1}" -bin "$WORK/compactd" -plugins "$WORK/plugins" -out "$load_md"
 else
 	echo "_Skipped in this run (SKIP_LOAD=1)._" >>"$load_md"
 fi

@@ -43,7 +43,10 @@ type LoadOptions struct {
 // Result is one load run.
 type Result struct {
 	Set, Target string
-	Clients     int
+	// Round is the round the target ran in (see WriteLoadTables), 1 for
+	// a run of one round.
+	Round   int
+	Clients int
 	// Requests were measured in Elapsed.
 	Requests  int
 	Elapsed   time.Duration

@@ -6,6 +6,7 @@
 //	go run ./internal/loadbench/loadbench -data ../shared/data
 //	go run ./internal/loadbench/loadbench -sets tau-bench -targets json,sliding -clients 4
 //	go run ./internal/loadbench/loadbench -targets json,ledger -orders conversation,shuffled
+//	go run ./internal/loadbench/loadbench -targets json,ledger@before,ledger -rounds 3 -before-bin OLD/compactd -before-plugins OLD/plugins
 //	go run ./internal/loadbench/loadbench -fleet -load=false -turns=false -lifecycle=false
 //
 // It builds compactd and the built-in plugins unless -bin and -plugins
@@ -58,6 +59,7 @@ func run(ctx context.Context) error {
 	clients := flag.Int("clients", 2, "concurrent clients")
 	warmup := flag.Int("warmup", 1, "passes over a set before measuring")
 	minTime := flag.Duration("min-time", 3*time.Second, "measured passes repeat until this long")
+	rounds := flag.Int("rounds", 1, "rounds per set: the -targets list runs this many times over, the targets taking turns, and the summary gives each target's median over the rounds, its ratios to the json and echo of the same round (a machine's load drifts between runs and moves a target and its baseline alike)")
 	bin := flag.String("bin", "", "compactd `binary` (default: build it)")
 	plugins := flag.String("plugins", "", "plugins `directory` (default: build them)")
 	out := flag.String("out", "", "write the markdown to this `file` (default stdout)")
@@ -135,26 +137,18 @@ func run(ctx context.Context) error {
 			ordered = append(ordered, s)
 		}
 	}
+	if *rounds < 1 {
+		return fmt.Errorf("-rounds %d: want at least 1", *rounds)
+	}
+	lr := &loadRounds{exe: exe, targets: *targets, work: work, cache: cache, bin: *bin, plugins: *plugins,
+		beforeBin: *beforeBin, beforePlugins: *beforePlugins,
+		opts: loadbench.LoadOptions{Clients: *clients, Warmup: *warmup, MinTime: *minTime}}
 	for _, set := range ordered {
 		loaded = append(loaded, set)
-		for _, t := range strings.Split(*targets, ",") {
-			t = strings.TrimSpace(t)
-			fmt.Fprintf(os.Stderr, "%s: %s (%d requests per pass)\n", set.Name, t, set.Requests)
-			d := loadbench.Daemon{Bin: *bin, Plugins: *plugins, CacheDir: cache, Dir: filepath.Join(work, fmt.Sprintf("d-%s-%s", set.Name, t))}
-			if strings.HasSuffix(t, "@before") {
-				if *beforeBin == "" {
-					return fmt.Errorf("target %s needs -before-bin and -before-plugins", t)
-				}
-				d.Bin, d.Plugins, d.CacheDir = *beforeBin, *beforePlugins, filepath.Join(work, "cache-before")
+		for round := 1; round <= *rounds; round++ {
+			if err := lr.run(ctx, set, round, *rounds, &results); err != nil {
+				return err
 			}
-			res, err := loadOne(ctx, exe, t, set, d, loadbench.LoadOptions{
-				Clients: *clients, Warmup: *warmup, MinTime: *minTime,
-			})
-			if err != nil {
-				return fmt.Errorf("%s, %s: %w", set.Name, t, err)
-			}
-			fmt.Fprintf(os.Stderr, "  %.0f req/s, p50 %v, p99 %v, server CPU %v/request\n", res.ReqPerSec, res.P50, res.P99, res.CPUPerRequest())
-			results = append(results, res)
 		}
 	}
 	var w io.Writer = os.Stdout
@@ -259,6 +253,44 @@ func turns(ctx context.Context, w io.Writer, data, bin, plugins, cache, work, po
 }
 
 // loadOne starts a target, runs the load and stops it.
+// loadRounds is what every round of the load table needs: the targets
+// (comma-separated), the work and cache directories, the builds.
+type loadRounds struct {
+	exe, targets, work, cache              string
+	bin, plugins, beforeBin, beforePlugins string
+	opts                                   loadbench.LoadOptions
+}
+
+// run measures every target on set once, in order, as round round of
+// rounds, and appends the results.
+func (lr *loadRounds) run(ctx context.Context, set *loadbench.Set, round, rounds int, results *[]*loadbench.Result) error {
+	for _, t := range strings.Split(lr.targets, ",") {
+		t = strings.TrimSpace(t)
+		dir := fmt.Sprintf("d-%s-%s", set.Name, t)
+		if rounds > 1 {
+			fmt.Fprintf(os.Stderr, "%s: %s, round %d of %d (%d requests per pass)\n", set.Name, t, round, rounds, set.Requests)
+			dir += fmt.Sprintf("-r%d", round)
+		} else {
+			fmt.Fprintf(os.Stderr, "%s: %s (%d requests per pass)\n", set.Name, t, set.Requests)
+		}
+		d := loadbench.Daemon{Bin: lr.bin, Plugins: lr.plugins, CacheDir: lr.cache, Dir: filepath.Join(lr.work, dir)}
+		if strings.HasSuffix(t, "@before") {
+			if lr.beforeBin == "" {
+				return fmt.Errorf("target %s needs -before-bin and -before-plugins", t)
+			}
+			d.Bin, d.Plugins, d.CacheDir = lr.beforeBin, lr.beforePlugins, filepath.Join(lr.work, "cache-before")
+		}
+		res, err := loadOne(ctx, lr.exe, t, set, d, lr.opts)
+		if err != nil {
+			return fmt.Errorf("%s, %s: %w", set.Name, t, err)
+		}
+		res.Round = round
+		fmt.Fprintf(os.Stderr, "  %.0f req/s, p50 %v, p99 %v, server CPU %v/request\n", res.ReqPerSec, res.P50, res.P99, res.CPUPerRequest())
+		*results = append(*results, res)
+	}
+	return nil
+}
+
 func loadOne(ctx context.Context, exe, target string, set *loadbench.Set, d loadbench.Daemon, opts loadbench.LoadOptions) (*loadbench.Result, error) {
 	var srv *loadbench.Server
 	var err error
