@@ -22,6 +22,11 @@
 //
 // In a guest, the PDK holds the registered policy in a package variable: a
 // Wasm instance runs one call at a time, so there is nothing to lock.
+//
+// A request is valid during its call only: on the fast path the next
+// request is decoded into the same memory (abi.FastDecoder) and its
+// strings point into the input buffer, which the next request overwrites.
+// A policy that keeps something of a request across calls copies it.
 package pdk
 
 import (
