@@ -176,6 +176,31 @@ func appendString[T string | []byte | json.RawMessage](dst []byte, s T) []byte {
 // use. The contents a header view (CDF2) left out read through src (see
 // ContentSource); src may be nil.
 func DecodeFastRequest(b []byte, src ContentSource) (*CompactRequest, error) {
+	var d FastDecoder
+	return d.Decode(b, src)
+}
+
+// FastDecoder decodes fast-path requests into memory it keeps from one
+// request to the next: the request, its messages and their tool calls.
+// A guest that decodes a request per call with one decoder leaves none of
+// that as garbage (in a Go guest, the garbage collector's work grows with
+// what each call allocates). The zero value is ready to use.
+//
+// What Decode returns is valid until the next Decode: the next request
+// is decoded into the same memory. (Its strings alias the request bytes,
+// which a guest reuses across calls too.)
+type FastDecoder struct {
+	req   CompactRequest
+	msgs  []Message
+	calls []ToolCall
+}
+
+// fastDecoderShrink is the message (or tool call) count above which a
+// decoder lets its array go rather than keep it for smaller requests.
+const fastDecoderShrink = 4096
+
+// Decode is DecodeFastRequest, into d's memory (see FastDecoder).
+func (d *FastDecoder) Decode(b []byte, src ContentSource) (*CompactRequest, error) {
 	r := fastReader{b: b}
 	headers := false
 	switch {
@@ -186,7 +211,8 @@ func DecodeFastRequest(b []byte, src ContentSource) (*CompactRequest, error) {
 		return nil, fmt.Errorf("%w: bad magic", ErrFastRequest)
 	}
 	r.off = len(fastMagic)
-	req := &CompactRequest{ABI: Version}
+	req := &d.req
+	*req = CompactRequest{ABI: Version}
 	req.Config = json.RawMessage(r.bytes())
 	c := &req.Context
 	c.Model, c.Encoding = r.str(), r.str()
@@ -203,7 +229,17 @@ func DecodeFastRequest(b []byte, src ContentSource) (*CompactRequest, error) {
 	if int(n) > (len(b)-r.off)/25+1 {
 		return nil, fmt.Errorf("%w: %d messages cannot fit in %d bytes", ErrFastRequest, n, len(b))
 	}
-	req.Messages = make([]Message, n)
+	if int(n) > cap(d.msgs) || cap(d.msgs) > fastDecoderShrink && int(n) < cap(d.msgs)/4 {
+		d.msgs = make([]Message, n)
+	} else {
+		d.msgs = d.msgs[:n]
+		clear(d.msgs)
+	}
+	if cap(d.calls) > fastDecoderShrink {
+		d.calls = nil
+	}
+	d.calls = d.calls[:0]
+	req.Messages = d.msgs[:n:n]
 	for i := range req.Messages {
 		m := &req.Messages[i]
 		m.Role = r.str()
@@ -245,7 +281,15 @@ func DecodeFastRequest(b []byte, src ContentSource) (*CompactRequest, error) {
 			return nil, fmt.Errorf("%w: message %d: %d tool calls cannot fit", ErrFastRequest, i, calls)
 		}
 		if calls > 0 {
-			m.ToolCalls = make([]ToolCall, calls)
+			// Every message's calls come from one array, replaced by a
+			// larger one when full (earlier messages keep theirs); each
+			// message's slice is full, so appending to it copies.
+			if len(d.calls)+int(calls) > cap(d.calls) {
+				d.calls = make([]ToolCall, 0, max(2*cap(d.calls), int(calls), 16))
+			}
+			from := len(d.calls)
+			d.calls = d.calls[:from+int(calls)]
+			m.ToolCalls = d.calls[from : from+int(calls) : from+int(calls)]
 			for k := range m.ToolCalls {
 				c := &m.ToolCalls[k]
 				c.ID, c.Type, c.Function.Name, c.Function.Arguments = r.str(), r.str(), r.str(), r.str()

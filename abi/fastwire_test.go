@@ -261,9 +261,75 @@ func BenchmarkDecodeFastRequest(b *testing.B) {
 	}
 	ctx := Context{Model: "gpt-4o", Encoding: "o200k_base", ContextWindow: 128000}
 	in := AppendFastHashes(AppendFastRequestView(nil, json.RawMessage(`{}`), &ctx, msgs, ViewHeaders), make([][2]uint64, len(msgs)))
-	for b.Loop() {
-		if _, err := DecodeFastRequest(in, nil); err != nil {
-			b.Fatal(err)
+	// fresh allocates every request; reused is a guest's FastDecoder.
+	b.Run("fresh", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := DecodeFastRequest(in, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("reused", func(b *testing.B) {
+		var d FastDecoder
+		for b.Loop() {
+			if _, err := d.Decode(in, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// TestFastDecoderReuse: a decoder that decoded other requests before
+// decodes each as a fresh one does, leaving nothing of the earlier ones
+// (hashes, tool calls, left-out contents, a decision), and a message's
+// tool calls cannot grow into the next message's.
+func TestFastDecoderReuse(t *testing.T) {
+	t.Parallel()
+	var sample CompactRequest
+	if err := json.Unmarshal([]byte(fastSample), &sample); err != nil {
+		t.Fatal(err)
+	}
+	full := AppendFastRequest(nil, sample.Config, &sample.Context, sample.Messages)
+	hashes := make([][2]uint64, len(sample.Messages))
+	for i := range hashes {
+		hashes[i] = [2]uint64{uint64(i) + 1, 7}
+	}
+	decided := sample.Context
+	decided.Compact = &Decision{Reason: "over budget", TargetTokens: 10}
+	headers := AppendFastHashes(AppendFastDecision(AppendFastRequestView(nil, sample.Config, &decided, sample.Messages, ViewHeaders), decided.Compact), hashes)
+	// Fewer messages, none with tool calls, no hashes: what the larger
+	// requests left must not show.
+	plain := []Message{{Role: RoleUser, Content: StringContent([]byte(`"again"`), "again"), Tokens: 2}, {Role: RoleAssistant, Tokens: 1}}
+	small := AppendFastRequest(nil, json.RawMessage(`{}`), &Context{Model: "m"}, plain)
+	many := make([]Message, 40)
+	for i := range many {
+		many[i] = Message{Role: RoleAssistant, ToolCalls: []ToolCall{{ID: "c", Type: "function", Function: FunctionCall{Name: "n", Arguments: "{}"}}}}
+	}
+	large := AppendFastRequest(nil, nil, &Context{}, many)
+
+	var d FastDecoder
+	for _, order := range [][]string{{"full", "small", "headers", "large", "small", "full"}, {"large", "headers", "small"}} {
+		for _, name := range order {
+			in := map[string][]byte{"full": full, "small": small, "headers": headers, "large": large}[name]
+			want, err := DecodeFastRequest(in, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := d.Decode(in, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("%v, %s: reused decoder gave\n %+v\nwant\n %+v", order, name, got, want)
+			}
+			for i := range got.Messages {
+				if calls := got.Messages[i].ToolCalls; cap(calls) != len(calls) {
+					t.Fatalf("%s: message %d's tool calls have room for %d more", name, i, cap(calls)-len(calls))
+				}
+			}
+			if cap(got.Messages) != len(got.Messages) {
+				t.Fatalf("%s: messages have room for %d more", name, cap(got.Messages)-len(got.Messages))
+			}
 		}
 	}
 }

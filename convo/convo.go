@@ -27,9 +27,15 @@ func (u Unit) Len() int { return u.End - u.Start }
 // message before it, so in a valid conversation an assistant message with
 // tool calls and all its results (parallel calls included) form one unit.
 func Units(msgs []abi.Message) []Unit {
-	units := make([]Unit, 0, len(msgs))
+	return AppendUnits(make([]Unit, 0, len(msgs)), msgs)
+}
+
+// AppendUnits appends the units of msgs (see Units) to units, which a
+// caller may reuse from one call to the next.
+func AppendUnits(units []Unit, msgs []abi.Message) []Unit {
+	first := len(units)
 	for i := range msgs {
-		if msgs[i].Role == abi.RoleTool && len(units) > 0 {
+		if msgs[i].Role == abi.RoleTool && len(units) > first {
 			units[len(units)-1].End = i + 1
 			continue
 		}

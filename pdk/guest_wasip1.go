@@ -167,11 +167,23 @@ func exportShouldCompact() int32 { return extismExport(abi.ExportShouldCompact) 
 // address compactd_fast_v1_call returns. Both buffers stay referenced here
 // until the next call, so the guest's GC cannot reclaim them while the host
 // reads or writes. The input buffer stays valid across calls: the host
-// reuses it and asks for a new one only when a request does not fit.
+// reuses it and asks for a new one only when a request does not fit. The
+// output buffer is reused too: a compact result is written into it
+// directly (the host has read the previous output before it calls again),
+// so a call leaves no garbage of its result's size behind.
 var (
 	fastInput  []byte
 	fastOutput []byte
+	// fastDecoder decodes every request into the same memory: a request
+	// is valid during its call only (its strings alias fastInput, which
+	// the next request overwrites, and so do its messages).
+	fastDecoder abi.FastDecoder
 )
+
+// decodeGuestRequest decodes a fast-path request with fastDecoder.
+func decodeGuestRequest(input []byte, src abi.ContentSource) (*abi.CompactRequest, error) {
+	return decodeFast(&fastDecoder, input, src)
+}
 
 // fastBufferShrink is the capacity above which an input buffer is replaced
 // when the next request needs less than a quarter of it.
@@ -207,7 +219,10 @@ func fastCall(fn, ptr, size uint32) uint64 {
 	case abi.FastShouldCompact:
 		export = abi.ExportShouldCompact
 	}
-	var out []byte
+	if cap(fastOutput) > fastBufferShrink {
+		fastOutput = nil // a rare large result does not pin its buffer
+	}
+	out := append(fastOutput[:0], abi.FastStatusOK)
 	var err error
 	switch {
 	case registered == nil:
@@ -217,13 +232,16 @@ func fastCall(fn, ptr, size uint32) uint64 {
 	case int(size) > cap(fastInput) || uint32(uintptr(unsafe.Pointer(unsafe.SliceData(fastInput[:cap(fastInput)])))) != ptr:
 		err = &abi.Error{Code: abi.CodeInvalidRequest, Message: "fast-path input is not the buffer compactd_fast_v1_alloc returned"}
 	default:
-		out, err = call(registered, wasmHost{}, export, fastInput[:size], decodeFastRequest)
+		out, err = call(registered, wasmHost{}, export, fastInput[:size], decodeGuestRequest, out)
 	}
-	status := byte(abi.FastStatusOK)
-	if err != nil {
-		status, out = abi.FastStatusError, errorBody(err)
+	switch {
+	case err != nil:
+		out = append(append(fastOutput[:0], abi.FastStatusError), errorBody(err)...)
+	case export != abi.ExportCompact:
+		// Describe and should_compact return their JSON alone.
+		out = append(append(fastOutput[:0], abi.FastStatusOK), out...)
 	}
-	fastOutput = append(append(make([]byte, 0, len(out)+1), status), out...)
+	fastOutput = out
 	fastInput = fastInput[:0]
 	addr := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(fastOutput))))
 	return addr<<32 | uint64(len(fastOutput))

@@ -22,6 +22,11 @@
 //
 // In a guest, the PDK holds the registered policy in a package variable: a
 // Wasm instance runs one call at a time, so there is nothing to lock.
+//
+// A request is valid during its call only: on the fast path the next
+// request is decoded into the same memory (abi.FastDecoder) and its
+// strings point into the input buffer, which the next request overwrites.
+// A policy that keeps something of a request across calls copies it.
 package pdk
 
 import (
@@ -171,12 +176,14 @@ func Register(p Policy) {
 // through its JSON encoding without Wasm. A panic in the policy becomes an
 // internal error.
 func Call(p *Policy, h Host, export string, input []byte) (out []byte, err error) {
-	return call(p, h, export, input, decodeRequest)
+	return call(p, h, export, input, decodeRequest, nil)
 }
 
 // call runs an export; decode reads the request (JSON on the Extism path,
-// the binary fast encoding on the fast path).
-func call(p *Policy, h Host, export string, input []byte, decode func([]byte, abi.ContentSource) (*abi.CompactRequest, error)) (out []byte, err error) {
+// the binary fast encoding on the fast path). A compact result is
+// appended to dst (the fast path reuses its output buffer across calls);
+// other outputs are new slices.
+func call(p *Policy, h Host, export string, input []byte, decode func([]byte, abi.ContentSource) (*abi.CompactRequest, error), dst []byte) (out []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = &abi.Error{Code: abi.CodeInternal, Message: fmt.Sprintf("policy %s panicked: %v\n%s", p.Name, r, debug.Stack())}
@@ -201,7 +208,7 @@ func call(p *Policy, h Host, export string, input []byte, decode func([]byte, ab
 		if res == nil {
 			return nil, &abi.Error{Code: abi.CodeInternal, Message: "policy returned no result"}
 		}
-		return appendResult(nil, res)
+		return appendResult(dst, res)
 	case abi.ExportShouldCompact:
 		if p.ShouldCompact == nil {
 			return nil, &abi.Error{Code: abi.CodeInvalidRequest, Message: "policy " + p.Name + " has no should_compact"}
@@ -223,7 +230,7 @@ func call(p *Policy, h Host, export string, input []byte, decode func([]byte, ab
 // (abi.AppendFastRequest). Tests use it to check that both encodings give
 // the same result.
 func CallFast(p *Policy, h Host, export string, input []byte) ([]byte, error) {
-	return call(p, h, export, input, decodeFastRequest)
+	return call(p, h, export, input, decodeFastRequest, nil)
 }
 
 // contentSource returns the host's source of left-out contents, if it
@@ -234,7 +241,13 @@ func contentSource(h Host) abi.ContentSource {
 }
 
 func decodeFastRequest(input []byte, src abi.ContentSource) (*abi.CompactRequest, error) {
-	req, err := abi.DecodeFastRequest(input, src)
+	return decodeFast(new(abi.FastDecoder), input, src)
+}
+
+// decodeFast decodes a fast-path request with d: what it returns is valid
+// until d decodes the next one (see abi.FastDecoder).
+func decodeFast(d *abi.FastDecoder, input []byte, src abi.ContentSource) (*abi.CompactRequest, error) {
+	req, err := d.Decode(input, src)
 	if err != nil {
 		return nil, &abi.Error{Code: abi.CodeInvalidRequest, Message: err.Error()}
 	}

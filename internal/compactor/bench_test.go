@@ -3,7 +3,6 @@ package compactor_test
 import (
 	"context"
 	"encoding/json"
-	"github.com/hashicorp/go-hclog"
 	"os"
 	"slices"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/compactd/compactd/internal/dataset"
 	"github.com/compactd/compactd/internal/tokens"
 	"github.com/compactd/compactd/internal/wasmbuild"
+	"github.com/hashicorp/go-hclog"
 )
 
 // BenchmarkReplay is `compactd eval`'s latency measure on the first 12
@@ -23,7 +23,11 @@ import (
 // messages), for ledger and deterministic alternately, each with its own
 // state store as the eval keeps one per replay. The metrics are each
 // policy's p50 per request and their ratio (issue 23: ledger must cost no
-// more than deterministic at p50).
+// more than deterministic at p50), and, for each policy, the share of
+// requests that summarized more entries than the conversation's previous
+// one (for ledger: a fold, which extracts and renders a new chunk) with
+// the p50 of those ("moved") and of the others ("still"). The overall p50
+// is that of the kind of request that is more than half of them.
 func BenchmarkReplay(b *testing.B) {
 	ctx := context.Background()
 	path, err := dataset.File("mini_swe_agent_deepseek_swebench.jsonl")
@@ -69,6 +73,12 @@ func BenchmarkReplay(b *testing.B) {
 	}
 	replay := func(b *testing.B, names []string) {
 		lat := make([][]time.Duration, len(names))
+		// moved[i] holds the latencies of policy i's requests whose
+		// stage summarized more entries than the conversation's previous
+		// request (a ledger fold), still[i] the others: the p50 of all
+		// is the one of whichever holds more than half.
+		moved := make([][]time.Duration, len(names))
+		still := make([][]time.Duration, len(names))
 		k := 0
 		for b.Loop() {
 			b.StopTimer()
@@ -76,6 +86,7 @@ func BenchmarkReplay(b *testing.B) {
 			b.StartTimer()
 			for _, c := range convs {
 				cs := make([]*compactor.Compactor, len(names))
+				summarized := make([]int, len(names))
 				for i := range cs {
 					cs[i] = compactor.New(compactor.Options{Policies: src, Tokens: counter, State: &memState{m: map[string]json.RawMessage{}}})
 				}
@@ -83,11 +94,17 @@ func BenchmarkReplay(b *testing.B) {
 					for j := range names {
 						i := (j + k) % len(names)
 						start := time.Now()
-						_, err := cs[i].Compact(ctx, compactor.Request{Conversation: dataset.Prefix(c.Chat, n),
+						resp, err := cs[i].Compact(ctx, compactor.Request{Conversation: dataset.Prefix(c.Chat, n),
 							Pipeline: names[i : i+1], Model: "gpt-4o", ConversationID: c.ID})
-						lat[i] = append(lat[i], time.Since(start))
+						took := time.Since(start)
+						lat[i] = append(lat[i], took)
 						if err != nil {
 							b.Fatal(err)
+						}
+						if es := resp.Stats.Stages[0].EntriesSummarized; es != summarized[i] {
+							moved[i], summarized[i] = append(moved[i], took), es
+						} else {
+							still[i] = append(still[i], took)
 						}
 					}
 					k++
@@ -99,9 +116,11 @@ func BenchmarkReplay(b *testing.B) {
 		}
 		p50 := make([]float64, len(names))
 		for i, d := range lat {
-			slices.Sort(d)
-			p50[i] = float64(d[len(d)/2])
+			p50[i] = median(d)
 			b.ReportMetric(p50[i], names[i]+"-p50-ns")
+			b.ReportMetric(float64(len(moved[i]))/float64(len(d)), names[i]+"-moved-share")
+			b.ReportMetric(median(moved[i]), names[i]+"-moved-p50-ns")
+			b.ReportMetric(median(still[i]), names[i]+"-still-p50-ns")
 		}
 		if len(names) == 2 {
 			b.ReportMetric(p50[0]/p50[1], names[0]+"/"+names[1]+"-p50")
@@ -112,4 +131,13 @@ func BenchmarkReplay(b *testing.B) {
 	for _, name := range names {
 		b.Run(name, func(b *testing.B) { replay(b, []string{name}) })
 	}
+}
+
+// median returns the median of d in nanoseconds (0 for none), sorting d.
+func median(d []time.Duration) float64 {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	return float64(d[len(d)/2])
 }

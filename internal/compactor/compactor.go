@@ -16,8 +16,10 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"hash/maphash"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -95,11 +97,12 @@ type Options struct {
 type Compactor struct {
 	opts   Options
 	logger hclog.Logger
+	ids    *idCache
 }
 
 // New returns a Compactor.
 func New(opts Options) *Compactor {
-	c := &Compactor{opts: opts, logger: opts.Logger}
+	c := &Compactor{opts: opts, logger: opts.Logger, ids: newIDCache()}
 	if c.logger == nil {
 		c.logger = hclog.NewNullLogger()
 	}
@@ -244,7 +247,7 @@ func (c *Compactor) Compact(ctx context.Context, req Request) (*Response, error)
 	conv.SetCounted(tok.Name())
 	id := req.ConversationID
 	if id == "" {
-		id = ConversationID(conv.Messages)
+		id = c.ids.id(conv)
 	}
 	window := req.ContextWindow
 	if window <= 0 {
@@ -537,17 +540,88 @@ func (c *Compactor) runStage(ctx context.Context, p *host.Plugin, in *chat.Conve
 func ConversationID(msgs []abi.Message) string {
 	h := sha256.New()
 	h.Write([]byte("compactd conversation id v2\n"))
-	lead := convo.LeadingSystem(msgs)
+	lead, user := idMessages(msgs)
 	for i := 0; i < lead; i++ {
 		writeCanonical(h, &msgs[i])
 	}
-	for i := lead; i < len(msgs); i++ {
-		if msgs[i].Role == abi.RoleUser {
-			writeCanonical(h, &msgs[i])
-			break
-		}
+	if user >= 0 {
+		writeCanonical(h, &msgs[user])
 	}
 	return "h-" + hex.EncodeToString(h.Sum(nil)[:12])
+}
+
+// idMessages returns what a conversation id is made of: the leading
+// system messages, msgs[:lead], and the first user message after them,
+// msgs[user] (-1 when there is none).
+func idMessages(msgs []abi.Message) (lead, user int) {
+	lead = convo.LeadingSystem(msgs)
+	for i := lead; i < len(msgs); i++ {
+		if msgs[i].Role == abi.RoleUser {
+			return lead, i
+		}
+	}
+	return lead, -1
+}
+
+// idCache remembers conversation ids by a hash of the bytes of the
+// messages they are made from: every request of a conversation starts
+// with the same ones, and hashing their canonical form (a system prompt
+// of kilobytes through SHA-256, content parts decoded and encoded again)
+// cost more than the rest of a short request's bookkeeping. The key is two
+// seeded maphash sums of the messages' raw bytes: bytes that differ but
+// mean the same (a moved cache_control) only miss the cache. It holds at
+// most idCacheSize ids and starts over when full.
+type idCache struct {
+	seeds [2]maphash.Seed
+	mu    sync.Mutex
+	ids   map[[2]uint64]string
+}
+
+// idCacheSize bounds an idCache: a few hundred kilobytes.
+const idCacheSize = 4096
+
+func newIDCache() *idCache {
+	return &idCache{seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, ids: map[[2]uint64]string{}}
+}
+
+// id returns ConversationID(conv.Messages).
+func (c *idCache) id(conv *chat.Conversation) string {
+	msgs := conv.Messages
+	if len(conv.Raw) != len(msgs) {
+		return ConversationID(msgs)
+	}
+	lead, user := idMessages(msgs)
+	var h [2]maphash.Hash
+	for k := range h {
+		h[k].SetSeed(c.seeds[k])
+		add := func(raw []byte) {
+			var n [8]byte
+			binary.LittleEndian.PutUint64(n[:], uint64(len(raw)))
+			h[k].Write(n[:])
+			h[k].Write(raw)
+		}
+		for i := 0; i < lead; i++ {
+			add(conv.Raw[i])
+		}
+		if user >= 0 {
+			add(conv.Raw[user])
+		}
+	}
+	key := [2]uint64{h[0].Sum64(), h[1].Sum64()}
+	c.mu.Lock()
+	id, ok := c.ids[key]
+	c.mu.Unlock()
+	if ok {
+		return id
+	}
+	id = ConversationID(msgs)
+	c.mu.Lock()
+	if len(c.ids) >= idCacheSize {
+		clear(c.ids)
+	}
+	c.ids[key] = id
+	c.mu.Unlock()
+	return id
 }
 
 // writeCanonical writes a message's role, name and content parts to h,

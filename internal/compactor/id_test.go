@@ -2,9 +2,11 @@ package compactor
 
 import (
 	"encoding/json"
+	"strconv"
 	"testing"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/chat"
 )
 
 func TestConversationID(t *testing.T) {
@@ -78,5 +80,47 @@ func TestConversationIDsDoNotCollide(t *testing.T) {
 			t.Errorf("%q and %q share the id %s", name, other, id)
 		}
 		seen[id] = name
+	}
+}
+
+// TestIDCache: the cache answers what ConversationID does, for requests
+// that grow, that mean the same in other bytes, and that differ only
+// where the id looks; and it stays bounded.
+func TestIDCache(t *testing.T) {
+	t.Parallel()
+	convs := []string{
+		`[{"role":"system","content":"s"},{"role":"user","content":"task"}]`,
+		`[{"role":"system","content":"s"},{"role":"user","content":"task"},{"role":"assistant","content":"a"},{"role":"user","content":"more"}]`,
+		`[{"content":"s","role":"system"},{"role":"user","content":[{"type":"text","text":"task"}]}]`,
+		`[{"role":"system","content":[{"type":"text","text":"s","cache_control":{"type":"ephemeral"}}]},{"role":"user","content":"task"}]`,
+		`[{"role":"system","content":"s"},{"role":"user","content":"other task"}]`,
+		`[{"role":"system","content":"S"},{"role":"user","content":"task"}]`,
+		`[{"role":"system","content":"s"},{"role":"system","content":"t"},{"role":"user","content":"task"}]`,
+		`[{"role":"system","content":"st"},{"role":"user","content":"task"}]`,
+		`[{"role":"assistant","content":"no user yet"}]`,
+	}
+	c := newIDCache()
+	for round := 0; round < 2; round++ { // the second round is served from the cache
+		for _, s := range convs {
+			conv, err := chat.Parse([]byte(s))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := c.id(conv), ConversationID(conv.Messages); got != want {
+				t.Errorf("round %d, %s: cached id %s, want %s", round, s, got, want)
+			}
+		}
+	}
+	for i := 0; i < 2*idCacheSize; i++ {
+		conv, err := chat.Parse([]byte(`[{"role":"user","content":"task ` + strconv.Itoa(i) + `"}]`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := c.id(conv), ConversationID(conv.Messages); got != want {
+			t.Fatalf("conversation %d: cached id %s, want %s", i, got, want)
+		}
+	}
+	if n := len(c.ids); n > idCacheSize {
+		t.Errorf("the cache holds %d ids, more than %d", n, idCacheSize)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/compactd/compactd/convo"
 	"github.com/compactd/compactd/pdk"
 	"github.com/compactd/compactd/plugins/internal/decision"
+	"github.com/compactd/compactd/plugins/internal/fingerprint"
 )
 
 // version is the plugin's version; bump it when behaviour changes.
@@ -142,20 +143,23 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 		return nil, err
 	}
 	msgs := req.Messages
+	sc := scratches.Get().(*scratch)
+	defer sc.release()
 	pinned := convo.Pinned(msgs, cfg.KeepTask)
-	units := convo.Units(msgs[pinned:])
+	sc.units = convo.AppendUnits(sc.units[:0], msgs[pinned:])
+	units := sc.units
 	for i := range units {
 		units[i].Start += pinned
 		units[i].End += pinned
 	}
 	forced := decision.LoadForced(req.Context.State, len(units)-1)
-	plan := replay(msgs, pinned, units, cfg, forced)
+	plan := replay(sc, msgs, pinned, units, cfg, forced)
 	if decision.Due(req) && len(units) > 0 && plan.folded < len(units)-1 {
 		// The host decided: a jump now, whatever min_tokens, min_turns
 		// and fold_tokens say. It is remembered in the state, so the
 		// next turns replay the same ledger.
 		forced = append(forced, len(units)-1)
-		plan = replay(msgs, pinned, units, cfg, forced)
+		plan = replay(sc, msgs, pinned, units, cfg, forced)
 	}
 	state := decision.WithForced(nil, forced)
 	if len(plan.groups) == 0 {
@@ -166,7 +170,7 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 		res.State = state
 		return res, nil
 	}
-	texts, err := render(h, msgs, pinned, units, plan, cfg)
+	texts, err := render(sc, h, msgs, pinned, units, plan, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -230,10 +234,11 @@ type plan struct {
 // hold fold_tokens, they become one chunk (a jump) and only the newest
 // unit stays verbatim. When a jump makes more than max_chunks groups, all
 // but the newest merge_keep merge into one.
-func replay(msgs []abi.Message, pinned int, units []convo.Unit, cfg config, forced []int) plan {
-	// At most one chunk and one group per unit: allocated once, not grown
-	// jump by jump.
-	p := plan{chunks: make([][2]int, 0, len(units)), groups: make([][2]int, 0, len(units))}
+func replay(sc *scratch, msgs []abi.Message, pinned int, units []convo.Unit, cfg config, forced []int) plan {
+	// At most one chunk and one group per unit: room made once, not grown
+	// jump by jump, in sc's arrays.
+	sc.chunks, sc.groups = reserve(sc.chunks, len(units)), reserve(sc.groups, len(units))
+	p := plan{chunks: sc.chunks, groups: sc.groups}
 	next := 0 // forced[next] is the next forced jump
 	total := 0
 	for i := 0; i < pinned; i++ {
@@ -327,4 +332,47 @@ func unitTokens(msgs []abi.Message, u convo.Unit) int {
 		n += msgs[i].Tokens
 	}
 	return n
+}
+
+// scratch is a call's working memory that outlives it, so that a guest's
+// calls reuse it instead of leaving it to the garbage collector (whose
+// work, in a Go guest, grows with what each call allocates): the units,
+// the plan's chunks and groups, and render's arrays. Nothing of it is in a
+// result or the memo. A pool, not one value, since native callers (tests)
+// call concurrently; a guest calls one at a time and gets the same one.
+type scratch struct {
+	units          []convo.Unit
+	chunks, groups [][2]int
+	entries        []*entry
+	keys           [][2]uint64
+	cums           []fingerprint.Hash
+	texts          []abi.Content
+}
+
+var scratches = sync.Pool{New: func() any { return new(scratch) }}
+
+// release returns sc to the pool, dropping what its arrays point to (the
+// memo may evict it meanwhile).
+func (sc *scratch) release() {
+	clear(sc.entries[:cap(sc.entries)])
+	clear(sc.texts[:cap(sc.texts)])
+	scratches.Put(sc)
+}
+
+// reserve returns s emptied, with room for n elements.
+func reserve[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, 0, n)
+	}
+	return s[:0]
+}
+
+// sized returns s with n zero elements.
+func sized[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
 }

@@ -33,10 +33,11 @@ const emptyPrefix = "[ledger: nothing new in turns "
 // of its own and all earlier chunks' turns: a conversation's next request
 // renders only its new chunk, and a request whose chunks are all known
 // (any turn order, any instance that served them) only hashes its turns.
-func render(h pdk.Host, msgs []abi.Message, pinned int, units []convo.Unit, p plan, cfg config) ([]abi.Content, error) {
-	entries := make([]*entry, len(p.chunks))
-	keys := make([][2]uint64, len(p.chunks))
-	cums := make([]fingerprint.Hash, len(p.chunks)) // the chain's state after each chunk
+func render(sc *scratch, h pdk.Host, msgs []abi.Message, pinned int, units []convo.Unit, p plan, cfg config) ([]abi.Content, error) {
+	sc.entries = sized(sc.entries, len(p.chunks))
+	sc.keys = sized(sc.keys, len(p.chunks))
+	sc.cums = sized(sc.cums, len(p.chunks)) // the chain's state after each chunk
+	entries, keys, cums := sc.entries, sc.keys, sc.cums
 	pkey := pinnedKey(msgs[:pinned], cfg)
 	var cum fingerprint.Hash
 	cum.Str("compactd-ledger-render-v2")
@@ -89,7 +90,8 @@ func render(h pdk.Host, msgs []abi.Message, pinned int, units []convo.Unit, p pl
 		// The next jump of this conversation starts from here.
 		chunkMemo.put(seenKey(keys[len(keys)-1]), &seenSet{seen}, 16*len(seen)+64)
 	}
-	texts := make([]abi.Content, len(p.groups))
+	sc.texts = sized(sc.texts, len(p.groups))
+	texts := sc.texts
 	for gi, g := range p.groups {
 		if g[1]-g[0] == 1 {
 			texts[gi] = entries[g[0]].text
