@@ -429,14 +429,19 @@ func (m *Memory) store(e *memEntry) {
 	defer m.mu.Unlock()
 	els := m.byKey[e.key]
 	// Replace the entry this conversation extends (same first message
-	// span and the same bytes up to it), or add one.
+	// span and the same bytes up to it), or add one. An entry that
+	// extends e, a request of the conversation that came out of order
+	// (many agents, retries), stays: it answers every shorter request in
+	// whole and parses less of the longer ones.
 	replaced := false
 	for i, el := range els {
 		old := el.Value.(*memEntry)
 		if e.extends(old) {
-			m.used -= old.size
-			el.Value = e
-			m.used += e.size
+			if len(old.spans) <= len(e.spans) || old.tokName != e.tokName && e.tokName != "" {
+				m.used -= old.size
+				el.Value = e
+				m.used += e.size
+			}
 			m.lru.MoveToFront(el)
 			els = append(append([]*list.Element{el}, els[:i]...), els[i+1:]...)
 			replaced = true

@@ -120,6 +120,27 @@ func TestMemoryExtends(t *testing.T) {
 	}
 }
 
+// TestMemoryKeepsTheLongest: a shorter request of a conversation, out of
+// order, does not replace the longer one remembered; the longer one then
+// comes back parsed for nothing.
+func TestMemoryKeepsTheLongest(t *testing.T) {
+	t.Parallel()
+	mem := NewMemory(MemoryOptions{})
+	msgs := testMessages(41, "a")
+	for _, n := range []int{41, 20} {
+		b := body(msgs[:n])
+		c := scanBody(t, mem, b)
+		checkSame(t, c, b)
+		Remember(c, "")
+	}
+	b := body(msgs)
+	c := scanBody(t, mem, b)
+	checkSame(t, c, b)
+	if st := mem.Stats(); st.Reused != 20+41 || st.Entries != 1 {
+		t.Errorf("stats %+v: want the 20 and then all 41 messages reused, from one entry", st)
+	}
+}
+
 func TestMemoryEditedHistory(t *testing.T) {
 	mem := NewMemory(MemoryOptions{})
 	msgs := testMessages(30, "a")
