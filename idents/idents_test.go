@@ -163,3 +163,22 @@ func fixtureTexts(tb testing.TB) []string {
 	}
 	return texts
 }
+
+// BenchmarkExtract is the host's extraction over every message of the
+// fixture conversations (what ledger folds ask for, in bulk), in bytes of
+// text per second. A fold's extraction runs natively in the host, so this
+// benchmark is native too.
+func BenchmarkExtract(b *testing.B) {
+	texts := fixtureTexts(b)
+	size := 0
+	for _, t := range texts {
+		size += len(t)
+	}
+	b.SetBytes(int64(size))
+	var buf []Item
+	for b.Loop() {
+		for i, t := range texts {
+			buf = Extract(buf[:0], t, i%2 == 0)
+		}
+	}
+}
