@@ -21,7 +21,8 @@ const DefaultMemoryBytes = 64 << 20
 // which repeats an earlier one and adds messages (what an agent sends
 // every turn) is parsed, and counted, only for what it adds.
 //
-// An entry is the last request seen of one conversation: its bytes (the
+// An entry is the longest request seen of one conversation (the last one,
+// unless a shorter one came after it out of order): its bytes (the
 // request body, kept as it was read, not copied), each message's parsed
 // form and byte span, and the token counts the compactor set. A new
 // request finds its entry by a hash of its leading messages up to and
