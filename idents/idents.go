@@ -126,7 +126,19 @@ func Extract(out []Item, text string, observed bool) []Item {
 				continue
 			}
 		}
-		for i < len(text) && class[text[i]]&cPath != 0 {
+		// The run's classes, gathered as it is scanned: most runs are
+		// plain words, told apart here without a second pass.
+		var seen uint8
+		capAfterLower := false
+		for i < len(text) {
+			cl := class[text[i]]
+			if cl&cPath == 0 {
+				break
+			}
+			if cl&cUpper != 0 && seen&cLower != 0 {
+				capAfterLower = true
+			}
+			seen |= cl
 			i++
 		}
 		run := text[start:i]
@@ -139,7 +151,8 @@ func Extract(out []Item, text string, observed bool) []Item {
 		if i < len(text) {
 			next = text[i]
 		}
-		if next != '(' && plainRun(run) && !definer(prevWord) {
+		plain := !capAfterLower && (seen&(cDigit|cMark) == 0 || plainRun(run))
+		if next != '(' && plain && !definer(prevWord) {
 			// Most runs are words of prose or code that hold no
 			// item: classify would find none.
 			prevWord = run
