@@ -142,12 +142,12 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) (err erro
 		format, system = req.Format, req.System
 	}
 	s.warnIfStoreDown(w) // an outage this request found
-	return writeCompacted(w, msgs, resp, format, system, marks, warnings)
+	return writeCompacted(w, &s.answers, msgs, resp, format, system, marks, warnings)
 }
 
 // writeCompacted writes a compaction's answer: the messages (the caller's
 // bytes, not re-encoded), then the rest.
-func writeCompacted(w http.ResponseWriter, msgs []json.RawMessage, resp *compactor.Response, format string, system json.RawMessage, marks []int, warnings []string) error {
+func writeCompacted(w http.ResponseWriter, bufs *answerBuffers, msgs []json.RawMessage, resp *compactor.Response, format string, system json.RawMessage, marks []int, warnings []string) error {
 	tail := compactTail{Compacted: resp.Compacted, Summary: resp.Summary, ConversationID: resp.ConversationID,
 		Warnings: append(resp.Warnings, warnings...), Stats: resp.Stats, Format: format, System: system,
 		CacheBreakpoints: marks}
@@ -169,8 +169,9 @@ func writeCompacted(w http.ResponseWriter, msgs []json.RawMessage, resp *compact
 			size++
 		}
 	}
-	body := make([]byte, 0, size)
-	body = append(body, `{"messages":[`...)
+	buf := bufs.get(size)
+	defer bufs.put(buf)
+	body := append((*buf)[:0], `{"messages":[`...)
 	for i, m := range msgs {
 		if i > 0 {
 			body = append(body, ',')
@@ -183,8 +184,43 @@ func writeCompacted(w http.ResponseWriter, msgs []json.RawMessage, resp *compact
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)
-	w.Write(body)
+	w.Write(body) // copied or sent before it returns: the buffer goes back after
+	*buf = body
 	return nil
+}
+
+// maxPooledAnswer is the largest answer buffer answerBuffers keeps: a
+// rare huge answer does not pin its buffer.
+const maxPooledAnswer = 1 << 20
+
+// answerBuffers pools the buffers compaction answers are assembled in.
+// An answer is about as large as its request (tens of kilobytes for a
+// long session), and making a new one for each was an allocation, and
+// its clearing, of that size per request. Its zero value is ready; it is
+// safe for concurrent use.
+type answerBuffers struct {
+	pool sync.Pool // of *[]byte
+}
+
+// get returns a buffer with room for size bytes.
+func (b *answerBuffers) get(size int) *[]byte {
+	if p, ok := b.pool.Get().(*[]byte); ok {
+		if cap(*p) < size {
+			*p = make([]byte, 0, size)
+		}
+		return p
+	}
+	buf := make([]byte, 0, size)
+	return &buf
+}
+
+// put gives a buffer back; nothing may use it afterwards.
+func (b *answerBuffers) put(p *[]byte) {
+	if cap(*p) > maxPooledAnswer {
+		return
+	}
+	*p = (*p)[:0]
+	b.pool.Put(p)
 }
 
 // observeCompaction counts a compaction in the metrics; it reports

@@ -107,5 +107,5 @@ func (s *Server) compactStored(ctx context.Context, w http.ResponseWriter, req *
 	rec.Format = st.Provider
 	fillCompactRecord(rec, st.Response, pipeline, 0)
 	s.warnIfStoreDown(w) // an outage this request found
-	return writeCompacted(w, st.Messages, st.Response, st.Provider, st.System, nil, nil)
+	return writeCompacted(w, &s.answers, st.Messages, st.Response, st.Provider, st.System, nil, nil)
 }

@@ -92,6 +92,8 @@ type Server struct {
 	started  time.Time
 	mux      *http.ServeMux
 	pages    *template.Template
+	// answers pools the buffers /v1/compact's answers are assembled in.
+	answers answerBuffers
 
 	reloadMu  sync.Mutex
 	reloadErr error     // the config file's last reload, if it failed
