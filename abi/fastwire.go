@@ -111,6 +111,43 @@ func AppendFastRequestView(dst []byte, config json.RawMessage, ctx *Context, msg
 	return dst
 }
 
+// FastRequestSize returns the size of AppendFastRequestView's encoding
+// of the same request: exact for the header view, at most the
+// contents' raw JSON more for the full view (a text is sent decoded,
+// never longer than its JSON). An encoder sizes its buffer with it
+// once instead of growing it: a header view of a long session holds
+// its tool calls' arguments, tens of kilobytes that a guess from the
+// message count missed.
+func FastRequestSize(config json.RawMessage, ctx *Context, msgs []Message, view string) int {
+	headers := view == ViewHeaders
+	n := len(fastMagic) + 4 + len(config) + 4 + len(ctx.Model) + 4 + len(ctx.Encoding) + 4 + 4 +
+		4 + len(ctx.ConversationID) + 4 + len(ctx.State) + 4
+	for i := range msgs {
+		m := &msgs[i]
+		n += 4 + len(m.Role) + 4 + 1
+		switch {
+		case m.Content.IsNull():
+			n += 4
+		case headers:
+			n += 4
+		default:
+			n += 4 + len(m.Content.Raw())
+		}
+		n += 4 + len(m.Name) + 4 + len(m.ToolCallID) + 4
+		for _, c := range m.ToolCalls {
+			n += 4 + len(c.ID) + 4 + len(c.Type) + 4 + len(c.Function.Name) + 4 + len(c.Function.Arguments)
+		}
+	}
+	return n
+}
+
+// FastTrailersSize is the most the trailers add to a request of n
+// messages: the decision (its reason's length is the caller's) and the
+// hashes.
+func FastTrailersSize(messages, reason int) int {
+	return 1 + 4 + reason + 4 + 1 + 4 + 16*messages
+}
+
 // fastDecisionTag opens the decision trailer of a fast request.
 const fastDecisionTag = 1
 

@@ -333,3 +333,45 @@ func TestFastDecoderReuse(t *testing.T) {
 		}
 	}
 }
+
+// TestFastRequestSize: the size an encoder makes room for is the header
+// view's exact size and at least the full view's, with room for both
+// trailers.
+func TestFastRequestSize(t *testing.T) {
+	t.Parallel()
+	var req CompactRequest
+	if err := json.Unmarshal([]byte(fastSample), &req); err != nil {
+		t.Fatal(err)
+	}
+	long := make([]Message, 0, 40)
+	for i := 0; i < 20; i++ {
+		long = append(long,
+			Message{Role: RoleAssistant, Content: TextContent("é\"\n"), ToolCalls: []ToolCall{{ID: "c", Type: "function",
+				Function: FunctionCall{Name: "edit", Arguments: `{"path":"a.go","text":"` + string(make([]byte, 100*i)) + `"}`}}}},
+			Message{Role: RoleTool, ToolCallID: "c", Content: RawContent(json.RawMessage(`[{"type":"text","text":"ok"}]`))})
+	}
+	cases := []struct {
+		name string
+		msgs []Message
+		ctx  Context
+	}{
+		{"sample", req.Messages, req.Context},
+		{"empty", nil, Context{}},
+		{"tool calls", long, Context{Model: "m", ConversationID: "id", State: json.RawMessage(`{"s":1}`)}},
+	}
+	for _, c := range cases {
+		for _, view := range []string{ViewFull, ViewHeaders} {
+			got := len(AppendFastRequestView(nil, req.Config, &c.ctx, c.msgs, view))
+			size := FastRequestSize(req.Config, &c.ctx, c.msgs, view)
+			if view == ViewHeaders && size != got || size < got {
+				t.Errorf("%s, %s view: size %d, encoding %d bytes", c.name, view, size, got)
+			}
+			hashes := make([][2]uint64, len(c.msgs))
+			d := &Decision{Reason: "over the window", TargetTokens: 9}
+			trailers := len(AppendFastHashes(AppendFastDecision(nil, d), hashes))
+			if n := FastTrailersSize(len(c.msgs), len(d.Reason)); n < trailers {
+				t.Errorf("%s: trailers size %d, encoding %d bytes", c.name, n, trailers)
+			}
+		}
+	}
+}

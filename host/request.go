@@ -49,14 +49,14 @@ func encodeFor(path, view string, req *Request) []byte {
 	if len(cfg) == 0 {
 		cfg = json.RawMessage("{}")
 	}
-	size := 128 + len(cfg) + len(ctx.State)
-	for _, r := range req.Conversation.Raw {
-		size += len(r)
+	// Room for the request and its trailers (request.encode), made once.
+	msgs := req.Conversation.Messages
+	reason := 0
+	if ctx.Compact != nil {
+		reason = len(ctx.Compact.Reason)
 	}
-	if view == abi.ViewHeaders {
-		size = 128 + len(cfg) + len(ctx.State) + 64*len(req.Conversation.Messages)
-	}
-	return abi.AppendFastRequestView(make([]byte, 0, size), cfg, &ctx, req.Conversation.Messages, view)
+	size := abi.FastRequestSize(cfg, &ctx, msgs, view) + abi.FastTrailersSize(len(msgs), reason)
+	return abi.AppendFastRequestView(make([]byte, 0, size), cfg, &ctx, msgs, view)
 }
 
 // encodeRequest writes the CompactRequest JSON. Each message is the
