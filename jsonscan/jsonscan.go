@@ -15,12 +15,14 @@
 package jsonscan
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math/bits"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Kind is the kind of a JSON value, from its first byte.
@@ -604,7 +606,10 @@ func hexVal(c byte) int {
 // quotes). Escaped surrogates that do not form a pair become U+FFFD, as
 // encoding/json decodes them.
 func Unquote(raw []byte) string {
-	return string(AppendUnquoted(make([]byte, 0, len(raw)-2), raw))
+	b := AppendUnquoted(make([]byte, 0, len(raw)-2), raw)
+	// b is this call's own and never changes: the string views it
+	// rather than copying it again.
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 // AppendUnquoted appends the decoded text of raw (a string the scanner
@@ -612,14 +617,12 @@ func Unquote(raw []byte) string {
 func AppendUnquoted(dst, raw []byte) []byte {
 	b := raw[1 : len(raw)-1]
 	for len(b) > 0 {
-		i := 0
-		for i < len(b) && b[i] != '\\' {
-			i++
-		}
-		dst = append(dst, b[:i]...)
-		if i == len(b) {
+		i := bytes.IndexByte(b, '\\')
+		if i < 0 {
+			dst = append(dst, b...)
 			break
 		}
+		dst = append(dst, b[:i]...)
 		b = b[i:] // at a backslash
 		switch b[1] {
 		case 'b':

@@ -231,3 +231,40 @@ func BenchmarkData(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkUnquote decodes every string of the fixture data files that
+// holds an escape, as the host does when it parses a message or a
+// plugin's new one.
+func BenchmarkUnquote(b *testing.B) {
+	var strs [][]byte
+	size := 0
+	for _, name := range []string{"mini_swe_agent_deepseek_swebench.jsonl", "tau_bench_gpt4o_airline.jsonl"} {
+		data, err := os.ReadFile(filepath.Join("..", "testdata", "conversations", name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, l := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
+			for i := 0; i < len(l); i++ {
+				if l[i] != '"' {
+					continue
+				}
+				s := Scanner{data: l[i:]}
+				raw, esc, err := s.String()
+				if err != nil {
+					continue
+				}
+				if esc {
+					strs = append(strs, raw)
+					size += len(raw)
+				}
+				i += len(raw) - 1
+			}
+		}
+	}
+	b.SetBytes(int64(size))
+	for b.Loop() {
+		for _, s := range strs {
+			_ = Unquote(s)
+		}
+	}
+}
