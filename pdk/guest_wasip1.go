@@ -359,7 +359,7 @@ var extractRequest []byte
 // (extract_identifiers_from); through Extism it is copied to a kernel
 // block first.
 func (wasmHost) ExtractIdentifiers(texts []idents.Input) ([][]idents.Item, error) {
-	out := make([][]idents.Item, len(texts))
+	var out [][]idents.Item // made when the texts take more than one batch
 	for from := 0; from < len(texts); {
 		size, to := 1, from
 		for to < len(texts) && size+idents.RequestSize(texts[to]) <= abi.MaxHostInputBytes {
@@ -367,6 +367,9 @@ func (wasmHost) ExtractIdentifiers(texts []idents.Input) ([][]idents.Item, error
 			to++
 		}
 		if to == from {
+			if out == nil {
+				out = make([][]idents.Item, len(texts))
+			}
 			out[from] = idents.Extract(nil, texts[from].Text, texts[from].Observed)
 			from++
 			continue
@@ -387,7 +390,14 @@ func (wasmHost) ExtractIdentifiers(texts []idents.Input) ([][]idents.Item, error
 		if err != nil {
 			return nil, fmt.Errorf("extract_identifiers: %w", err)
 		}
-		copy(out[from:to], got)
+		if from == 0 && to == len(texts) {
+			out = got // one batch: its slices are the answer
+		} else {
+			if out == nil {
+				out = make([][]idents.Item, len(texts))
+			}
+			copy(out[from:to], got)
+		}
 		from = to
 	}
 	if cap(extractRequest) > fastBufferShrink {

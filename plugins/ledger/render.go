@@ -436,7 +436,12 @@ func extractMessages(h pdk.Host, msgs []abi.Message, cfg config) (*extraction, e
 	}
 	// Every message's items first, so the deduplication's map is made
 	// at its size once instead of growing.
-	var all []item
+	n := 0
+	for _, g := range got {
+		n += len(g)
+	}
+	// Room for the extracted items and a few commands, made once.
+	all := make([]item, 0, n+8)
 	var assistant []int // [from, to) of each assistant message's items, in pairs
 	for i := range msgs {
 		from := len(all)
