@@ -112,12 +112,13 @@ func AppendFastRequestView(dst []byte, config json.RawMessage, ctx *Context, msg
 }
 
 // FastRequestSize returns the size of AppendFastRequestView's encoding
-// of the same request: exact for the header view, at most the
-// contents' raw JSON more for the full view (a text is sent decoded,
-// never longer than its JSON). An encoder sizes its buffer with it
-// once instead of growing it: a header view of a long session holds
-// its tool calls' arguments, tens of kilobytes that a guess from the
-// message count missed.
+// of the same request: exact for the header view and, in the full view,
+// for texts the host has decoded and for arrays of parts; a string
+// content still in JSON counts its JSON, never shorter than its text.
+// It encodes nothing. An encoder sizes its buffer with it once instead
+// of growing it: a header view of a long session holds its tool calls'
+// arguments, tens of kilobytes that a guess from the message count
+// missed.
 func FastRequestSize(config json.RawMessage, ctx *Context, msgs []Message, view string) int {
 	headers := view == ViewHeaders
 	n := len(fastMagic) + 4 + len(config) + 4 + len(ctx.Model) + 4 + len(ctx.Encoding) + 4 + 4 +
@@ -131,7 +132,7 @@ func FastRequestSize(config json.RawMessage, ctx *Context, msgs []Message, view 
 		case headers:
 			n += 4
 		default:
-			n += 4 + len(m.Content.Raw())
+			n += 4 + m.Content.Len()
 		}
 		n += 4 + len(m.Name) + 4 + len(m.ToolCallID) + 4
 		for _, c := range m.ToolCalls {
