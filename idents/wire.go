@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 	"unsafe"
 )
 
@@ -138,9 +137,6 @@ func within(text, s string) (int, bool) {
 // breaks the format, names a kind Extract does not produce or does not
 // hold exactly len(texts) texts is an error wrapping ErrMalformed.
 func DecodeAnswer(answer []byte, texts []Input, items []Item) ([][]Item, error) {
-	// An item takes at least two bytes (a tag and a length): room for
-	// all of them at once, rather than growing item by item.
-	items = slices.Grow(items, len(answer)/2+1)
 	ends := make([]int, len(texts))
 	at := 0
 	for t, in := range texts {
