@@ -163,3 +163,56 @@ func BenchmarkCountHit(b *testing.B) {
 		tok.CountMessages(msgs)
 	}
 }
+
+// BenchmarkCountNewMessages counts the texts of a long agent
+// conversation the Counter has not seen, after it has counted the other
+// conversations of the same fixture: the daemon's case when a message
+// arrives (the per-message cache misses; many of its words were seen
+// before). "pieces" is the Counter's count, "whole" the codec's alone;
+// codec-share is the share of the bytes the codec tokenized.
+func BenchmarkCountNewMessages(b *testing.B) {
+	convs := readConversations(b, "mini_swe_agent_deepseek_swebench.jsonl", -1)
+	longest, most := 0, int64(0)
+	for i, cv := range convs {
+		if n := textBytes(cv.Messages); n > most {
+			longest, most = i, n
+		}
+	}
+	var texts []string
+	bytes := 0
+	for i := range convs[longest].Messages {
+		s := convs[longest].Messages[i].Text()
+		texts = append(texts, s)
+		bytes += len(s)
+	}
+	for _, mode := range []string{"pieces", "whole"} {
+		b.Run(mode, func(b *testing.B) {
+			b.SetBytes(int64(bytes))
+			b.ReportAllocs()
+			codec := uint64(0)
+			runs := 0
+			for b.Loop() {
+				b.StopTimer()
+				c := New(Options{})
+				tok := c.ForModel("gpt-4o")
+				for i, cv := range convs {
+					if i != longest {
+						tok.CountMessages(clone(cv.Messages))
+					}
+				}
+				before := c.Stats().CodecBytes
+				b.StartTimer()
+				for _, s := range texts {
+					if mode == "whole" {
+						tok.enc.countWhole(s)
+					} else {
+						tok.enc.count(s)
+					}
+				}
+				codec += c.Stats().CodecBytes - before
+				runs++
+			}
+			b.ReportMetric(float64(codec)/float64(runs*bytes), "codec-share")
+		})
+	}
+}

@@ -53,6 +53,11 @@ type encoding struct {
 	newCodec func() *codec.Codec
 	once     sync.Once
 	codec    *codec.Codec
+	// pieces remembers the counts of short pieces of text (pieces.go);
+	// nil when the Counter caches nothing.
+	pieces *pieceCache
+	// codecBytes counts the bytes countWhole tokenized.
+	codecBytes atomic.Uint64
 }
 
 // count returns the number of o200k_base/cl100k_base tokens in s, loading
@@ -62,7 +67,16 @@ func (e *encoding) count(s string) int {
 	if s == "" {
 		return 0
 	}
+	if e.pieces != nil {
+		return e.pieces.count(s, e)
+	}
+	return e.countWhole(s)
+}
+
+// countWhole counts s with the codec alone, loading it on first use.
+func (e *encoding) countWhole(s string) int {
 	e.once.Do(func() { e.codec = e.newCodec() })
+	e.codecBytes.Add(uint64(len(s)))
 	n, err := e.codec.Count(s)
 	if err != nil {
 		// The codec fails only if its regexp engine does, which it does

@@ -155,6 +155,11 @@ func New(opts Options) *Counter {
 	case n > 0:
 		c.cache = newCache(n)
 	}
+	if opts.CacheEntries >= 0 {
+		for i := range c.encs {
+			c.encs[i].pieces = newPieceCache(pieceGeneration)
+		}
+	}
 
 	c.user = c.resolve(opts.Families)
 	c.builtin = c.resolve(BuiltinFamilies())
@@ -217,6 +222,12 @@ type Stats struct {
 	// BytesTokenized is the number of bytes of text run through a
 	// tokenizer, by Count and by every cache miss.
 	BytesTokenized uint64
+	// Pieces is the number of pieces of text whose counts the encodings
+	// remember now, and CodecBytes the bytes of text the codec itself
+	// tokenized: the pieces of BytesTokenized not remembered (with the
+	// cache disabled, all of them).
+	Pieces     int
+	CodecBytes uint64
 }
 
 // Stats returns the counters' current values. It is safe to call at any
@@ -230,6 +241,13 @@ func (c *Counter) Stats() Stats {
 	}
 	if c.cache != nil {
 		s.Entries = c.cache.len()
+	}
+	for i := range c.encs {
+		e := &c.encs[i]
+		s.CodecBytes += e.codecBytes.Load()
+		if e.pieces != nil {
+			s.Pieces += e.pieces.len()
+		}
 	}
 	return s
 }

@@ -1,0 +1,175 @@
+package tokens
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// fixtureTexts returns every text CountMessage tokenizes in the
+// repository's fixture conversations: contents, names, tool-call names
+// and arguments.
+func fixtureTexts(t *testing.T) []string {
+	t.Helper()
+	var texts []string
+	for _, name := range []string{
+		"medagentbench_fhir_react.jsonl", "mini_swe_agent_deepseek_swebench.jsonl", "swe_agent_trajectories.jsonl",
+		"tau_bench_gpt4o_airline.jsonl", "toolbench_dfsdt_examples.jsonl",
+	} {
+		for _, cv := range readConversations(t, name, -1) {
+			for i := range cv.Messages {
+				m := &cv.Messages[i]
+				texts = append(texts, m.Role, m.Text(), m.Name)
+				for _, tc := range m.ToolCalls {
+					texts = append(texts, tc.Function.Name, tc.Function.Arguments)
+				}
+			}
+		}
+	}
+	return texts
+}
+
+// TestPiecesExact counts every fixture text piece by piece, with the cache
+// cold and then warm, and compares it with the codec's count of the whole
+// text, in both encodings.
+func TestPiecesExact(t *testing.T) {
+	t.Parallel()
+	texts := fixtureTexts(t)
+	if len(texts) < 1000 {
+		t.Fatalf("%d fixture texts: too few to mean anything", len(texts))
+	}
+	c := New(Options{})
+	for i := range c.encs {
+		e := &c.encs[i]
+		t.Run(e.name, func(t *testing.T) {
+			pieces, bytes := 0, 0
+			for pass := range 2 {
+				for _, s := range texts {
+					if s == "" {
+						continue
+					}
+					got := e.count(s)
+					if want := e.countWhole(s); got != want {
+						t.Fatalf("pass %d: %d tokens by pieces, %d whole, in %q", pass, got, want, s)
+					}
+					if pass == 0 {
+						bytes += len(s)
+					}
+				}
+				if pass == 0 {
+					pieces = e.pieces.len()
+				}
+			}
+			t.Logf("%d texts, %d bytes, %d pieces remembered", len(texts), bytes, pieces)
+			if pieces == 0 {
+				t.Fatal("no piece remembered")
+			}
+		})
+	}
+}
+
+// TestPiecesCuts checks the places a text is cut on texts made to sit on
+// the rule's edges: single and double spaces, spaces next to newlines,
+// tabs, DEL, digits, punctuation, contractions, non-ASCII letters and
+// invalid UTF-8.
+func TestPiecesCuts(t *testing.T) {
+	t.Parallel()
+	words := []string{"a", "I", "don't", "it's", "HELLO", "Hello", "x1", "123", "1234567", "3.14", "_x", "__init__",
+		"./a/b.py", "/usr/lib", "a/", "(", ")", "[1,", "2]", "{\"k\":", "\"v\"}", "—", "é", "naïve", "日本", "\x7f", "\xff",
+		"!", "?", "...", "'s", "'", "-", "--flag", "=", "==", "+1", "#", "$HOME", "@", "\\n", "`x`", "«", "»", "\u00a0"}
+	seps := []string{" ", "  ", "\n", " \n", "\n ", "\t", " \t", "", "\r\n", "   ", "\n\t", "\n\n  ", "\r\n  ", " \n\t ",
+		"\n/", "\n /", "\n\v", "\n\v ", "\n \v", "\n\u0085 ", "\n\u00a0", "\n \u00a0x", "\r", "\r ", "\n\r ", "/\n  ",
+		"\n  \n  ", "  \n  \n", "\n \n\t", "\n\t\n\t\t", " \n \n ", "\n    \n    \n    ", ")\n  \n  "}
+	c := New(Options{})
+	for i := range c.encs {
+		e := &c.encs[i]
+		for _, a := range words {
+			for _, sep := range seps {
+				for _, b := range words {
+					s := a + sep + b + " " + a
+					if got, want := e.count(s), e.countWhole(s); got != want {
+						t.Errorf("%s: %q: %d tokens by pieces, %d whole", e.name, s, got, want)
+					}
+				}
+			}
+		}
+	}
+}
+
+// FuzzPieces compares counting by pieces with counting whole on any text.
+func FuzzPieces(f *testing.F) {
+	for _, s := range []string{"hello world", "a  b c", "x = f(a, b) + 1", "don't stop", "日本 語 x", "a\x7f b", "1 22 333 4444", "\xff \xfe",
+		"def f(x):\n    return x\n\n\tpass\n", "a(\n/b", "x \n  y\r\n\tz", "ok\n\v w"} {
+		f.Add(s)
+	}
+	c := New(Options{})
+	f.Fuzz(func(t *testing.T, s string) {
+		for i := range c.encs {
+			e := &c.encs[i]
+			if s == "" {
+				continue
+			}
+			// Twice: the second time the pieces come from the cache.
+			for range 2 {
+				if got, want := e.count(s), e.countWhole(s); got != want {
+					t.Fatalf("%s: %q: %d tokens by pieces, %d whole", e.name, s, got, want)
+				}
+			}
+		}
+	})
+}
+
+// TestPieceCacheBound fills a small piece cache past its bound: it holds at
+// most two generations, a long piece is never held, and counts stay right.
+func TestPieceCacheBound(t *testing.T) {
+	t.Parallel()
+	c := New(Options{})
+	e := &c.encs[encO200k]
+	e.pieces = newPieceCache(100)
+	var b strings.Builder
+	for i := range 1000 {
+		fmt.Fprintf(&b, "w%d ", i)
+	}
+	s := b.String()
+	if got, want := e.count(s), e.countWhole(s); got != want {
+		t.Fatalf("%d tokens by pieces, %d whole", got, want)
+	}
+	if n := e.pieces.len(); n > 200 || n < 100 {
+		t.Fatalf("%d pieces held, want 100–200", n)
+	}
+	long := strings.Repeat("x", maxCachedPiece+1)
+	e.pieces = newPieceCache(100)
+	e.count(long + " " + long)
+	if n := e.pieces.len(); n != 0 {
+		t.Fatalf("%d pieces held after two of %d bytes, want 0", n, len(long))
+	}
+}
+
+// TestPiecesConcurrent counts the same and different texts from many
+// goroutines (run with -race).
+func TestPiecesConcurrent(t *testing.T) {
+	t.Parallel()
+	c := New(Options{})
+	e := &c.encs[encCl100k]
+	e.pieces = newPieceCache(64) // small: generations turn over while counting
+	texts := []string{"the quick brown fox jumps over the lazy dog", "def f(x): return x + 1", "a b c d e f g h i j k l m n o p"}
+	want := make([]int, len(texts))
+	for i, s := range texts {
+		want[i] = e.countWhole(s)
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for k := range 200 {
+				i := (g + k) % len(texts)
+				if got := e.count(texts[i]); got != want[i] {
+					t.Errorf("%q: %d tokens, want %d", texts[i], got, want[i])
+					return
+				}
+				e.count(fmt.Sprintf("g%d k%d", g, k))
+			}
+		})
+	}
+	wg.Wait()
+}
