@@ -11,6 +11,7 @@ import (
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
+	"github.com/compactd/compactd/idents"
 	"github.com/compactd/compactd/internal/plugtest"
 	"github.com/compactd/compactd/pdk"
 	"github.com/compactd/compactd/plugins/internal/decision"
@@ -486,5 +487,71 @@ func TestMemoTakeAndPutAgain(t *testing.T) {
 	}
 	if m.get(cursor) != 10000 || m.get([2]uint64{0, 2}) != nil || m.size > m.max {
 		t.Fatalf("after filling: cursor %v, oldest %v, size %d of %d", m.get(cursor), m.get([2]uint64{0, 2}), m.size, m.max)
+	}
+}
+
+// extractCounter counts the host's extraction calls.
+type extractCounter struct {
+	pdk.TestHost
+	calls int
+}
+
+func (h *extractCounter) ExtractIdentifiers(texts []idents.Input) ([][]idents.Item, error) {
+	h.calls++
+	return h.TestHost.ExtractIdentifiers(texts)
+}
+
+// TestMemoHoldsManyConversations: a team's agents take turns with long
+// histories (here 96 conversations of the fixtures' mini-swe-agent turns
+// stitched into one of 300 messages, told apart by their task), and each
+// one's next request renders only its new chunk: the memo still holds what
+// the conversation's last request rendered. At 8 MiB it did not, and every
+// request rendered its whole ledger again.
+func TestMemoHoldsManyConversations(t *testing.T) {
+	var long []abi.Message
+	for _, c := range plugtest.Load(t, true, "mini_swe_agent_deepseek_swebench.jsonl") {
+		if long == nil {
+			long = slices.Clone(c.Messages)
+			continue
+		}
+		long = append(long, c.Messages[convo.Pinned(c.Messages, true):]...)
+	}
+	const n = 300
+	if len(long) < n+1 {
+		t.Fatalf("the stitched conversation has %d messages, want %d", len(long), n+1)
+	}
+	long = long[:n+1]
+	const conversations = 96
+	variants := make([][]abi.Message, conversations)
+	task := convo.Pinned(long, true) - 1
+	for j := range variants {
+		msgs := slices.Clone(long)
+		msgs[task].Content = abi.TextContent(fmt.Sprintf("%s [agent %d]", msgs[task].Text(), j))
+		for i := range msgs {
+			var h fingerprint.Hash
+			h.Message(&msgs[i])
+			msgs[i].Hash = h.Sum128()
+		}
+		variants[j] = msgs
+	}
+	chunkMemo.clear()
+	defer chunkMemo.clear()
+	for _, msgs := range variants {
+		if _, err := compact(&pdk.TestHost{}, plugtest.Request(msgs[:n], nil, nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("the memo holds %d bytes after %d conversations", chunkMemo.size, conversations)
+	for j, msgs := range variants {
+		h := &extractCounter{}
+		if _, err := compact(h, plugtest.Request(msgs, nil, nil)); err != nil {
+			t.Fatal(err)
+		}
+		if h.calls > 1 {
+			t.Fatalf("conversation %d: its next request extracted %d times: the memo lost its ledger", j, h.calls)
+		}
+	}
+	if chunkMemo.size > chunkMemo.max {
+		t.Fatalf("the memo holds %d bytes, more than its %d", chunkMemo.size, chunkMemo.max)
 	}
 }
