@@ -674,8 +674,8 @@ func (c *memo) current(s memoSlot) bool {
 
 // chunkMemo serves every call of this instance. A conversation of 500
 // mini-swe-agent messages takes about 175 KB of it (230 KB of the
-// guest's heap), one of 100 about a fifth of that: 32 MiB holds some 190
-// such long conversations at once. At 8 MiB, 64 agents of 500 messages
+// guest's heap, measured natively): 32 MiB holds some 190 such long
+// conversations at once. At 8 MiB, 64 agents of 500 messages
 // each, taking turns, missed on every request and rendered their whole
 // ledger again (40 ms of the daemon's CPU a request instead of 2; the
 // instance's linear memory afterwards: 48 MB, against 43 MB at 8 MiB).
