@@ -1,7 +1,7 @@
 // Package compactd holds, embedded, the sources `compactd new` writes into
 // a new policy project: the plugin kits for C, Rust and AssemblyScript
 // (kits/), the project templates (kits/templates/), and the Go PDK with the
-// packages it needs (abi, convo, idents, pdk), which a Go project carries a copy of
+// packages it needs (abi, convo, facts, idents, pdk), which a Go project carries a copy of
 // because this module is not published. internal/scaffold writes them.
 package compactd
 
@@ -13,5 +13,5 @@ import "embed"
 //go:embed kits/rust/compactd-pdk/Cargo.toml kits/rust/compactd-pdk/src
 //go:embed kits/assemblyscript/compactd
 //go:embed all:kits/templates
-//go:embed abi/*.go abi/README.md convo/*.go idents/*.go pdk/*.go
+//go:embed abi/*.go abi/README.md convo/*.go facts/*.go idents/*.go pdk/*.go
 var Sources embed.FS

@@ -76,6 +76,12 @@ const (
 	// read straight from the plugin's memory (ABI 1.1, fast path only):
 	// no boundary crossing per 8 bytes to fill a kernel block.
 	HostExtractIdentifiersFrom = "extract_identifiers_from"
+	// HostExtractMessageFactsInto finds the facts of a range of the
+	// request's messages natively (ABI 1.1, fast path only): what the
+	// agent ran, the identifiers, what the user asked (package facts),
+	// each once, written straight into the plugin's memory. A plugin
+	// reading a header view does not fetch the messages' contents.
+	HostExtractMessageFactsInto = "extract_message_facts_into"
 )
 
 // Views a plugin may declare in its description (ABI 1.1). ViewFull, the
@@ -101,6 +107,12 @@ const (
 // call is not on the fast path (the host cannot read the plugin's memory):
 // use extract_identifiers.
 const ExtractUnsupported = ^uint64(0) - 1
+
+// FactsUnsupported is what extract_message_facts_into returns when the
+// call is not on the fast path (the host cannot write to the plugin's
+// memory): fetch the contents and find the facts in the plugin
+// (facts.Collect, with extract_identifiers).
+const FactsUnsupported = ^uint64(0) - 1
 
 // VersionString is an ABI version "MAJOR.MINOR". In JSON it is a string
 // ("1.0"); a bare integer (1) is accepted as "1.0".

@@ -16,6 +16,7 @@ import (
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/chat"
+	"github.com/compactd/compactd/facts"
 	"github.com/compactd/compactd/idents"
 	"github.com/compactd/compactd/internal/testenv"
 	"github.com/compactd/compactd/internal/wasmbuild"
@@ -363,6 +364,83 @@ func TestHostFunctionExtractIdentifiersFrom(t *testing.T) {
 		t.Run(path.name, func(t *testing.T) {
 			t.Parallel()
 			p := sharedPlugin(t, path.disable, "host/testdata/gohostile")
+			for mode, msg := range traps {
+				resp, err := p.Compact(context.Background(), modeRequest(c, mode))
+				if path.disable {
+					if err != nil || !slices.Equal(resp.Result.Warnings, []string{"unsupported"}) {
+						t.Fatalf("%s through Extism: %v, %+v", mode, err, resp)
+					}
+					continue
+				}
+				checkPluginError(t, err, "gohostile", ErrTrap, "", msg)
+				if _, err := p.Compact(context.Background(), modeRequest(c, "ok")); err != nil {
+					t.Fatalf("next call after %s: %v", mode, err)
+				}
+			}
+		})
+	}
+}
+
+// TestHostFunctionMessageFacts: extract_message_facts_into answers, on
+// the fast path, what facts.Collect finds in the messages, through the
+// PDK and straight after a call with a buffer too small; through Extism
+// the PDK finds the same facts in the plugin, and the function answers
+// abi.FactsUnsupported. A range the request does not hold, or a buffer
+// outside the plugin's memory, traps the call, named, without harm to
+// the next one.
+func TestHostFunctionMessageFacts(t *testing.T) {
+	t.Parallel()
+	c, err := chat.Parse([]byte(`[
+ {"role":"system","content":"You are a coding agent."},
+ {"role":"user","content":"Fix parse_args in src/app/main.py for ticket ZFA04Y"},
+ {"role":"assistant","content":"I will run it.\n` + "```" + `\npython src/app/main.py && grep -n x a.py\n` + "```" + `","tool_calls":[{"id":"c1","type":"function","function":{"name":"bash","arguments":"{\"command\":\"cd /srv && pytest -q tests/test_main.py | tail -5\"}"}}]},
+ {"role":"tool","tool_call_id":"c1","content":"Traceback:\n  File \"src/app/main.py\"\nValueError: bad 4,500\n    10\tdef fold():\n    11\t    pass\n"},
+ {"role":"user","content":"Please do not touch getUser in src/app/main.py. It must stay."}
+]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := facts.Collect(c.Messages, facts.Options{UserChars: 200}, facts.ExtractHere)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	kinds := map[idents.Kind]bool{}
+	for i, it := range set.Items {
+		used := "0"
+		if set.Used[i] {
+			used = "1"
+		}
+		want = append(want, itoa(int(it.Kind))+":"+it.Text+":"+used)
+		kinds[it.Kind] = true
+	}
+	if len(kinds) < 6 || !slices.Contains(want, "0:pytest:1") || !slices.Contains(want, "1:src/app/main.py:1") {
+		t.Fatalf("the conversation does not exercise commands, kinds and used facts: %q", want)
+	}
+	traps := map[string]string{
+		"factsrange": "extract_message_facts_into: malformed block: messages 5 to 6 of a request of 5",
+		"factsout":   "extract_message_facts_into: the buffer of 1048576 bytes at 4294967040 is outside the plugin's memory",
+	}
+	for _, path := range paths {
+		t.Run(path.name, func(t *testing.T) {
+			t.Parallel()
+			p := sharedPlugin(t, path.disable, "host/testdata/gohostile")
+			for _, mode := range []string{"facts", "factsretry"} {
+				resp, err := p.Compact(context.Background(), modeRequest(c, mode))
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := resp.Result.Warnings
+				if mode == "factsretry" && path.disable {
+					if !slices.Equal(got, []string{"unsupported"}) {
+						t.Fatalf("%s through Extism: %q", mode, got)
+					}
+					continue
+				}
+				if !slices.Equal(got, want) {
+					t.Fatalf("%s: facts\n got %q\nwant %q", mode, got, want)
+				}
+			}
 			for mode, msg := range traps {
 				resp, err := p.Compact(context.Background(), modeRequest(c, mode))
 				if path.disable {

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/facts"
 	"github.com/compactd/compactd/idents"
 	extism "github.com/extism/go-sdk"
 	"github.com/tetratelabs/wazero/api"
@@ -39,6 +40,12 @@ type callState struct {
 	// msgs are the call's request messages, for message_content (nil for
 	// calls without a conversation).
 	msgs []abi.Message
+	// facts is the last extract_message_facts_into answer, for its
+	// range (first, count, user_chars).
+	facts struct {
+		key    [3]uint64
+		answer []byte
+	}
 }
 
 type callStateKey struct{}
@@ -146,7 +153,39 @@ func hostFuncs() []hostFunc {
 			}
 			s[0] = extractIdentifiers(ctx, mem, req)
 		}},
+		{abi.HostExtractMessageFactsInto, []api.ValueType{i64, i64, i64, i64, i64}, []api.ValueType{i64}, func(ctx context.Context, st *callState, mem hostMemory, s []uint64) {
+			if mem.guest == nil {
+				// Through Extism the host cannot write to the plugin's
+				// own memory: the plugin finds the facts itself.
+				s[0] = abi.FactsUnsupported
+				return
+			}
+			s[0] = messageFacts(ctx, st, mem.guest, s[0], s[1], s[2], s[3], s[4])
+		}},
 	}
+}
+
+// messageFacts answers extract_message_facts_into: the facts of the count
+// messages from first, written at ptr when they fit in capacity bytes;
+// their length either way. The answer is kept for the call that follows
+// with a larger buffer. A range the request does not hold, or a buffer
+// outside the plugin's memory, is a plugin's bug: the call traps.
+func messageFacts(ctx context.Context, st *callState, guest api.Memory, first, count, userChars, ptr, capacity uint64) uint64 {
+	key := [3]uint64{first, count, userChars}
+	if st.facts.answer == nil || st.facts.key != key {
+		ans, err := facts.Answer(ctx, st.facts.answer[:0], st.msgs, first, count, userChars)
+		if err != nil {
+			panic(err)
+		}
+		st.facts.key, st.facts.answer = key, ans
+	}
+	ans := st.facts.answer
+	if uint64(len(ans)) <= capacity {
+		if ptr > math.MaxUint32 || !guest.Write(uint32(ptr), ans) {
+			panic(fmt.Sprintf("the buffer of %d bytes at %d is outside the plugin's memory", capacity, ptr))
+		}
+	}
+	return uint64(len(ans))
 }
 
 // extractIdentifiers answers an extract_identifiers request (req, in

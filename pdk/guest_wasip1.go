@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/facts"
 	"github.com/compactd/compactd/idents"
 )
 
@@ -85,6 +86,9 @@ func hostExtractIdentifiers(offset uint64) uint64
 
 //go:wasmimport extism:host/user extract_identifiers_from
 func hostExtractIdentifiersFrom(ptr, n uint64) uint64
+
+//go:wasmimport extism:host/user extract_message_facts_into
+func hostExtractMessageFactsInto(first, count, userChars, ptr, capacity uint64) uint64
 
 // A guest's linear memory never shrinks, so its peak is what it costs the
 // host for the rest of its life. Collect at 50% heap growth instead of Go's
@@ -404,6 +408,41 @@ func (wasmHost) ExtractIdentifiers(texts []idents.Input) ([][]idents.Item, error
 		extractRequest = nil
 	}
 	return out, nil
+}
+
+// factsBuf is extract_message_facts_into's buffer, and factsSet the facts
+// decoded from it, both reused across calls.
+var (
+	factsBuf []byte
+	factsSet facts.Set
+)
+
+// MessageFacts asks the host for the facts of msgs (the request's messages
+// from first) with extract_message_facts_into, which writes them straight
+// into factsBuf, and decodes them in place; through Extism it finds them
+// here, fetching the contents and extracting with ExtractIdentifiers.
+func (h wasmHost) MessageFacts(msgs []abi.Message, first int, opts facts.Options) (*facts.Set, error) {
+	if cap(factsBuf) == 0 {
+		factsBuf = make([]byte, 4096)
+	}
+	for {
+		buf := factsBuf[:cap(factsBuf)]
+		n := hostExtractMessageFactsInto(uint64(first), uint64(len(msgs)), uint64(max(opts.UserChars, 0)), uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))), uint64(len(buf)))
+		if n == abi.FactsUnsupported {
+			return facts.Collect(msgs, opts, h.ExtractIdentifiers)
+		}
+		if n > uint64(len(buf)) {
+			factsBuf = make([]byte, n)
+			continue
+		}
+		if err := facts.DecodeAnswerInto(&factsSet, unsafe.String(unsafe.SliceData(buf), n)); err != nil {
+			return nil, fmt.Errorf("extract_message_facts_into: %w", err)
+		}
+		if cap(factsBuf) > fastBufferShrink {
+			factsBuf = nil // the set still holds it, until the next call
+		}
+		return &factsSet, nil
+	}
 }
 
 func (wasmHost) Log(level Level, msg string) {

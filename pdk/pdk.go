@@ -36,6 +36,7 @@ import (
 	"runtime/debug"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/facts"
 	"github.com/compactd/compactd/idents"
 )
 
@@ -56,6 +57,15 @@ type Host interface {
 	// per batch (the extract_identifiers host function). A span's text
 	// is a substring of its input's.
 	ExtractIdentifiers(texts []idents.Input) ([][]idents.Item, error)
+	// MessageFacts returns the facts of msgs, the request's messages
+	// from index first on (facts.Collect: what the agent ran, the
+	// identifiers, what the user asked, each once). The host finds them
+	// in its own copy of the messages (the extract_message_facts_into
+	// host function), so a header view's contents are not fetched; where
+	// it cannot, the plugin does, with ExtractIdentifiers. The set and its
+	// texts are valid until the next MessageFacts call (a plugin decodes
+	// every answer into the same memory): copy what you keep.
+	MessageFacts(msgs []abi.Message, first int, opts facts.Options) (*facts.Set, error)
 }
 
 // Level is a log level.

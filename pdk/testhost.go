@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/facts"
 	"github.com/compactd/compactd/idents"
 )
 
@@ -67,6 +68,16 @@ func (h *TestHost) ExtractIdentifiers(texts []idents.Input) ([][]idents.Item, er
 		return nil, err
 	}
 	return idents.DecodeAnswer(ans, texts, nil)
+}
+
+// MessageFacts implements Host as the host does: the facts go through
+// extract_message_facts_into's answer format.
+func (h *TestHost) MessageFacts(msgs []abi.Message, first int, opts facts.Options) (*facts.Set, error) {
+	set, err := facts.Collect(msgs, opts, h.ExtractIdentifiers)
+	if err != nil {
+		return nil, err
+	}
+	return facts.DecodeAnswer(facts.AppendAnswer(nil, set))
 }
 
 // Log implements Host.

@@ -41,7 +41,7 @@ type language struct {
 
 var languages = []language{
 	{name: "go", aliases: []string{"golang"}, goModule: true, kit: []copySpec{
-		{"abi", "compactd/abi"}, {"convo", "compactd/convo"}, {"idents", "compactd/idents"}, {"pdk", "compactd/pdk"},
+		{"abi", "compactd/abi"}, {"convo", "compactd/convo"}, {"facts", "compactd/facts"}, {"idents", "compactd/idents"}, {"pdk", "compactd/pdk"},
 	}},
 	{name: "c", kit: []copySpec{{"kits/c/compactd.h", "compactd.h"}}},
 	{name: "rust", aliases: []string{"rs"}, kit: []copySpec{{"kits/rust/compactd-pdk", "compactd-pdk"}}},

@@ -14,7 +14,7 @@ func TestWrite(t *testing.T) {
 		lang  string
 		files []string // a few files each project must have
 	}{
-		{"go", []string{"go.mod", "main.go", "policy.go", "policy_test.go", "Makefile", "README.md", ".gitignore", "compactd/go.mod", "compactd/pdk/pdk.go", "compactd/abi/fastwire.go", "compactd/convo/convo.go", "compactd/idents/idents.go"}},
+		{"go", []string{"go.mod", "main.go", "policy.go", "policy_test.go", "Makefile", "README.md", ".gitignore", "compactd/go.mod", "compactd/pdk/pdk.go", "compactd/abi/fastwire.go", "compactd/convo/convo.go", "compactd/facts/facts.go", "compactd/idents/idents.go"}},
 		{"c", []string{"my-pol.c", "test_my-pol.c", "compactd.h", "Makefile", "README.md", ".gitignore"}},
 		{"rust", []string{"Cargo.toml", "Cargo.lock", ".cargo/config.toml", "src/lib.rs", "compactd-pdk/Cargo.toml", "compactd-pdk/src/lib.rs", "Makefile"}},
 		{"assemblyscript", []string{"package.json", "package-lock.json", "assembly/policy.ts", "test/policy.test.mjs", "compactd/index.ts", "compactd/exports.ts", "compactd/abort.ts", "compactd/testhost.mjs", "Makefile"}},

@@ -21,8 +21,3 @@ const (
 
 // kindNames label each kind's line in a chunk.
 var kindNames = [numKinds]string{"ran", "files", "defined", "names", "errors", "ids", "numbers", "user said"}
-
-// isWord reports whether c is a word byte: A-Z a-z 0-9 _.
-func isWord(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_'
-}

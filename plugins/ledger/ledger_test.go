@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
+	"github.com/compactd/compactd/facts"
 	"github.com/compactd/compactd/idents"
 	"github.com/compactd/compactd/internal/plugtest"
 	"github.com/compactd/compactd/pdk"
@@ -490,15 +492,20 @@ func TestMemoTakeAndPutAgain(t *testing.T) {
 	}
 }
 
-// extractCounter counts the host's extraction calls.
+// extractCounter counts the host's extraction calls (the ledger asks for
+// a range of messages' facts, and extracts nothing else).
 type extractCounter struct {
 	pdk.TestHost
 	calls int
 }
 
-func (h *extractCounter) ExtractIdentifiers(texts []idents.Input) ([][]idents.Item, error) {
+func (h *extractCounter) MessageFacts(msgs []abi.Message, first int, opts facts.Options) (*facts.Set, error) {
 	h.calls++
-	return h.TestHost.ExtractIdentifiers(texts)
+	return h.TestHost.MessageFacts(msgs, first, opts)
+}
+
+func (h *extractCounter) ExtractIdentifiers([]idents.Input) ([][]idents.Item, error) {
+	return nil, errors.New("the ledger asks for facts, not identifiers")
 }
 
 // TestMemoHoldsManyConversations: a team's agents take turns with long
@@ -553,5 +560,34 @@ func TestMemoHoldsManyConversations(t *testing.T) {
 	}
 	if chunkMemo.size > chunkMemo.max {
 		t.Fatalf("the memo holds %d bytes, more than its %d", chunkMemo.size, chunkMemo.max)
+	}
+}
+
+// TestHashSet: the set holds what was added, zero included, and nothing
+// else, as a map does, through growth and colliding probes.
+func TestHashSet(t *testing.T) {
+	t.Parallel()
+	s := newHashSet(0)
+	want := map[uint64]bool{}
+	for i := uint64(0); i < 5000; i++ {
+		h := i * 0x100000000 // many share their low bits
+		if i%7 == 0 {
+			h = i
+		}
+		if i%3 == 0 {
+			s.add(h)
+			s.add(h) // twice: still once
+			want[h] = true
+		}
+	}
+	for i := uint64(0); i < 5000; i++ {
+		for _, h := range []uint64{i * 0x100000000, i} {
+			if s.has(h) != want[h] {
+				t.Fatalf("has(%#x) = %v, want %v", h, s.has(h), want[h])
+			}
+		}
+	}
+	if s.len() != len(want) || !want[0] {
+		t.Fatalf("len %d, want %d (zero held: %v)", s.len(), len(want), want[0])
 	}
 }

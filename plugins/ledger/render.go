@@ -9,6 +9,7 @@ import (
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
+	"github.com/compactd/compactd/facts"
 	"github.com/compactd/compactd/idents"
 	"github.com/compactd/compactd/pdk"
 	"github.com/compactd/compactd/plugins/internal/fingerprint"
@@ -55,7 +56,7 @@ func render(sc *scratch, h pdk.Host, msgs []abi.Message, pinned int, units []con
 		copy(entries, cur.entries[:known])
 		cum = cur.cums[known-1]
 	}
-	var seen map[uint64]bool // built on the first chunk not in the memo
+	var seen *hashSet // built on the first chunk not in the memo
 	for ci, span := range p.chunks {
 		if ci < known {
 			continue
@@ -75,8 +76,8 @@ func render(sc *scratch, h pdk.Host, msgs []abi.Message, pinned int, units []con
 				return nil, err
 			}
 		}
-		chunkMsgs := msgs[units[span[0]].Start:units[span[1]-1].End]
-		e, err := buildChunk(h, chunkMsgs, seen, ci == 0, span, cfg)
+		first := units[span[0]].Start
+		e, err := buildChunk(h, msgs[first:units[span[1]-1].End], first, seen, ci == 0, span, cfg)
 		if err != nil {
 			return nil, err
 		}
@@ -88,7 +89,7 @@ func render(sc *scratch, h pdk.Host, msgs []abi.Message, pinned int, units []con
 	}
 	if seen != nil && len(keys) > 0 {
 		// The next jump of this conversation starts from here.
-		chunkMemo.put(seenKey(keys[len(keys)-1]), &seenSet{seen}, 16*len(seen)+64)
+		chunkMemo.put(seenKey(keys[len(keys)-1]), &seenSet{seen}, 8*len(seen.slots)+64)
 	}
 	sc.texts = sized(sc.texts, len(p.groups))
 	texts := sc.texts
@@ -212,7 +213,7 @@ func (c *cursor) size() int {
 
 // seenSet is what a ledger lists (and its pinned messages hold) up to a
 // chunk, as seenBefore returns it.
-type seenSet struct{ m map[uint64]bool }
+type seenSet struct{ m *hashSet }
 
 // seenKey is the memo key of the seen set after the chunk whose key is k.
 func seenKey(k [2]uint64) [2]uint64 { return [2]uint64{k[0] ^ 0x5EE5, k[1]} }
@@ -221,42 +222,71 @@ func seenKey(k [2]uint64) [2]uint64 { return [2]uint64{k[0] ^ 0x5EE5, k[1]} }
 // the chunks before the next one (entries, whose keys are keys) list.
 // The set the previous call left for the last of them is taken from the
 // memo, which then no longer has it: the caller adds to it.
-func seenBefore(h pdk.Host, pinned []abi.Message, pkey [2]uint64, entries []*entry, keys [][2]uint64, cfg config) (map[uint64]bool, error) {
+func seenBefore(h pdk.Host, pinned []abi.Message, pkey [2]uint64, entries []*entry, keys [][2]uint64, cfg config) (*hashSet, error) {
 	if len(entries) > 0 {
 		if s, ok := chunkMemo.take(seenKey(keys[len(entries)-1])).(*seenSet); ok {
 			return s.m, nil
 		}
 	}
-	seen := make(map[uint64]bool)
+	n := 0
+	for _, e := range entries {
+		n += len(e.hashes)
+	}
 	hs, err := pinnedHashes(h, pinned, pkey, cfg)
 	if err != nil {
 		return nil, err
 	}
+	seen := newHashSet(len(hs) + n + 64)
 	for _, x := range hs {
-		seen[x] = true
+		seen.add(x)
 	}
 	for _, e := range entries {
 		for _, x := range e.hashes {
-			seen[x] = true
+			seen.add(x)
 		}
 	}
 	return seen, nil
 }
 
-// buildChunk renders the chunk of msgs (the turns span, in units, folded
-// at one jump), listing what seen does not hold, and adds what it lists to
-// seen.
-func buildChunk(h pdk.Host, msgs []abi.Message, seen map[uint64]bool, first bool, span [2]int, cfg config) (*entry, error) {
-	x, err := extractMessages(h, msgs, cfg)
+// buildChunk renders the chunk of msgs (the request's messages from index
+// at: the turns span, in units, folded at one jump), listing what seen
+// does not hold, and adds what it lists to seen.
+func buildChunk(h pdk.Host, msgs []abi.Message, at int, seen *hashSet, first bool, span [2]int, cfg config) (*entry, error) {
+	x, err := extractMessages(h, msgs, at, cfg)
 	if err != nil {
 		return nil, err
 	}
 	budget := cfg.Share * float64(messagesTokens(msgs))
-	picked, hashes := selectItems(x, seen, budget)
+	state, hashes := selectItems(x, seen, budget)
 	e := &entry{hashes: hashes}
+	// The picked items' texts, copied into one string (they point into
+	// the host's answer), and their lists by kind, sliced from one array.
+	var counts [numKinds]int
+	size, n := 0, 0
 	for i, it := range x.items {
-		if picked[i] {
-			e.lists[it.Kind] = append(e.lists[it.Kind], strings.Clone(it.Text))
+		if state[i] == itemPicked {
+			counts[it.Kind]++
+			size += len(it.Text)
+			n++
+		}
+	}
+	var joined strings.Builder
+	joined.Grow(size)
+	for i, it := range x.items {
+		if state[i] == itemPicked {
+			joined.WriteString(it.Text)
+		}
+	}
+	texts, all := joined.String(), make([]string, n)
+	for kind, from := 0, 0; kind < len(counts); kind++ {
+		e.lists[kind] = all[from : from : from+counts[kind]]
+		from += counts[kind]
+	}
+	off := 0
+	for i, it := range x.items {
+		if state[i] == itemPicked {
+			e.lists[it.Kind] = append(e.lists[it.Kind], texts[off:off+len(it.Text)])
+			off += len(it.Text)
 		}
 	}
 	e.text = pdk.StringContent(renderChunk(&e.lists, first, span))
@@ -265,50 +295,63 @@ func buildChunk(h pdk.Host, msgs []abi.Message, seen map[uint64]bool, first bool
 	return e, nil
 }
 
+// The states selectItems leaves each item in.
+const (
+	itemSkipped = iota // seen before, or not picked in time
+	itemQueued         // only observed: waits for its kind's turn
+	itemPicked         // listed in the chunk
+)
+
 // selectItems picks the items of extraction x a chunk lists and records
 // them in seen: of those seen does not hold, every one the agent used,
 // then what it only observed, the kinds taking turns (each in order of
 // appearance), while the chunk's estimated size stays within budget
-// tokens. hashes are what the picked items make known (see seeHashes).
-func selectItems(x *extraction, seen map[uint64]bool, budget float64) (picked []bool, hashes []uint64) {
-	picked = make([]bool, len(x.items))
+// tokens. state[i] is itemPicked for a picked item; hashes are what the
+// picked items make known (see seeHashes).
+func selectItems(x *extraction, seen *hashSet, budget float64) (state []uint8, hashes []uint64) {
+	state = make([]uint8, len(x.items))
 	th := x.hashes
-	var queues [numKinds][]int
 	take := func(i int) {
-		picked[i] = true
+		state[i] = itemPicked
 		from := len(hashes)
 		hashes = seeHashes(hashes, x.items[i], th[i])
 		for _, h := range hashes[from:] {
-			seen[h] = true
+			seen.add(h)
 		}
 	}
 	for i, it := range x.items {
 		switch {
-		case seen[th[i]]:
+		case seen.has(th[i]):
 		case x.used[i]:
 			take(i)
 			budget -= itemTokens(it.Text)
 		default:
-			queues[it.Kind] = append(queues[it.Kind], i)
+			state[i] = itemQueued
 		}
 	}
+	// Each kind's queue is its queued items in order; next[kind] is
+	// where the rest of it starts.
+	var next [numKinds]int
 	for more := true; more && budget > 0; {
 		more = false
-		for kind := range queues {
-			q := queues[kind]
-			if len(q) == 0 {
+		for kind := range next {
+			i := next[kind]
+			for i < len(x.items) && (state[i] != itemQueued || int(x.items[i].Kind) != kind) {
+				i++
+			}
+			next[kind] = min(i+1, len(x.items))
+			if i == len(x.items) {
 				continue
 			}
 			more = true
-			queues[kind] = q[1:]
-			it := x.items[q[0]]
-			if cost := itemTokens(it.Text); cost <= budget && !seen[th[q[0]]] {
-				take(q[0])
+			it := x.items[i]
+			if cost := itemTokens(it.Text); cost <= budget && !seen.has(th[i]) {
+				take(i)
 				budget -= cost
 			}
 		}
 	}
-	return picked, hashes
+	return state, hashes
 }
 
 // itemTokens estimates an item's tokens in a ledger line.
@@ -341,8 +384,14 @@ func seeHashes(dst []uint64, it item, h uint64) []uint64 {
 	switch it.Kind {
 	case kindName:
 		if strings.IndexByte(it.Text, '.') >= 0 {
-			for _, part := range strings.Split(it.Text, ".") {
-				dst = append(dst, textHash(part))
+			for s := it.Text; ; { // each part between dots, as strings.Split gives them
+				i := strings.IndexByte(s, '.')
+				if i < 0 {
+					dst = append(dst, textHash(s))
+					break
+				}
+				dst = append(dst, textHash(s[:i]))
+				s = s[i+1:]
 			}
 		}
 	case kindFile:
@@ -364,6 +413,14 @@ func seeHashes(dst []uint64, it item, h uint64) []uint64 {
 // new.
 func renderChunk(lists *[numKinds][]string, first bool, span [2]int) string {
 	var b strings.Builder
+	size := 160 // the first chunk's header, or an empty chunk's line
+	for _, list := range lists {
+		size += 16 // a kind's label
+		for _, it := range list {
+			size += 3 + len(it)
+		}
+	}
+	b.Grow(size)
 	if first {
 		b.WriteString("[compactd ledger: what the turns after the task ran and met, each item once, earliest first; the ledger messages after this one continue it]")
 	}
@@ -420,146 +477,30 @@ type extraction struct {
 	hashes []uint64
 }
 
-// extractMessages returns the items of msgs. Their texts point into msgs.
-// The texts of all of them are extracted in one call to the host.
-func extractMessages(h pdk.Host, msgs []abi.Message, cfg config) (*extraction, error) {
-	var texts []idents.Input
-	starts := make([]int, len(msgs)+1) // msgs[i]'s texts are texts[starts[i]:starts[i+1]]
-	for i := range msgs {
-		starts[i] = len(texts)
-		texts = foldTexts(texts, &msgs[i])
-	}
-	starts[len(msgs)] = len(texts)
-	got, err := h.ExtractIdentifiers(texts)
+// extractMessages returns the facts of msgs, the request's messages from
+// index first on, each once (the host finds them: see pdk.Host's
+// MessageFacts), with their text hashes.
+func extractMessages(h pdk.Host, msgs []abi.Message, first int, cfg config) (*extraction, error) {
+	set, err := h.MessageFacts(msgs, first, facts.Options{UserChars: cfg.UserChars})
 	if err != nil {
 		return nil, err
 	}
-	// Every message's items first, so the deduplication's map is made
-	// at its size once instead of growing.
-	n := 0
-	for _, g := range got {
-		n += len(g)
-	}
-	// Room for the extracted items and a few commands, made once.
-	all := make([]item, 0, n+8)
-	var assistant []int // [from, to) of each assistant message's items, in pairs
-	for i := range msgs {
-		from := len(all)
-		all = fold(all, &msgs[i], cfg, texts[starts[i]:starts[i+1]], got[starts[i]:starts[i+1]])
-		if msgs[i].Role == abi.RoleAssistant {
-			assistant = append(assistant, from, len(all))
-		}
-	}
-	th := make([]uint64, len(all))
-	for k, it := range all {
+	th := make([]uint64, len(set.Items))
+	for k, it := range set.Items {
 		th[k] = textHash(it.Text)
 	}
-	return dedupItems(all, th, assistant), nil
-}
-
-// dedupItems returns the extraction of all, the items of some messages in
-// order (th their text hashes, assistant the [from, to) ranges of the
-// assistant messages' items, in pairs): each item once, in order of first
-// appearance, used when any of its appearances is the agent's own. Two
-// items are the same only when their kinds and texts are: a hash
-// collision keeps them apart. A chunk's few items (most chunks: a turn's
-// dozen) are looked up by a scan of those kept, comparing hashes first;
-// more by a map (see dedupMapped).
-func dedupItems(all []item, th []uint64, assistant []int) *extraction {
-	if len(all) <= dedupScanMax {
-		return dedupScanned(all, th, assistant)
-	}
-	return dedupMapped(all, th, assistant)
-}
-
-// dedupScanMax is the most items dedupItems scans for instead of making
-// a map: below it a scan costs the guest less than the map's allocation
-// and hashing.
-const dedupScanMax = 32
-
-// dedupScanned is dedupItems by a scan of the items kept.
-func dedupScanned(all []item, th []uint64, assistant []int) *extraction {
-	x := newExtraction(len(all))
-	for k, it := range all {
-		used := inAssistant(&assistant, k)
-		i := -1
-		for j, h := range x.hashes {
-			if h == th[k] && x.items[j] == it {
-				i = j
-				break
-			}
-		}
-		x.keep(i, it, used, th[k])
-	}
-	return x
-}
-
-// dedupMapped is dedupItems by a map keyed by text hash and kind, an
-// exact map holding the items whose key an earlier, other item holds.
-func dedupMapped(all []item, th []uint64, assistant []int) *extraction {
-	x := newExtraction(len(all))
-	at := make(map[uint64]int, len(all))
-	var clash map[item]int // the items whose key an earlier, other item holds
-	for k, it := range all {
-		used := inAssistant(&assistant, k)
-		key := th[k] + uint64(it.Kind+1)*0x9E3779B97F4A7C15
-		i, ok := at[key]
-		switch {
-		case !ok:
-			at[key] = len(x.items)
-		case x.items[i] != it:
-			if i, ok = clash[it]; !ok {
-				if clash == nil {
-					clash = make(map[item]int)
-				}
-				clash[it] = len(x.items)
-			}
-		}
-		if !ok {
-			i = -1
-		}
-		x.keep(i, it, used, th[k])
-	}
-	return x
-}
-
-// newExtraction returns an empty extraction with room for n items.
-func newExtraction(n int) *extraction {
-	return &extraction{items: make([]item, 0, n), used: make([]bool, 0, n), hashes: make([]uint64, 0, n)}
-}
-
-// keep records item it (text hash h): a new item when i < 0, else the
-// kept item i, marked used if it is.
-func (x *extraction) keep(i int, it item, used bool, h uint64) {
-	if i >= 0 {
-		x.used[i] = x.used[i] || used
-		return
-	}
-	x.items = append(x.items, it)
-	x.used = append(x.used, used)
-	x.hashes = append(x.hashes, h)
-}
-
-// inAssistant reports whether item k lies in one of the agent's spans
-// (pairs of item indices, start inclusive, end exclusive, in order),
-// first dropping the spans that end at or before k.
-func inAssistant(spans *[]int, k int) bool {
-	s := *spans
-	for len(s) > 0 && s[1] <= k {
-		s = s[2:]
-	}
-	*spans = s
-	return len(s) > 0 && s[0] <= k
+	return &extraction{items: set.Items, used: set.Used, hashes: th}, nil
 }
 
 // pinnedHashes returns the hashes of what the pinned messages (the system
-// messages and the task, whose memo key is key) hold: the ledger does not
+// messages and the task, the request's first messages, whose memo key is
+// key) hold: the ledger does not
 // list it, the request holds it verbatim.
 func pinnedHashes(h pdk.Host, msgs []abi.Message, key [2]uint64, cfg config) ([]uint64, error) {
 	if hs, ok := chunkMemo.get(key).([]uint64); ok {
 		return hs, nil
 	}
-	x, err := extractMessages(h, msgs, cfg)
+	x, err := extractMessages(h, msgs, 0, cfg)
 	if err != nil {
 		return nil, err
 	}

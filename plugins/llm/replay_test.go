@@ -16,6 +16,7 @@ import (
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/convo"
+	"github.com/compactd/compactd/facts"
 	"github.com/compactd/compactd/host"
 	"github.com/compactd/compactd/idents"
 	llmclient "github.com/compactd/compactd/internal/llm"
@@ -78,6 +79,9 @@ func (h clientHost) CountTokens(s string) int { return h.tok.Count(s) }
 func (h clientHost) Log(pdk.Level, string)    {}
 func (h clientHost) ExtractIdentifiers(texts []idents.Input) ([][]idents.Item, error) {
 	return (&pdk.TestHost{}).ExtractIdentifiers(texts)
+}
+func (h clientHost) MessageFacts(msgs []abi.Message, first int, opts facts.Options) (*facts.Set, error) {
+	return (&pdk.TestHost{}).MessageFacts(msgs, first, opts)
 }
 func (h clientHost) Complete(req abi.LLMRequest) (abi.LLMResponse, error) {
 	resp, err := h.llm.Complete(context.Background(), req)

@@ -7,8 +7,10 @@ package main
 import (
 	"os"
 	"strings"
+	"unsafe"
 
 	"github.com/compactd/compactd/abi"
+	"github.com/compactd/compactd/facts"
 	"github.com/compactd/compactd/idents"
 	"github.com/compactd/compactd/pdk"
 )
@@ -150,6 +152,58 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 			return res, nil
 		}
 		return abi.Unchanged(n, "extract_identifiers_from answered a bad request"), nil
+	case "facts", "factsretry":
+		// Exercises extract_message_facts_into: through the PDK (which
+		// falls back to finding the facts here through Extism), or
+		// straight, first with a buffer too small. One warning per
+		// fact, "kind:text:used".
+		var set *facts.Set
+		if cfg.Mode == "facts" {
+			var err error
+			if set, err = h.MessageFacts(req.Messages, 0, facts.Options{UserChars: 200}); err != nil {
+				return nil, err
+			}
+		} else {
+			buf := make([]byte, 1)
+			size := hostExtractMessageFactsInto(0, uint64(n), 200, bufAddr(buf), 1)
+			if size == abi.FactsUnsupported {
+				res := abi.Unchanged(n, "extract_message_facts_into is not served on this path")
+				res.Warnings = []string{"unsupported"}
+				return res, nil
+			}
+			buf = make([]byte, size)
+			if got := hostExtractMessageFactsInto(0, uint64(n), 200, bufAddr(buf), size); got != size {
+				return nil, &abi.Error{Code: abi.CodeInternal, Message: "the answer changed length between calls"}
+			}
+			var err error
+			if set, err = facts.DecodeAnswer(buf); err != nil {
+				return nil, &abi.Error{Code: abi.CodeInternal, Message: err.Error()}
+			}
+		}
+		res := abi.Unchanged(n, "facts")
+		for i, it := range set.Items {
+			used := "0"
+			if set.Used[i] {
+				used = "1"
+			}
+			res.Warnings = append(res.Warnings, itoa(int(it.Kind))+":"+it.Text+":"+used)
+		}
+		return res, nil
+	case "factsrange", "factsout":
+		// extract_message_facts_into with messages the request does not
+		// have, or a buffer outside the plugin's memory: the host must
+		// not answer on the fast path; through Extism it answers
+		// unsupported.
+		first, count, ptr, size := uint64(n), uint64(1), uint64(0), uint64(0)
+		if cfg.Mode == "factsout" {
+			first, count, ptr, size = 0, uint64(n), 0xFFFF_FF00, 1<<20
+		}
+		if hostExtractMessageFactsInto(first, count, 0, ptr, size) == abi.FactsUnsupported {
+			res := abi.Unchanged(n, "extract_message_facts_into is not served on this path")
+			res.Warnings = []string{"unsupported"}
+			return res, nil
+		}
+		return abi.Unchanged(n, "extract_message_facts_into answered a bad request"), nil
 	case "count":
 		// Exercises count_tokens and llm_complete through the PDK.
 		total := 0
@@ -173,6 +227,12 @@ func hostExtractIdentifiers(offset uint64) uint64
 
 //go:wasmimport extism:host/user extract_identifiers_from
 func hostExtractIdentifiersFrom(ptr, n uint64) uint64
+
+//go:wasmimport extism:host/user extract_message_facts_into
+func hostExtractMessageFactsInto(first, count, userChars, ptr, capacity uint64) uint64
+
+// bufAddr is b's address in the plugin's memory.
+func bufAddr(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }
 
 //go:wasmimport extism:host/env alloc
 func extismAlloc(n uint64) uint64

@@ -1,6 +1,14 @@
-package main
+// Package facts finds the facts of a conversation's messages that an
+// agent refers to later: what it ran (the tools it called, the programs
+// its commands ran), the identifiers package idents finds (files, names
+// defined and used, errors, ids, numbers) and what the user asked after
+// the task. The ledger policy lists them; the host finds them natively
+// for a plugin (the extract_message_facts_into host function), and a
+// plugin without that host function finds the same with Collect.
+package facts
 
 import (
+	"fmt"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -9,12 +17,78 @@ import (
 	"github.com/compactd/compactd/idents"
 )
 
-// foldTexts appends the texts of message m that fold reads items from,
-// in fold's order, with how to read each: the text of a user or tool
+// Options are what a message's facts depend on besides the message.
+type Options struct {
+	// UserChars is how many characters of a user message after the task
+	// its KindSaid item quotes (0: no KindSaid items): all of a short
+	// one, else each of its sentences that asks for something, cut.
+	UserChars int
+}
+
+// Set is the facts of some messages: each once, in order of first
+// appearance.
+type Set struct {
+	Items []idents.Item
+	// Used[i]: Items[i] is in the agent's own words (an assistant
+	// message's text or tool calls), not only in what it observed.
+	Used []bool
+}
+
+// Extractor returns each text's identifiers, idents.Extract(nil,
+// text.Text, text.Observed) for each (a plugin's host does it natively
+// for a batch). An item's text may point into its input's.
+type Extractor func(texts []idents.Input) ([][]idents.Item, error)
+
+// ExtractHere is the Extractor that runs idents.Extract in the caller.
+func ExtractHere(texts []idents.Input) ([][]idents.Item, error) {
+	out := make([][]idents.Item, len(texts))
+	for i, in := range texts {
+		out[i] = idents.Extract(nil, in.Text, in.Observed)
+	}
+	return out, nil
+}
+
+// Collect returns the facts of msgs, each once, in order of first
+// appearance; a fact is used when any of its appearances is the agent's
+// own. extract finds the identifiers of all their texts, in one call.
+// Items point into msgs' texts.
+func Collect(msgs []abi.Message, opts Options, extract Extractor) (*Set, error) {
+	var texts []idents.Input
+	starts := make([]int, len(msgs)+1) // msgs[i]'s texts are texts[starts[i]:starts[i+1]]
+	for i := range msgs {
+		starts[i] = len(texts)
+		texts = Texts(texts, &msgs[i])
+	}
+	starts[len(msgs)] = len(texts)
+	got, err := extract(texts)
+	if err != nil {
+		return nil, err
+	}
+	if len(got) != len(texts) {
+		return nil, fmt.Errorf("facts: %d texts extracted, %d sent", len(got), len(texts))
+	}
+	n := 0
+	for _, g := range got {
+		n += len(g)
+	}
+	var d deduper
+	d.reset(n + 8) // room for the identifiers and a few commands
+	var buf []idents.Item
+	for i := range msgs {
+		buf = Append(buf[:0], &msgs[i], opts, texts[starts[i]:starts[i+1]], got[starts[i]:starts[i+1]])
+		used := msgs[i].Role == abi.RoleAssistant
+		for _, it := range buf {
+			d.add(it, used)
+		}
+	}
+	return &d.set, nil
+}
+
+// Texts appends the texts of message m that Append reads items from, in
+// Append's order, with how to read each: the text of a user or tool
 // message (observed), the assistant's text and each tool call's
 // arguments (unescaped), and any other message's text.
-// extractMessages extracts them all in one host call.
-func foldTexts(texts []idents.Input, m *abi.Message) []idents.Input {
+func Texts(texts []idents.Input, m *abi.Message) []idents.Input {
 	switch m.Role {
 	case abi.RoleUser, abi.RoleTool:
 		return append(texts, idents.Input{Text: m.Text(), Observed: true})
@@ -28,25 +102,25 @@ func foldTexts(texts []idents.Input, m *abi.Message) []idents.Input {
 	return append(texts, idents.Input{Text: m.Text()})
 }
 
-// fold appends the items of message m to buf: what it ran (tool calls,
-// and a text-protocol agent's fenced commands), the files, names, ids it
-// holds, the errors and numbers it observed, and what the user said.
-// texts are m's texts as foldTexts lists them, and got their items
-// (idents.Extract's, one slice per text).
-func fold(buf []item, m *abi.Message, cfg config, texts []idents.Input, got [][]item) []item {
+// Append appends the facts of message m to buf, repeats included: what
+// it ran (tool calls, and a text-protocol agent's fenced commands), the
+// files, names, ids it holds, the errors and numbers it observed, and what
+// the user said. texts are m's texts as Texts lists them, and got their
+// identifiers (one slice per text).
+func Append(buf []idents.Item, m *abi.Message, opts Options, texts []idents.Input, got [][]idents.Item) []idents.Item {
 	switch m.Role {
 	case abi.RoleUser:
-		buf = saidItems(buf, texts[0].Text, cfg.UserChars)
+		buf = saidItems(buf, texts[0].Text, opts.UserChars)
 		return append(buf, got[0]...)
 	case abi.RoleAssistant:
 		buf = fencedCommands(buf, texts[0].Text)
 		buf = append(buf, got[0]...)
 		for k, tc := range m.ToolCalls {
 			if tc.Function.Name != "" {
-				buf = append(buf, item{Kind: kindRan, Text: tc.Function.Name})
+				buf = append(buf, idents.Item{Kind: idents.KindRan, Text: tc.Function.Name})
 			}
 			for _, w := range commandWords(texts[1+k].Text) {
-				buf = append(buf, item{Kind: kindRan, Text: w})
+				buf = append(buf, idents.Item{Kind: idents.KindRan, Text: w})
 			}
 			buf = append(buf, got[1+k]...)
 		}
@@ -55,24 +129,73 @@ func fold(buf []item, m *abi.Message, cfg config, texts []idents.Input, got [][]
 	return append(buf, got[0]...)
 }
 
+// deduper builds a Set: a scan of the items kept finds a repeat while
+// they are few (a turn's dozen), a map once they are more.
+type deduper struct {
+	set Set
+	at  map[idents.Item]int
+}
+
+// dedupScanMax is the most items deduper scans instead of making a map.
+const dedupScanMax = 32
+
+func (d *deduper) reset(n int) {
+	d.set = Set{Items: make([]idents.Item, 0, n), Used: make([]bool, 0, n)}
+	d.at = nil
+}
+
+// add records it: a new fact, or a repeat of one kept (marked used if
+// this appearance is).
+func (d *deduper) add(it idents.Item, used bool) {
+	i := -1
+	if d.at != nil {
+		if k, ok := d.at[it]; ok {
+			i = k
+		}
+	} else {
+		for k, kept := range d.set.Items {
+			if kept == it {
+				i = k
+				break
+			}
+		}
+	}
+	if i >= 0 {
+		d.set.Used[i] = d.set.Used[i] || used
+		return
+	}
+	d.set.Items = append(d.set.Items, it)
+	d.set.Used = append(d.set.Used, used)
+	if d.at != nil {
+		d.at[it] = len(d.set.Items) - 1
+	} else if len(d.set.Items) > dedupScanMax {
+		d.at = make(map[idents.Item]int, 2*len(d.set.Items))
+		for k, kept := range d.set.Items {
+			if _, ok := d.at[kept]; !ok {
+				d.at[kept] = k
+			}
+		}
+	}
+}
+
 // saidItems appends what a user message after the task said: the whole
 // message, on one line, when it is short (a chat turn: at most userChars
 // characters); of a longer one (a pasted log, a text-protocol agent's
 // observation), only its sentences that ask for something (see
 // instruction), each cut to userChars.
-func saidItems(buf []item, text string, userChars int) []item {
+func saidItems(buf []idents.Item, text string, userChars int) []idents.Item {
 	if userChars <= 0 {
 		return buf
 	}
 	if n := oneLineRunes(text, userChars); n > 0 && n <= userChars {
-		return append(buf, item{Kind: kindSaid, Text: oneLine(text)})
+		return append(buf, idents.Item{Kind: idents.KindSaid, Text: oneLine(text)})
 	}
 	for len(text) > 0 {
 		end := sentenceEnd(text)
 		s := strings.TrimSpace(text[:end])
 		text = text[end:]
 		if len(s) >= 12 && instruction(s) {
-			buf = append(buf, item{Kind: kindSaid, Text: clipRunes(oneLine(s), userChars)})
+			buf = append(buf, idents.Item{Kind: idents.KindSaid, Text: clipRunes(oneLine(s), userChars)})
 		}
 	}
 	return buf
@@ -168,7 +291,7 @@ func equalFoldASCII(s, lower string) bool {
 
 // fencedCommands appends the programs of the commands in a text's fenced
 // blocks (a text-protocol agent's actions: ```\nopen server.py\n```).
-func fencedCommands(buf []item, text string) []item {
+func fencedCommands(buf []idents.Item, text string) []idents.Item {
 	for {
 		i := strings.Index(text, "```")
 		if i < 0 {
@@ -185,7 +308,7 @@ func fencedCommands(buf []item, text string) []item {
 			end = len(body)
 		}
 		for _, w := range shellWords(body[:end]) {
-			buf = append(buf, item{Kind: kindRan, Text: w})
+			buf = append(buf, idents.Item{Kind: idents.KindRan, Text: w})
 		}
 		if end == len(body) {
 			return buf
@@ -394,4 +517,9 @@ func clipRunes(s string, n int) string {
 		count++
 	}
 	return s
+}
+
+// isWord reports whether c is a word byte: A-Z a-z 0-9 _.
+func isWord(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_'
 }
