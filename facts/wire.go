@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"unsafe"
 
 	"github.com/compactd/compactd/abi"
 	"github.com/compactd/compactd/idents"
@@ -92,7 +93,8 @@ func DecodeAnswer(answer []byte) (*Set, error) {
 // facts' texts are substrings of answer. On an error set is emptied.
 func DecodeAnswerInto(set *Set, s string) error {
 	set.Items, set.Used = set.Items[:0], set.Used[:0]
-	count, k := uvarint(s)
+	b := unsafe.Slice(unsafe.StringData(s), len(s)) // s's bytes, only read
+	count, k := binary.Uvarint(b)
 	if k <= 0 || count > uint64(len(s))/2 {
 		return fmt.Errorf("%w: the count is cut or too large", ErrMalformed)
 	}
@@ -108,7 +110,7 @@ func DecodeAnswerInto(set *Set, s string) error {
 		if kind >= idents.NumKinds {
 			return malformed(set, "%w: fact %d has unknown kind %d", ErrMalformed, i, kind)
 		}
-		n, k := uvarint(s[at:])
+		n, k := binary.Uvarint(b[at:])
 		if k <= 0 || n > uint64(len(s)-at-k) {
 			return malformed(set, "%w: fact %d's text is cut or runs past the answer's end", ErrMalformed, i)
 		}
@@ -127,22 +129,4 @@ func DecodeAnswerInto(set *Set, s string) error {
 func malformed(set *Set, format string, args ...any) error {
 	set.Items, set.Used = set.Items[:0], set.Used[:0]
 	return fmt.Errorf(format, args...)
-}
-
-// uvarint is binary.Uvarint over a string.
-func uvarint(s string) (uint64, int) {
-	var x uint64
-	var shift uint
-	for i := 0; i < len(s) && i < binary.MaxVarintLen64; i++ {
-		b := s[i]
-		if b < 0x80 {
-			if i == binary.MaxVarintLen64-1 && b > 1 {
-				return 0, -(i + 1)
-			}
-			return x | uint64(b)<<shift, i + 1
-		}
-		x |= uint64(b&0x7f) << shift
-		shift += 7
-	}
-	return 0, 0
 }

@@ -364,19 +364,7 @@ func TestHostFunctionExtractIdentifiersFrom(t *testing.T) {
 		t.Run(path.name, func(t *testing.T) {
 			t.Parallel()
 			p := sharedPlugin(t, path.disable, "host/testdata/gohostile")
-			for mode, msg := range traps {
-				resp, err := p.Compact(context.Background(), modeRequest(c, mode))
-				if path.disable {
-					if err != nil || !slices.Equal(resp.Result.Warnings, []string{"unsupported"}) {
-						t.Fatalf("%s through Extism: %v, %+v", mode, err, resp)
-					}
-					continue
-				}
-				checkPluginError(t, err, "gohostile", ErrTrap, "", msg)
-				if _, err := p.Compact(context.Background(), modeRequest(c, "ok")); err != nil {
-					t.Fatalf("next call after %s: %v", mode, err)
-				}
-			}
+			checkFastPathTraps(t, p, c, path.disable, traps)
 		})
 	}
 }
@@ -441,20 +429,29 @@ func TestHostFunctionMessageFacts(t *testing.T) {
 					t.Fatalf("%s: facts\n got %q\nwant %q", mode, got, want)
 				}
 			}
-			for mode, msg := range traps {
-				resp, err := p.Compact(context.Background(), modeRequest(c, mode))
-				if path.disable {
-					if err != nil || !slices.Equal(resp.Result.Warnings, []string{"unsupported"}) {
-						t.Fatalf("%s through Extism: %v, %+v", mode, err, resp)
-					}
-					continue
-				}
-				checkPluginError(t, err, "gohostile", ErrTrap, "", msg)
-				if _, err := p.Compact(context.Background(), modeRequest(c, "ok")); err != nil {
-					t.Fatalf("next call after %s: %v", mode, err)
-				}
-			}
+			checkFastPathTraps(t, p, c, path.disable, traps)
 		})
+	}
+}
+
+// checkFastPathTraps runs gohostile in each of traps' modes, which call a
+// fast-path-only host function badly: on the fast path the call traps
+// with the mode's message, without harm to the next call; through Extism
+// (disable) the function answers that it is not served there.
+func checkFastPathTraps(t *testing.T, p *Plugin, c *chat.Conversation, disable bool, traps map[string]string) {
+	t.Helper()
+	for mode, msg := range traps {
+		resp, err := p.Compact(context.Background(), modeRequest(c, mode))
+		if disable {
+			if err != nil || !slices.Equal(resp.Result.Warnings, []string{"unsupported"}) {
+				t.Fatalf("%s through Extism: %v, %+v", mode, err, resp)
+			}
+			continue
+		}
+		checkPluginError(t, err, "gohostile", ErrTrap, "", msg)
+		if _, err := p.Compact(context.Background(), modeRequest(c, "ok")); err != nil {
+			t.Fatalf("next call after %s: %v", mode, err)
+		}
 	}
 }
 
