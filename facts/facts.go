@@ -9,6 +9,7 @@ package facts
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -351,7 +352,7 @@ func shellWords(cmd string) []string {
 		if w == "" || w == "cd" || !isCommandWord(w) {
 			continue
 		}
-		if !contains(out, w) {
+		if !slices.Contains(out, w) {
 			out = append(out, w)
 		}
 		if len(out) == 3 {
@@ -403,15 +404,6 @@ func isCommandWord(w string) bool {
 		}
 	}
 	return true
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // unescapeJSON undoes the escapes of JSON text (the arguments of a tool
