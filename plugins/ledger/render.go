@@ -466,8 +466,10 @@ func mergeChunks(es []*entry, first bool, from, to int) string {
 	return renderChunk(&lists, first, [2]int{from, to})
 }
 
-// extraction is what some messages hold, before the ledger's
-// deduplication: items in order of first appearance, each once.
+// extraction is what some messages hold, before the ledger leaves out
+// what it already lists: items in order of first appearance, each once.
+// Its items' texts are valid until the next extractMessages call (the
+// host's answer, decoded in place): a chunk copies what it lists.
 type extraction struct {
 	items []item
 	// used[i]: items[i] is in the agent's own words (its text, its tool
@@ -494,8 +496,7 @@ func extractMessages(h pdk.Host, msgs []abi.Message, first int, cfg config) (*ex
 
 // pinnedHashes returns the hashes of what the pinned messages (the system
 // messages and the task, the request's first messages, whose memo key is
-// key) hold: the ledger does not
-// list it, the request holds it verbatim.
+// key) hold: the ledger does not list it, the request holds it verbatim.
 func pinnedHashes(h pdk.Host, msgs []abi.Message, key [2]uint64, cfg config) ([]uint64, error) {
 	if hs, ok := chunkMemo.get(key).([]uint64); ok {
 		return hs, nil
