@@ -69,6 +69,58 @@ func TestPiecesExact(t *testing.T) {
 	}
 }
 
+// TestSegmentsExact counts every fixture text segment by segment alone
+// (no piece cache in front), cold and then warm, and compares it with the
+// codec's count of the whole text, in both encodings: segments are cut
+// inside pieces, but their rule holds on any text.
+func TestSegmentsExact(t *testing.T) {
+	t.Parallel()
+	texts := fixtureTexts(t)
+	c := New(Options{})
+	for i := range c.encs {
+		e := &c.encs[i]
+		t.Run(e.name, func(t *testing.T) {
+			segs := newSegmentCache(pieceGeneration)
+			for pass := range 2 {
+				for _, s := range texts {
+					if s == "" {
+						continue
+					}
+					if got, want := segs.count(s, e), e.countWhole(s); got != want {
+						t.Fatalf("pass %d: %d tokens by segments, %d whole, in %q", pass, got, want, s)
+					}
+				}
+			}
+			if segs.len() == 0 {
+				t.Fatal("no segment remembered")
+			}
+		})
+	}
+}
+
+// TestSegmentsFound checks that a new piece made of known parts is
+// counted from remembered segments: the codec counts only the parts no
+// earlier piece held.
+func TestSegmentsFound(t *testing.T) {
+	t.Parallel()
+	c := New(Options{})
+	e := &c.encs[encO200k]
+	if got, want := e.count("x = np.zeros(n) + self.path"), e.countWhole("x = np.zeros(n) + self.path"); got != want {
+		t.Fatalf("%d tokens by pieces, %d whole", got, want)
+	}
+	before := e.codecBytes.Load()
+	s := "y = self.zeros(n) + np.path"
+	if got, want := e.count(s), e.countWhole(s); got != want {
+		t.Fatalf("%d tokens by pieces, %d whole", got, want)
+	}
+	// countWhole above counted len(s) bytes; of the pieces only "y" is
+	// new: " self.zeros(n)" and " np.path" are new pieces, but their
+	// segments (" self", ".zeros", "(n", ")", " np", ".path") are not.
+	if n := e.codecBytes.Load() - before - uint64(len(s)); n != 1 {
+		t.Fatalf("the codec counted %d bytes of the new pieces, want 1 (\"y\")", n)
+	}
+}
+
 // TestPiecesCuts checks the places a text is cut on texts made to sit on
 // the rule's edges: single and double spaces, spaces next to newlines,
 // tabs, DEL, digits, punctuation, contractions, non-ASCII letters and
@@ -84,12 +136,17 @@ func TestPiecesCuts(t *testing.T) {
 	c := New(Options{})
 	for i := range c.encs {
 		e := &c.encs[i]
+		segs := newSegmentCache(pieceGeneration)
 		for _, a := range words {
 			for _, sep := range seps {
 				for _, b := range words {
 					s := a + sep + b + " " + a
-					if got, want := e.count(s), e.countWhole(s); got != want {
+					want := e.countWhole(s)
+					if got := e.count(s); got != want {
 						t.Errorf("%s: %q: %d tokens by pieces, %d whole", e.name, s, got, want)
+					}
+					if got := segs.count(s, e); got != want {
+						t.Errorf("%s: %q: %d tokens by segments, %d whole", e.name, s, got, want)
 					}
 				}
 			}
@@ -97,23 +154,32 @@ func TestPiecesCuts(t *testing.T) {
 	}
 }
 
-// FuzzPieces compares counting by pieces with counting whole on any text.
+// FuzzPieces compares counting by pieces, and by segments alone, with
+// counting whole on any text.
 func FuzzPieces(f *testing.F) {
 	for _, s := range []string{"hello world", "a  b c", "x = f(a, b) + 1", "don't stop", "日本 語 x", "a\x7f b", "1 22 333 4444", "\xff \xfe",
 		"def f(x):\n    return x\n\n\tpass\n", "a(\n/b", "x \n  y\r\n\tz", "ok\n\v w"} {
 		f.Add(s)
 	}
 	c := New(Options{})
+	var segs [numEncodings]*pieceCache
+	for i := range segs {
+		segs[i] = newSegmentCache(pieceGeneration)
+	}
 	f.Fuzz(func(t *testing.T, s string) {
 		for i := range c.encs {
 			e := &c.encs[i]
 			if s == "" {
 				continue
 			}
+			want := e.countWhole(s)
 			// Twice: the second time the pieces come from the cache.
 			for range 2 {
-				if got, want := e.count(s), e.countWhole(s); got != want {
+				if got := e.count(s); got != want {
 					t.Fatalf("%s: %q: %d tokens by pieces, %d whole", e.name, s, got, want)
+				}
+				if got := segs[i].count(s, e); got != want {
+					t.Fatalf("%s: %q: %d tokens by segments alone, %d whole", e.name, s, got, want)
 				}
 			}
 		}
@@ -135,8 +201,12 @@ func TestPieceCacheBound(t *testing.T) {
 	if got, want := e.count(s), e.countWhole(s); got != want {
 		t.Fatalf("%d tokens by pieces, %d whole", got, want)
 	}
-	if n := e.pieces.len(); n > 200 || n < 100 {
+	segs := e.pieces.segs.len()
+	if n := e.pieces.len() - segs; n > 200 || n < 100 {
 		t.Fatalf("%d pieces held, want 100–200", n)
+	}
+	if segs > 200 || segs < 100 {
+		t.Fatalf("%d segments held, want 100–200", segs)
 	}
 	long := strings.Repeat("x", maxCachedPiece+1)
 	e.pieces = newPieceCache(100)

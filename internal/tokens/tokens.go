@@ -222,7 +222,7 @@ type Stats struct {
 	// BytesTokenized is the number of bytes of text run through a
 	// tokenizer, by Count and by every cache miss.
 	BytesTokenized uint64
-	// Pieces is the number of pieces of text whose counts the encodings
+	// Pieces is the number of pieces and segments of text whose counts the encodings
 	// remember now, and CodecBytes the bytes of text the codec itself
 	// tokenized: the pieces of BytesTokenized not remembered (with the
 	// cache disabled, all of them).
