@@ -222,10 +222,10 @@ type Stats struct {
 	// BytesTokenized is the number of bytes of text run through a
 	// tokenizer, by Count and by every cache miss.
 	BytesTokenized uint64
-	// Pieces is the number of pieces and segments of text whose counts the encodings
-	// remember now, and CodecBytes the bytes of text the codec itself
-	// tokenized: the pieces of BytesTokenized not remembered (with the
-	// cache disabled, all of them).
+	// Pieces is the number of pieces and segments of text whose counts
+	// the encodings remember now, and CodecBytes the bytes of text the
+	// codec itself tokenized: the parts of BytesTokenized not remembered
+	// (with the cache disabled, all of them).
 	Pieces     int
 	CodecBytes uint64
 }
