@@ -58,8 +58,9 @@ const (
 // outside it and stored under it once per text.
 type pieceCache struct {
 	// segments: the cache cuts a text into segments (segmentCut), not
-	// pieces (cutAt).
-	segments bool
+	// pieces (cutAt); caseCuts: also between a lower-case ASCII letter
+	// and a capital (o200k_base's split pattern, not cl100k_base's).
+	segments, caseCuts bool
 	// segs counts what this cache misses by its segments; nil: the
 	// codec counts it whole.
 	segs       *pieceCache
@@ -71,17 +72,14 @@ type pieceCache struct {
 // newPieceCache returns a cache of pieces, generation entries a
 // generation, that counts the pieces it misses by their segments, in a
 // cache of segments of the same bound.
-func newPieceCache(generation int) *pieceCache {
-	p := newSegmentCache(generation)
-	p.segments = false
-	p.segs = newSegmentCache(generation)
-	return p
+func newPieceCache(generation int, caseCuts bool) *pieceCache {
+	return &pieceCache{cur: make(map[string]uint32), generation: max(generation, 1), segs: newSegmentCache(generation, caseCuts)}
 }
 
-// newSegmentCache returns a cache of segments that counts the segments it
-// misses with the codec.
-func newSegmentCache(generation int) *pieceCache {
-	return &pieceCache{segments: true, cur: make(map[string]uint32), generation: max(generation, 1)}
+// newSegmentCache returns a cache of segments (cut between cases too with
+// caseCuts) that counts the segments it misses with the codec.
+func newSegmentCache(generation int, caseCuts bool) *pieceCache {
+	return &pieceCache{segments: true, caseCuts: caseCuts, cur: make(map[string]uint32), generation: max(generation, 1)}
 }
 
 // span is a piece of a text that count did not find in the current
@@ -117,7 +115,7 @@ func (p *pieceCache) count(s string, e *encoding) int {
 	start := 0
 	if p.segments {
 		for i := 1; i < len(s); i++ {
-			if segmentCut(s, i) {
+			if segmentCut(s, i, p.caseCuts) {
 				look(start, i)
 				start = i
 			}
@@ -259,13 +257,21 @@ func alnum(b byte) bool {
 // non-letter, letters, an optional contraction), a digit only by
 // \p{N}{1,3}, and neither goes on past such a byte; no earlier match
 // looks past the run. So the segments count alone as they do together.
-func segmentCut(s string, i int) bool {
+//
+// With caseCuts (o200k_base) a piece is also cut between a lower-case
+// ASCII letter and a capital (getUser is get, User): o200k_base's word
+// alternatives are capitals then lower-case letters (or capitals alone),
+// so a match that reached a lower-case letter ends before a capital.
+func segmentCut(s string, i int, caseCuts bool) bool {
 	a, b := s[i-1], s[i]
 	if b >= 0x80 {
 		return false
 	}
 	switch {
 	case asciiLetter(a):
+		if caseCuts && a >= 'a' && b <= 'Z' && b >= 'A' {
+			return true
+		}
 		return !asciiLetter(b) && b != '\''
 	case a >= '0' && a <= '9':
 		return b < '0' || b > '9'

@@ -80,7 +80,7 @@ func TestSegmentsExact(t *testing.T) {
 	for i := range c.encs {
 		e := &c.encs[i]
 		t.Run(e.name, func(t *testing.T) {
-			segs := newSegmentCache(pieceGeneration)
+			segs := newSegmentCache(pieceGeneration, e.splitsCase)
 			for pass := range 2 {
 				for _, s := range texts {
 					if s == "" {
@@ -129,14 +129,15 @@ func TestPiecesCuts(t *testing.T) {
 	t.Parallel()
 	words := []string{"a", "I", "don't", "it's", "HELLO", "Hello", "x1", "123", "1234567", "3.14", "_x", "__init__",
 		"./a/b.py", "/usr/lib", "a/", "(", ")", "[1,", "2]", "{\"k\":", "\"v\"}", "—", "é", "naïve", "日本", "\x7f", "\xff",
-		"!", "?", "...", "'s", "'", "-", "--flag", "=", "==", "+1", "#", "$HOME", "@", "\\n", "`x`", "«", "»", "\u00a0"}
+		"!", "?", "...", "'s", "'", "-", "--flag", "=", "==", "+1", "#", "$HOME", "@", "\\n", "`x`", "«", "»", "\u00a0",
+		"getUser", "HTTPServer", "aB", "iPhone", "xY's", "fooBAR", "a1B", "zZ9", "mIxEdCaSe", "x.yZ"}
 	seps := []string{" ", "  ", "\n", " \n", "\n ", "\t", " \t", "", "\r\n", "   ", "\n\t", "\n\n  ", "\r\n  ", " \n\t ",
 		"\n/", "\n /", "\n\v", "\n\v ", "\n \v", "\n\u0085 ", "\n\u00a0", "\n \u00a0x", "\r", "\r ", "\n\r ", "/\n  ",
 		"\n  \n  ", "  \n  \n", "\n \n\t", "\n\t\n\t\t", " \n \n ", "\n    \n    \n    ", ")\n  \n  "}
 	c := New(Options{})
 	for i := range c.encs {
 		e := &c.encs[i]
-		segs := newSegmentCache(pieceGeneration)
+		segs := newSegmentCache(pieceGeneration, e.splitsCase)
 		for _, a := range words {
 			for _, sep := range seps {
 				for _, b := range words {
@@ -158,13 +159,13 @@ func TestPiecesCuts(t *testing.T) {
 // counting whole on any text.
 func FuzzPieces(f *testing.F) {
 	for _, s := range []string{"hello world", "a  b c", "x = f(a, b) + 1", "don't stop", "日本 語 x", "a\x7f b", "1 22 333 4444", "\xff \xfe",
-		"def f(x):\n    return x\n\n\tpass\n", "a(\n/b", "x \n  y\r\n\tz", "ok\n\v w"} {
+		"def f(x):\n    return x\n\n\tpass\n", "a(\n/b", "x \n  y\r\n\tz", "ok\n\v w", "self.getUserName(xID) aB'S"} {
 		f.Add(s)
 	}
 	c := New(Options{})
 	var segs [numEncodings]*pieceCache
 	for i := range segs {
-		segs[i] = newSegmentCache(pieceGeneration)
+		segs[i] = newSegmentCache(pieceGeneration, c.encs[i].splitsCase)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		for i := range c.encs {
@@ -192,7 +193,7 @@ func TestPieceCacheBound(t *testing.T) {
 	t.Parallel()
 	c := New(Options{})
 	e := &c.encs[encO200k]
-	e.pieces = newPieceCache(100)
+	e.pieces = newPieceCache(100, e.splitsCase)
 	var b strings.Builder
 	for i := range 1000 {
 		fmt.Fprintf(&b, "w%d ", i)
@@ -209,7 +210,7 @@ func TestPieceCacheBound(t *testing.T) {
 		t.Fatalf("%d segments held, want 100–200", segs)
 	}
 	long := strings.Repeat("x", maxCachedPiece+1)
-	e.pieces = newPieceCache(100)
+	e.pieces = newPieceCache(100, e.splitsCase)
 	e.count(long + " " + long)
 	if n := e.pieces.len(); n != 0 {
 		t.Fatalf("%d pieces held after two of %d bytes, want 0", n, len(long))
@@ -222,7 +223,7 @@ func TestPiecesConcurrent(t *testing.T) {
 	t.Parallel()
 	c := New(Options{})
 	e := &c.encs[encCl100k]
-	e.pieces = newPieceCache(64) // small: generations turn over while counting
+	e.pieces = newPieceCache(64, e.splitsCase) // small: generations turn over while counting
 	texts := []string{"the quick brown fox jumps over the lazy dog", "def f(x): return x + 1", "a b c d e f g h i j k l m n o p"}
 	want := make([]int, len(texts))
 	for i, s := range texts {

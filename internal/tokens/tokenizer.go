@@ -53,6 +53,10 @@ type encoding struct {
 	newCodec func() *codec.Codec
 	once     sync.Once
 	codec    *codec.Codec
+	// splitsCase: the split pattern ends a word before a capital that
+	// follows a lower-case letter (o200k_base), so its segments are cut
+	// there too (pieces.go).
+	splitsCase bool
 	// pieces remembers the counts of short pieces of text (pieces.go);
 	// nil when the Counter caches nothing.
 	pieces *pieceCache

@@ -146,7 +146,7 @@ func New(opts Options) *Counter {
 		panic(err)
 	}
 	c := &Counter{seed: maphash.MakeSeed()}
-	c.encs[encO200k] = encoding{id: encO200k, name: O200kBase, newCodec: codec.NewO200kBase}
+	c.encs[encO200k] = encoding{id: encO200k, name: O200kBase, newCodec: codec.NewO200kBase, splitsCase: true}
 	c.encs[encCl100k] = encoding{id: encCl100k, name: Cl100kBase, newCodec: codec.NewCl100kBase}
 
 	switch n := opts.CacheEntries; {
@@ -157,7 +157,7 @@ func New(opts Options) *Counter {
 	}
 	if opts.CacheEntries >= 0 {
 		for i := range c.encs {
-			c.encs[i].pieces = newPieceCache(pieceGeneration)
+			c.encs[i].pieces = newPieceCache(pieceGeneration, c.encs[i].splitsCase)
 		}
 	}
 
