@@ -1,8 +1,8 @@
 package tokens
 
 import (
-	"strings"
-	"sync"
+	"hash/maphash"
+	"sync/atomic"
 )
 
 // Counting by pieces.
@@ -39,23 +39,29 @@ import (
 const (
 	// maxCachedPiece is the longest piece remembered: longer ones (a
 	// base64 blob, a minified line) rarely come back and are counted
-	// each time.
+	// each time. A piece of at most 64 bytes has at most 64 tokens, so
+	// its count fits in a slot's low byte.
 	maxCachedPiece = 64
-	// pieceGeneration is the entries of one generation: at most twice
-	// this many pieces are held (a few MB).
-	pieceGeneration = 1 << 15
+	// pieceSlots is the number of counts one table holds (pieces, or
+	// segments): 8 bytes each, 512 KiB a table.
+	pieceSlots = 1 << 16
 	// dedupMisses is the number of unknown pieces in one text past which
 	// they are first made unique, so a new text's repeated words are
 	// counted once.
 	dedupMisses = 16
 )
 
-// pieceCache remembers the token count of short pieces for one encoding.
-// It evicts by generations like the message cache (cache.go): a piece
-// found in the previous generation moves back into the current one, and
-// a full current generation replaces the previous one whole. Readers of
-// a text share the lock; the pieces a text did not find are counted
-// outside it and stored under it once per text.
+// pieceCache remembers the token count of short pieces for one encoding,
+// in a table of a fixed size: a 64-bit hash of a piece picks a bucket of
+// eight slots (one cache line), and a slot holds the hash's upper 56 bits
+// and the count. A lookup reads one bucket, and a new count takes an
+// empty slot of its bucket or replaces the one its hash names. Slots are
+// read and written atomically, so counting takes no lock; two texts may
+// store the same piece twice, or one may replace the other's newer count,
+// and either only costs a later miss. Two pieces share a count only on a
+// collision of 56 bits of their hashes, as two messages share one in the
+// message cache (cache.go) on a 64-bit collision. The table keeps no
+// text: a bulky chunk of the daemon's heap is 512 KiB a table, always.
 type pieceCache struct {
 	// segments: the cache cuts a text into segments (segmentCut), not
 	// pieces (cutAt); caseCuts: also between a lower-case ASCII letter
@@ -63,32 +69,81 @@ type pieceCache struct {
 	segments, caseCuts bool
 	// segs counts what this cache misses by its segments; nil: the
 	// codec counts it whole.
-	segs       *pieceCache
-	mu         sync.RWMutex
-	cur, prev  map[string]uint32
-	generation int
+	segs  *pieceCache
+	seed  maphash.Seed
+	slots []atomic.Uint64 // len(slots)/8 buckets of 8
+	mask  uint64          // the number of buckets, minus 1
+	held  atomic.Int64    // slots filled
 }
 
-// newPieceCache returns a cache of pieces, generation entries a
-// generation, that counts the pieces it misses by their segments, in a
-// cache of segments of the same bound.
-func newPieceCache(generation int, caseCuts bool) *pieceCache {
-	return &pieceCache{cur: make(map[string]uint32), generation: max(generation, 1), segs: newSegmentCache(generation, caseCuts)}
+// newPieceCache returns a cache of pieces of about slots counts that
+// counts the pieces it misses by their segments, in a cache of segments
+// of the same size.
+func newPieceCache(slots int, caseCuts bool) *pieceCache {
+	p := newSegmentCache(slots, caseCuts)
+	p.segments, p.caseCuts = false, false
+	p.segs = newSegmentCache(slots, caseCuts)
+	return p
 }
 
 // newSegmentCache returns a cache of segments (cut between cases too with
-// caseCuts) that counts the segments it misses with the codec.
-func newSegmentCache(generation int, caseCuts bool) *pieceCache {
-	return &pieceCache{segments: true, caseCuts: caseCuts, cur: make(map[string]uint32), generation: max(generation, 1)}
+// caseCuts) of about slots counts, a power of two and at least 8, that
+// counts the segments it misses with the codec.
+func newSegmentCache(slots int, caseCuts bool) *pieceCache {
+	buckets := 1
+	for buckets*8 < slots {
+		buckets *= 2
+	}
+	return &pieceCache{segments: true, caseCuts: caseCuts, seed: maphash.MakeSeed(),
+		slots: make([]atomic.Uint64, 8*buckets), mask: uint64(buckets - 1)}
 }
 
-// span is a piece of a text that count did not find in the current
-// generation: [start, end), with its count when the previous generation
-// had it (found).
+// tagMask keeps the bits of a hash a slot holds; the low byte is the count.
+const tagMask = ^uint64(0xFF)
+
+// get returns the count held for hash h.
+func (p *pieceCache) get(h uint64) (uint32, bool) {
+	b := p.bucket(h)
+	for i := range b {
+		if v := b[i].Load(); v&tagMask == h&tagMask {
+			return uint32(v & 0xFF), true
+		}
+	}
+	return 0, false
+}
+
+// put holds count n for hash h: in an empty slot of its bucket, else in
+// the one the hash's top bits name.
+func (p *pieceCache) put(h uint64, n uint32) {
+	v := h&tagMask | uint64(n)
+	b := p.bucket(h)
+	for i := range b {
+		switch b[i].Load() & tagMask {
+		case h & tagMask:
+			return
+		case 0:
+			if b[i].CompareAndSwap(0, v) {
+				p.held.Add(1)
+				return
+			}
+		}
+	}
+	b[h>>61].Store(v)
+}
+
+// bucket returns the eight slots hash h may be held in.
+func (p *pieceCache) bucket(h uint64) []atomic.Uint64 {
+	i := 8 * ((h >> 8) & p.mask)
+	return p.slots[i : i+8 : i+8]
+}
+
+// span is a piece of a text the cache does not hold: [start, end), its
+// hash (0 for a piece too long to hold, or whose hash's upper 56 bits are
+// all 0), and its count once counted.
 type span struct {
 	start, end int
+	h          uint64
 	n          uint32
-	found      bool
 }
 
 // count returns the tokens of s, summing its pieces' counts; e counts a
@@ -98,20 +153,17 @@ func (p *pieceCache) count(s string, e *encoding) int {
 	misses := buf[:0]
 	n := 0
 	look := func(start, end int) {
-		piece := s[start:end]
-		if len(piece) <= maxCachedPiece {
-			if c, ok := p.cur[piece]; ok {
+		var h uint64
+		if end-start <= maxCachedPiece {
+			if h = maphash.String(p.seed, s[start:end]); h&tagMask == 0 {
+				h = 0
+			} else if c, ok := p.get(h); ok {
 				n += int(c)
 				return
 			}
-			if c, ok := p.prev[piece]; ok {
-				misses = append(misses, span{start: start, end: end, n: c, found: true})
-				return
-			}
 		}
-		misses = append(misses, span{start: start, end: end})
+		misses = append(misses, span{start: start, end: end, h: h})
 	}
-	p.mu.RLock()
 	start := 0
 	if p.segments {
 		for i := 1; i < len(s); i++ {
@@ -132,50 +184,29 @@ func (p *pieceCache) count(s string, e *encoding) int {
 		}
 	}
 	look(start, len(s))
-	p.mu.RUnlock()
 	if len(misses) == 0 {
 		return n
 	}
 
-	var seen map[string]uint32
+	var seen map[uint64]uint32 // the counts of short pieces counted here
 	if len(misses) > dedupMisses {
-		seen = make(map[string]uint32, len(misses))
+		seen = make(map[uint64]uint32, len(misses))
 	}
-	store := false
 	for i := range misses {
 		m := &misses[i]
-		piece := s[m.start:m.end]
-		if !m.found {
-			if c, ok := seen[piece]; ok {
-				m.n = c
-			} else {
-				m.n = uint32(p.countMissed(piece, e))
+		if c, ok := seen[m.h]; ok && m.h != 0 {
+			m.n = c
+		} else {
+			m.n = uint32(p.countMissed(s[m.start:m.end], e))
+			if m.h != 0 {
+				p.put(m.h, m.n)
 				if seen != nil {
-					seen[piece] = m.n
+					seen[m.h] = m.n
 				}
 			}
 		}
 		n += int(m.n)
-		store = store || len(piece) <= maxCachedPiece
 	}
-	if !store {
-		return n
-	}
-	p.mu.Lock()
-	for _, m := range misses {
-		piece := s[m.start:m.end]
-		if len(piece) > maxCachedPiece {
-			continue
-		}
-		if _, ok := p.cur[piece]; ok {
-			continue // stored by another text meanwhile, or twice in this one
-		}
-		if m.found {
-			delete(p.prev, piece)
-		}
-		p.insert(strings.Clone(piece), m.n)
-	}
-	p.mu.Unlock()
 	return n
 }
 
@@ -188,20 +219,9 @@ func (p *pieceCache) countMissed(piece string, e *encoding) int {
 	return e.countWhole(piece)
 }
 
-// insert adds a piece to the current generation, starting a new one when
-// it is full. The caller holds the write lock.
-func (p *pieceCache) insert(piece string, n uint32) {
-	if len(p.cur) >= p.generation {
-		p.prev, p.cur = p.cur, make(map[string]uint32, len(p.cur))
-	}
-	p.cur[piece] = n
-}
-
-// len returns the pieces held, both generations, segments included.
+// len returns the counts held, segments included.
 func (p *pieceCache) len() int {
-	p.mu.RLock()
-	n := len(p.cur) + len(p.prev)
-	p.mu.RUnlock()
+	n := int(p.held.Load())
 	if p.segs != nil {
 		n += p.segs.len()
 	}

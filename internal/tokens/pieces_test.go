@@ -80,7 +80,7 @@ func TestSegmentsExact(t *testing.T) {
 	for i := range c.encs {
 		e := &c.encs[i]
 		t.Run(e.name, func(t *testing.T) {
-			segs := newSegmentCache(pieceGeneration, e.splitsCase)
+			segs := newSegmentCache(pieceSlots, e.splitsCase)
 			for pass := range 2 {
 				for _, s := range texts {
 					if s == "" {
@@ -137,7 +137,7 @@ func TestPiecesCuts(t *testing.T) {
 	c := New(Options{})
 	for i := range c.encs {
 		e := &c.encs[i]
-		segs := newSegmentCache(pieceGeneration, e.splitsCase)
+		segs := newSegmentCache(pieceSlots, e.splitsCase)
 		for _, a := range words {
 			for _, sep := range seps {
 				for _, b := range words {
@@ -165,7 +165,7 @@ func FuzzPieces(f *testing.F) {
 	c := New(Options{})
 	var segs [numEncodings]*pieceCache
 	for i := range segs {
-		segs[i] = newSegmentCache(pieceGeneration, c.encs[i].splitsCase)
+		segs[i] = newSegmentCache(pieceSlots, c.encs[i].splitsCase)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		for i := range c.encs {
@@ -187,33 +187,73 @@ func FuzzPieces(f *testing.F) {
 	})
 }
 
-// TestPieceCacheBound fills a small piece cache past its bound: it holds at
-// most two generations, a long piece is never held, and counts stay right.
+// TestPieceCacheBound fills a small piece cache past its size: it holds
+// at most its slots, a long piece is never held, and counts stay right
+// while counts are replaced, counting the same text again included.
 func TestPieceCacheBound(t *testing.T) {
 	t.Parallel()
 	c := New(Options{})
 	e := &c.encs[encO200k]
 	e.pieces = newPieceCache(100, e.splitsCase)
+	if got := len(e.pieces.slots); got != 128 {
+		t.Fatalf("a table of about 100 slots has %d, want 128", got)
+	}
 	var b strings.Builder
 	for i := range 1000 {
-		fmt.Fprintf(&b, "w%d ", i)
+		fmt.Fprintf(&b, "w%d x_%d ", i, i%37)
 	}
 	s := b.String()
-	if got, want := e.count(s), e.countWhole(s); got != want {
-		t.Fatalf("%d tokens by pieces, %d whole", got, want)
+	want := e.countWhole(s)
+	for pass := range 3 {
+		if got := e.count(s); got != want {
+			t.Fatalf("pass %d: %d tokens by pieces, %d whole", pass, got, want)
+		}
 	}
 	segs := e.pieces.segs.len()
-	if n := e.pieces.len() - segs; n > 200 || n < 100 {
-		t.Fatalf("%d pieces held, want 100–200", n)
+	if n := e.pieces.len() - segs; n > 128 || n < 64 {
+		t.Fatalf("%d pieces held, want 64–128", n)
 	}
-	if segs > 200 || segs < 100 {
-		t.Fatalf("%d segments held, want 100–200", segs)
+	if segs > 128 || segs < 64 {
+		t.Fatalf("%d segments held, want 64–128", segs)
 	}
 	long := strings.Repeat("x", maxCachedPiece+1)
 	e.pieces = newPieceCache(100, e.splitsCase)
 	e.count(long + " " + long)
 	if n := e.pieces.len(); n != 0 {
 		t.Fatalf("%d pieces held after two of %d bytes, want 0", n, len(long))
+	}
+}
+
+// TestPieceCacheSlots checks the table itself: a count comes back under
+// its hash and no other, a full bucket replaces the slot the hash names,
+// and a hash whose upper 56 bits match another's is the same piece to it
+// (the collision the design accepts).
+func TestPieceCacheSlots(t *testing.T) {
+	t.Parallel()
+	p := newSegmentCache(8, false) // one bucket
+	for i := range uint64(8) {
+		p.put(i<<8|1<<40, uint32(i))
+	}
+	for i := range uint64(8) {
+		if n, ok := p.get(i<<8 | 1<<40); !ok || n != uint32(i) {
+			t.Fatalf("slot %d: got %d, %v", i, n, ok)
+		}
+	}
+	if _, ok := p.get(9<<8 | 1<<40); ok {
+		t.Fatal("a hash never put was found")
+	}
+	p.put(5<<61|1<<40, 42) // the bucket is full: replaces slot 5
+	if n, ok := p.get(5<<61 | 1<<40); !ok || n != 42 {
+		t.Fatalf("replacing count: got %d, %v", n, ok)
+	}
+	if _, ok := p.get(5<<8 | 1<<40); ok {
+		t.Fatal("the replaced count is still found")
+	}
+	if n, ok := p.get(5<<61 | 1<<40 | 0x7F); !ok || n != 42 {
+		t.Fatalf("a hash differing in its low byte: got %d, %v", n, ok)
+	}
+	if got := p.len(); got != 8 {
+		t.Fatalf("%d slots held, want 8", got)
 	}
 }
 

@@ -157,7 +157,7 @@ func New(opts Options) *Counter {
 	}
 	if opts.CacheEntries >= 0 {
 		for i := range c.encs {
-			c.encs[i].pieces = newPieceCache(pieceGeneration, c.encs[i].splitsCase)
+			c.encs[i].pieces = newPieceCache(pieceSlots, c.encs[i].splitsCase)
 		}
 	}
 
