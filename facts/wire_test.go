@@ -124,3 +124,34 @@ func FuzzDecodeAnswer(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkAnswer is the host's side of extract_message_facts_into as the
+// ledger calls it: one answer per turn (an assistant message and what came
+// back) of the repository's mini-swe-agent conversations, in bytes of
+// text per second.
+func BenchmarkAnswer(b *testing.B) {
+	type turn struct {
+		msgs  []abi.Message
+		first uint64
+	}
+	var turns []turn
+	size := 0
+	for _, c := range plugtest.Load(b, false, "mini_swe_agent_deepseek_swebench.jsonl") {
+		for i := 2; i+1 < len(c.Messages); i += 2 {
+			turns = append(turns, turn{c.Messages, uint64(i)})
+			size += c.Messages[i].Content.Len() + c.Messages[i+1].Content.Len()
+		}
+	}
+	b.SetBytes(int64(size))
+	ctx := context.Background()
+	var dst []byte
+	for b.Loop() {
+		for _, t := range turns {
+			var err error
+			if dst, err = facts.Answer(ctx, dst[:0], t.msgs, t.first, 2, 200); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(turns)), "ns/answer")
+}
