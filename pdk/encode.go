@@ -20,7 +20,10 @@ import (
 // the same text in many results (a memoized summary) keeps the Content and
 // escapes the text once, not in every call.
 func StringContent(text string) abi.Content {
-	return abi.StringContent(appendString(nil, text), text)
+	// Room for the quotes and an escape every eight bytes (a line break
+	// in each short line): one allocation for most texts, where growing
+	// from nothing took four.
+	return abi.StringContent(appendString(make([]byte, 0, len(text)+len(text)/8+8), text), text)
 }
 
 // appendResult appends the JSON of res.

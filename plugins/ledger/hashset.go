@@ -39,24 +39,25 @@ func (s *hashSet) has(h uint64) bool {
 	}
 }
 
-// add puts h in s.
-func (s *hashSet) add(h uint64) {
+// add puts h in s and reports whether s did not hold it.
+func (s *hashSet) add(h uint64) bool {
 	if h == 0 {
+		added := !s.hasZero
 		s.hasZero = true
-		return
+		return added
 	}
 	mask := len(s.slots) - 1
 	for i := s.slot(h); ; i = (i + 1) & mask {
 		switch s.slots[i] {
 		case h:
-			return
+			return false
 		case 0:
 			s.slots[i] = h
 			s.n++
 			if 2*s.n > len(s.slots) {
 				s.grow()
 			}
-			return
+			return true
 		}
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/compactd/compactd/abi"
@@ -183,8 +184,10 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 	for i := 0; i < pinned; i++ {
 		items = append(items, abi.Ref(i))
 	}
-	for _, t := range texts {
-		items = append(items, abi.New(abi.Message{Role: role, Content: t}))
+	ledger := make([]abi.Message, len(texts)) // one allocation, not one a message
+	for i, t := range texts {
+		ledger[i] = abi.Message{Role: role, Content: t}
+		items = append(items, abi.Item{Message: &ledger[i]})
 	}
 	for i := tail; i < len(msgs); i++ {
 		items = append(items, abi.Ref(i))
@@ -204,17 +207,19 @@ func compact(h pdk.Host, req *abi.CompactRequest) (*abi.CompactResult, error) {
 // into a ledger of 3 chunk(s); 2 turn(s) verbatim". (Built with strconv:
 // fmt.Sprintf was a few microseconds of every request in the guest.)
 func foldedSummary(folded, units, messages int) string {
-	b := make([]byte, 0, 96)
-	b = append(b, "folded "...)
-	b = strconv.AppendInt(b, int64(folded), 10)
-	b = append(b, " of "...)
-	b = strconv.AppendInt(b, int64(units), 10)
-	b = append(b, " turns into a ledger of "...)
-	b = strconv.AppendInt(b, int64(messages), 10)
-	b = append(b, " chunk(s); "...)
-	b = strconv.AppendInt(b, int64(units-folded), 10)
-	b = append(b, " turn(s) verbatim"...)
-	return string(b)
+	var b strings.Builder // String does not copy: one allocation
+	b.Grow(96)
+	var num [20]byte
+	b.WriteString("folded ")
+	b.Write(strconv.AppendInt(num[:0], int64(folded), 10))
+	b.WriteString(" of ")
+	b.Write(strconv.AppendInt(num[:0], int64(units), 10))
+	b.WriteString(" turns into a ledger of ")
+	b.Write(strconv.AppendInt(num[:0], int64(messages), 10))
+	b.WriteString(" chunk(s); ")
+	b.Write(strconv.AppendInt(num[:0], int64(units-folded), 10))
+	b.WriteString(" turn(s) verbatim")
+	return b.String()
 }
 
 // plan is where the replay put the ledger: the chunks made at each jump
@@ -283,7 +288,8 @@ const maxMarks = 3
 // or more), and the task. At most maxMarks, the longest prefixes kept.
 func breakpoints(pinned int, groups [][2]int, fan int) []int {
 	last := pinned + len(groups) - 1
-	marks := []int{last}
+	marks := make([]int, 1, maxMarks)
+	marks[0] = last
 	if fan >= 2 {
 		for size := fan; len(marks) < maxMarks; size *= fan {
 			end := -1
@@ -347,6 +353,10 @@ type scratch struct {
 	keys           [][2]uint64
 	cums           []fingerprint.Hash
 	texts          []abi.Content
+	textHashes     []uint64 // an extraction's (extractMessages)
+	states         []uint8  // selectItems'
+	known          []uint64 // what selectItems' picks made known
+	parts          []uint64 // seeHashes' for one item
 }
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}

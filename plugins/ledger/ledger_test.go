@@ -575,8 +575,12 @@ func TestHashSet(t *testing.T) {
 			h = i
 		}
 		if i%3 == 0 {
-			s.add(h)
-			s.add(h) // twice: still once
+			if added := s.add(h); added == want[h] {
+				t.Fatalf("add(%#x) = %v with the set holding it: %v", h, added, want[h])
+			}
+			if s.add(h) { // twice: still once
+				t.Fatalf("add(%#x) again = true", h)
+			}
 			want[h] = true
 		}
 	}

@@ -16,9 +16,10 @@ import (
 )
 
 // entry is one chunk of the ledger as rendered: its text (with its JSON,
-// made once: a chunk is sent in many results), and the hashes of what it
-// lists (see seeHashes), which later chunks do not list again. Neither
-// holds a pointer into the request.
+// made once: a chunk is sent in many results), and the hashes of what
+// listing it made known (see seeHashes) that neither the pinned messages
+// nor an earlier chunk had, each once: later chunks do not list them
+// again. Neither holds a pointer into the request.
 type entry struct {
 	text   abi.Content
 	lists  [numKinds][]string // what text lists, by kind (copies, not pointers into the request)
@@ -77,7 +78,7 @@ func render(sc *scratch, h pdk.Host, msgs []abi.Message, pinned int, units []con
 			}
 		}
 		first := units[span[0]].Start
-		e, err := buildChunk(h, msgs[first:units[span[1]-1].End], first, seen, ci == 0, span, cfg)
+		e, err := buildChunk(sc, h, msgs[first:units[span[1]-1].End], first, seen, ci == 0, span, cfg)
 		if err != nil {
 			return nil, err
 		}
@@ -251,14 +252,15 @@ func seenBefore(h pdk.Host, pinned []abi.Message, pkey [2]uint64, entries []*ent
 // buildChunk renders the chunk of msgs (the request's messages from index
 // at: the turns span, in units, folded at one jump), listing what seen
 // does not hold, and adds what it lists to seen.
-func buildChunk(h pdk.Host, msgs []abi.Message, at int, seen *hashSet, first bool, span [2]int, cfg config) (*entry, error) {
-	x, err := extractMessages(h, msgs, at, cfg)
+func buildChunk(sc *scratch, h pdk.Host, msgs []abi.Message, at int, seen *hashSet, first bool, span [2]int, cfg config) (*entry, error) {
+	x, err := extractMessages(h, msgs, at, cfg, sc.textHashes)
 	if err != nil {
 		return nil, err
 	}
+	sc.textHashes = x.hashes[:0]
 	budget := cfg.Share * float64(messagesTokens(msgs))
-	state, hashes := selectItems(x, seen, budget)
-	e := &entry{hashes: hashes}
+	state := selectItems(sc, x, seen, budget)
+	e := &entry{hashes: slices.Clone(sc.known)}
 	// The picked items' texts, copied into one string (they point into
 	// the host's answer), and their lists by kind, sliced from one array.
 	var counts [numKinds]int
@@ -290,8 +292,6 @@ func buildChunk(h pdk.Host, msgs []abi.Message, at int, seen *hashSet, first boo
 		}
 	}
 	e.text = pdk.StringContent(renderChunk(&e.lists, first, span))
-	slices.Sort(e.hashes)
-	e.hashes = slices.Compact(e.hashes)
 	return e, nil
 }
 
@@ -306,17 +306,22 @@ const (
 // them in seen: of those seen does not hold, every one the agent used,
 // then what it only observed, the kinds taking turns (each in order of
 // appearance), while the chunk's estimated size stays within budget
-// tokens. state[i] is itemPicked for a picked item; hashes are what the
-// picked items make known (see seeHashes).
-func selectItems(x *extraction, seen *hashSet, budget float64) (state []uint8, hashes []uint64) {
-	state = make([]uint8, len(x.items))
+// tokens. state[i] is itemPicked for a picked item (in sc's array); what
+// the picked items made known that seen did not hold (see seeHashes) is
+// left in sc.known.
+func selectItems(sc *scratch, x extraction, seen *hashSet, budget float64) (state []uint8) {
+	sc.states = reserve(sc.states, len(x.items))[:len(x.items)]
+	state = sc.states
+	clear(state)
 	th := x.hashes
+	known, parts := sc.known[:0], sc.parts[:0]
 	take := func(i int) {
 		state[i] = itemPicked
-		from := len(hashes)
-		hashes = seeHashes(hashes, x.items[i], th[i])
-		for _, h := range hashes[from:] {
-			seen.add(h)
+		parts = seeHashes(parts[:0], x.items[i], th[i])
+		for _, h := range parts {
+			if seen.add(h) {
+				known = append(known, h)
+			}
 		}
 	}
 	for i, it := range x.items {
@@ -351,7 +356,8 @@ func selectItems(x *extraction, seen *hashSet, budget float64) (state []uint8, h
 			}
 		}
 	}
-	return state, hashes
+	sc.known, sc.parts = known, parts
+	return state
 }
 
 // itemTokens estimates an item's tokens in a ledger line.
@@ -481,17 +487,17 @@ type extraction struct {
 
 // extractMessages returns the facts of msgs, the request's messages from
 // index first on, each once (the host finds them: see pdk.Host's
-// MessageFacts), with their text hashes.
-func extractMessages(h pdk.Host, msgs []abi.Message, first int, cfg config) (*extraction, error) {
+// MessageFacts), with their text hashes, in th when it has room.
+func extractMessages(h pdk.Host, msgs []abi.Message, first int, cfg config, th []uint64) (extraction, error) {
 	set, err := h.MessageFacts(msgs, first, facts.Options{UserChars: cfg.UserChars})
 	if err != nil {
-		return nil, err
+		return extraction{}, err
 	}
-	th := make([]uint64, len(set.Items))
+	th = reserve(th, len(set.Items))[:len(set.Items)]
 	for k, it := range set.Items {
 		th[k] = textHash(it.Text)
 	}
-	return &extraction{items: set.Items, used: set.Used, hashes: th}, nil
+	return extraction{items: set.Items, used: set.Used, hashes: th}, nil
 }
 
 // pinnedHashes returns the hashes of what the pinned messages (the system
@@ -501,7 +507,7 @@ func pinnedHashes(h pdk.Host, msgs []abi.Message, key [2]uint64, cfg config) ([]
 	if hs, ok := chunkMemo.get(key).([]uint64); ok {
 		return hs, nil
 	}
-	x, err := extractMessages(h, msgs, 0, cfg)
+	x, err := extractMessages(h, msgs, 0, cfg, nil)
 	if err != nil {
 		return nil, err
 	}
