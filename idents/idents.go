@@ -53,6 +53,7 @@ const (
 	cPath              // word bytes and . / -
 	cLower             // a-z
 	cMark              // _ and . (what makes a plain word a name, a path or a number's part)
+	cDot               // .
 )
 
 var class = func() (t [256]uint8) {
@@ -67,7 +68,7 @@ var class = func() (t [256]uint8) {
 		case c == '_':
 			t[c] = cWord | cPath | cMark
 		case c == '.':
-			t[c] = cPath | cMark
+			t[c] = cPath | cMark | cDot
 		case c == '/' || c == '-':
 			t[c] = cPath
 		}
@@ -79,11 +80,26 @@ func isWord(c byte) bool  { return class[c]&cWord != 0 }
 func isDigit(c byte) bool { return class[c]&cDigit != 0 }
 func isAlnum(c byte) bool { return class[c]&(cDigit|cUpper|cLower) != 0 }
 
-// definer reports whether a name is defined after w.
+// definer reports whether a name is defined after w: def, class, func,
+// function, fn, struct, interface, type, trait or enum. (By length, then
+// constant compares: a string switch cost a tenth of Extract, asked of
+// every word.)
 func definer(w string) bool {
-	switch w {
-	case "def", "class", "func", "function", "fn", "struct", "interface", "type", "trait", "enum":
-		return true
+	switch len(w) {
+	case 2:
+		return w == "fn"
+	case 3:
+		return w == "def"
+	case 4:
+		return w == "func" || w == "type" || w == "enum"
+	case 5:
+		return w == "class" || w == "trait"
+	case 6:
+		return w == "struct"
+	case 8:
+		return w == "function"
+	case 9:
+		return w == "interface"
 	}
 	return false
 }
@@ -167,7 +183,7 @@ func Extract(out []Item, text string, observed bool) []Item {
 		// A JSON object's key ("user_id": …) is the format's vocabulary,
 		// repeated in every result, not a fact met.
 		key := next == '"' && i+1 < len(text) && (text[i+1] == ':' || text[i+1] == ' ' && i+2 < len(text) && text[i+2] == ':')
-		out = classify(out, run, next, after, prevWord, observed, key)
+		out = classify(out, run, seen&cDot != 0, next, after, prevWord, observed, key)
 		prevWord = run
 	}
 	out = lines.flush(out)
@@ -262,7 +278,8 @@ func plainRun(run string) bool {
 }
 
 // classify appends the items one run of path bytes holds.
-func classify(out []Item, run string, next, after byte, prevWord string, observed, key bool) []Item {
+// dotted says whether run holds a '.' (its trailing ones included).
+func classify(out []Item, run string, dotted bool, next, after byte, prevWord string, observed, key bool) []Item {
 	// Trimmed as strings.TrimRight(run, ".-") and TrimLeft(run, "-")
 	// would, without building their cutset on every run.
 	for len(run) > 0 && (run[len(run)-1] == '.' || run[len(run)-1] == '-') {
@@ -275,7 +292,7 @@ func classify(out []Item, run string, next, after byte, prevWord string, observe
 		return out
 	}
 	p := ""
-	if strings.IndexByte(run, '.') >= 0 { // a path has a dot before its extension
+	if dotted && strings.IndexByte(run, '.') >= 0 { // a path has a dot before its extension
 		p = filePath(run)
 	}
 	if p != "" {
@@ -289,7 +306,7 @@ func classify(out []Item, run string, next, after byte, prevWord string, observe
 	}
 	// A definition: def/class/func… then a name and what opens its
 	// parameters or body (def f(, class C:, struct S {, func F[T]).
-	if definer(prevWord) && isIdent(run) && len(run) >= 3 && (after == '(' || after == ':' || after == '{' || after == '<' || after == '[') {
+	if (after == '(' || after == ':' || after == '{' || after == '<' || after == '[') && len(run) >= 3 && definer(prevWord) && isIdent(run) {
 		return append(out, Item{KindDef, run})
 	}
 	if next == '(' && len(run) >= 4 && isSymbol(run) {
@@ -449,19 +466,25 @@ func isID(w string) bool {
 		// address or a mask.
 		return false
 	}
-	if a, b, ok := strings.Cut(w, "-"); ok && !strings.Contains(b, "-") && (allDigits(a) || allDigits(b)) {
-		return false
-	}
-	letters, digits := 0, 0
+	letters, digits, dashes := 0, 0, 0
 	for k := 0; k < len(w); k++ {
 		switch c := w[k]; {
 		case isDigit(c):
 			digits++
 		case class[c]&(cUpper|cLower) != 0:
 			letters++
+		case c == '-':
+			dashes++
 		}
 	}
-	return letters > 0 && digits >= 2
+	if letters == 0 || digits < 2 {
+		return false
+	}
+	if dashes == 1 { // a number joined to a word by its one dash: 64-bit, utf-16
+		a, b, _ := strings.Cut(w, "-")
+		return !allDigits(a) && !allDigits(b)
+	}
+	return true
 }
 
 func allDigits(s string) bool {

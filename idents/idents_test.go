@@ -125,7 +125,7 @@ func TestPlainRunHoldsNothing(t *testing.T) {
 			for _, after := range []byte{0, '(', ':', '{', '<', '['} {
 				for _, observed := range []bool{false, true} {
 					for _, key := range []bool{false, true} {
-						if got := classify(nil, run, next, after, "x", observed, key); len(got) > 0 {
+						if got := classify(nil, run, strings.Contains(run, "."), next, after, "x", observed, key); len(got) > 0 {
 							t.Fatalf("plainRun(%q) = true, but classify finds %v (next %q, after %q, observed %v, key %v)", run, got, next, after, observed, key)
 						}
 					}
