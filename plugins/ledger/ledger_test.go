@@ -444,21 +444,21 @@ func appendJSON(res *abi.CompactResult) (string, error) {
 // TestMemoTake: a taken key's place in the eviction order is dropped in
 // time, and evicting it frees nothing twice.
 func TestMemoTake(t *testing.T) {
-	m := &memo{max: 1 << 10, m: map[[2]uint64]memoEntry{}}
+	m := &memo{max: 1 << 10}
 	for i := uint64(0); i < 10000; i++ {
 		m.put([2]uint64{i, 0}, i, 8)
 		if got := m.take([2]uint64{i, 0}); got != i {
 			t.Fatalf("take %d: %v", i, got)
 		}
 	}
-	if len(m.order) > 2*len(m.m)+65 || m.size != 0 {
+	if len(m.order) > 2*m.m.len()+65 || m.size != 0 {
 		t.Fatalf("after 10000 takes: order %d, size %d", len(m.order), m.size)
 	}
 	for i := uint64(0); i < 1000; i++ {
 		m.put([2]uint64{i, 1}, i, 8)
 	}
-	if m.size > m.max || len(m.m) != m.max/8 || m.get([2]uint64{999, 1}) != uint64(999) || m.get([2]uint64{0, 1}) != nil {
-		t.Fatalf("eviction: size %d of %d, %d entries", m.size, m.max, len(m.m))
+	if m.size > m.max || m.m.len() != m.max/8 || m.get([2]uint64{999, 1}) != uint64(999) || m.get([2]uint64{0, 1}) != nil {
+		t.Fatalf("eviction: size %d of %d, %d entries", m.size, m.max, m.m.len())
 	}
 }
 
@@ -466,7 +466,7 @@ func TestMemoTake(t *testing.T) {
 // conversation's cursor is, keeps one slot in the eviction order, not
 // one per call, and its stale slots do not evict it.
 func TestMemoTakeAndPutAgain(t *testing.T) {
-	m := &memo{max: 100 * 8, m: map[[2]uint64]memoEntry{}}
+	m := &memo{max: 100 * 8}
 	for i := uint64(0); i < 50; i++ {
 		m.put([2]uint64{i, 2}, i, 8)
 	}
@@ -475,8 +475,8 @@ func TestMemoTakeAndPutAgain(t *testing.T) {
 	for i := 1; i <= 10000; i++ {
 		v, _ := m.take(cursor).(int)
 		m.put(cursor, v+1, 8)
-		if len(m.order) > 2*len(m.m)+64 {
-			t.Fatalf("call %d: %d slots for %d entries", i, len(m.order), len(m.m))
+		if len(m.order) > 2*m.m.len()+64 {
+			t.Fatalf("call %d: %d slots for %d entries", i, len(m.order), m.m.len())
 		}
 	}
 	if got := m.get(cursor); got != 10000 {
@@ -593,5 +593,55 @@ func TestHashSet(t *testing.T) {
 	}
 	if s.len() != len(want) || !want[0] {
 		t.Fatalf("len %d, want %d (zero held: %v)", s.len(), len(want), want[0])
+	}
+}
+
+// TestMemoMap runs the memo's table against Go's map: random sets, gets
+// and deletes of keys that share their low bits often (long probe runs,
+// wrapping the table's end), checking every answer and, at the end, that
+// every key is found where a probe from its home reaches it.
+func TestMemoMap(t *testing.T) {
+	t.Parallel()
+	var m memoMap
+	want := map[[2]uint64]int{}
+	rng := rand.New(rand.NewPCG(1, 2))
+	key := func() [2]uint64 {
+		k := rng.Uint64N(400)
+		if k%2 == 0 { // homes at the table's end: probes wrap
+			return [2]uint64{^(k%7) &^ (1 << 40), k}
+		}
+		return [2]uint64{k<<20 | k%7, k} // low bits: only 7 homes for 200 keys
+	}
+	for i := range 200000 {
+		k := key()
+		switch op := rng.IntN(3); op {
+		case 0:
+			m.set(k, memoEntry{size: i})
+			want[k] = i
+		case 1:
+			e, ok := m.del(k)
+			w, wok := want[k]
+			if ok != wok || ok && e.size != w {
+				t.Fatalf("op %d: del(%v) = %d, %v; want %d, %v", i, k, e.size, ok, w, wok)
+			}
+			delete(want, k)
+		default:
+			e, ok := m.get(k)
+			w, wok := want[k]
+			if ok != wok || ok && e.size != w {
+				t.Fatalf("op %d: get(%v) = %d, %v; want %d, %v", i, k, e.size, ok, w, wok)
+			}
+		}
+		if m.len() != len(want) {
+			t.Fatalf("op %d: len %d, want %d", i, m.len(), len(want))
+		}
+	}
+	for k, w := range want {
+		if e, ok := m.get(k); !ok || e.size != w {
+			t.Fatalf("get(%v) = %d, %v at the end; want %d", k, e.size, ok, w)
+		}
+	}
+	if 2*m.len() > len(m.slots) {
+		t.Fatalf("%d keys in %d slots: more than half full", m.len(), len(m.slots))
 	}
 }

@@ -595,7 +595,7 @@ type memo struct {
 	mu    sync.Mutex
 	max   int
 	size  int
-	m     map[[2]uint64]memoEntry
+	m     memoMap
 	order []memoSlot // oldest first; a slot whose seq is not its entry's is stale
 	seq   uint64     // the last put's
 }
@@ -616,7 +616,7 @@ type memoSlot struct {
 // one of a key taken since, nor of a key taken and put again (whose
 // current slot is a later one).
 func (c *memo) current(s memoSlot) bool {
-	e, ok := c.m[s.key]
+	e, ok := c.m.get(s.key)
 	return ok && e.seq == s.seq
 }
 
@@ -627,7 +627,7 @@ func (c *memo) current(s memoSlot) bool {
 // each, taking turns, missed on every request and rendered their whole
 // ledger again (40 ms of the daemon's CPU a request instead of 2; the
 // instance's linear memory afterwards: 48 MB, against 43 MB at 8 MiB).
-var chunkMemo = &memo{max: memoBytes, m: map[[2]uint64]memoEntry{}}
+var chunkMemo = &memo{max: memoBytes}
 
 // memoBytes bounds chunkMemo (its own estimate of what it holds).
 const memoBytes = 32 << 20
@@ -636,13 +636,14 @@ const memoBytes = 32 << 20
 func (c *memo) clear() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.m, c.order, c.size = map[[2]uint64]memoEntry{}, nil, 0
+	c.m, c.order, c.size = memoMap{}, nil, 0
 }
 
 func (c *memo) get(key [2]uint64) any {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.m[key].v
+	e, _ := c.m.get(key)
+	return e.v
 }
 
 // take returns the value of key and removes it from the memo. Its slot
@@ -652,11 +653,10 @@ func (c *memo) get(key [2]uint64) any {
 func (c *memo) take(key [2]uint64) any {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.m[key]
+	e, ok := c.m.del(key)
 	if !ok {
 		return nil
 	}
-	delete(c.m, key)
 	c.size -= e.size
 	return e.v
 }
@@ -664,22 +664,22 @@ func (c *memo) take(key [2]uint64) any {
 func (c *memo) put(key [2]uint64, v any, size int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.m[key]; ok || size > c.max {
+	if c.m.find(key) >= 0 || size > c.max {
 		return
 	}
 	for c.size+size > c.max && len(c.order) > 0 {
 		old := c.order[0]
 		c.order = c.order[1:]
 		if c.current(old) {
-			c.size -= c.m[old.key].size
-			delete(c.m, old.key)
+			e, _ := c.m.del(old.key)
+			c.size -= e.size
 		}
 	}
 	c.seq++
-	c.m[key] = memoEntry{v, size, c.seq}
+	c.m.set(key, memoEntry{v, size, c.seq})
 	c.order = append(c.order, memoSlot{key, c.seq})
 	c.size += size
-	if len(c.order) > 2*len(c.m)+64 {
+	if len(c.order) > 2*c.m.len()+64 {
 		// Drop the stale slots (amortized: the order at least halves,
 		// down to one slot per entry). A key taken and put again, as a
 		// conversation's cursor is on every request, leaves one stale
