@@ -608,7 +608,7 @@ func TestMemoMap(t *testing.T) {
 	key := func() [2]uint64 {
 		k := rng.Uint64N(400)
 		if k%2 == 0 { // homes at the table's end: probes wrap
-			return [2]uint64{^(k%7) &^ (1 << 40), k}
+			return [2]uint64{^(k % 7) &^ (1 << 40), k}
 		}
 		return [2]uint64{k<<20 | k%7, k} // low bits: only 7 homes for 200 keys
 	}
