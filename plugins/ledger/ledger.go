@@ -357,6 +357,7 @@ type scratch struct {
 	states         []uint8  // selectItems'
 	known          []uint64 // what selectItems' picks made known
 	parts          []uint64 // seeHashes' for one item
+	offsets        []int    // where renderChunk wrote each item
 }
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}

@@ -261,37 +261,37 @@ func buildChunk(sc *scratch, h pdk.Host, msgs []abi.Message, at int, seen *hashS
 	budget := cfg.Share * float64(messagesTokens(msgs))
 	state := selectItems(sc, x, seen, budget)
 	e := &entry{hashes: slices.Clone(sc.known)}
-	// The picked items' texts, copied into one string (they point into
-	// the host's answer), and their lists by kind, sliced from one array.
+	// The picked items' lists by kind, sliced from one array: first the
+	// texts of the host's answer (valid until the next extraction), then,
+	// once the chunk is rendered, the same texts in it, so the entry keeps
+	// no copy of its own.
 	var counts [numKinds]int
-	size, n := 0, 0
+	n := 0
 	for i, it := range x.items {
 		if state[i] == itemPicked {
 			counts[it.Kind]++
-			size += len(it.Text)
 			n++
 		}
 	}
-	var joined strings.Builder
-	joined.Grow(size)
-	for i, it := range x.items {
-		if state[i] == itemPicked {
-			joined.WriteString(it.Text)
-		}
-	}
-	texts, all := joined.String(), make([]string, n)
+	all := make([]string, n)
 	for kind, from := 0, 0; kind < len(counts); kind++ {
 		e.lists[kind] = all[from : from : from+counts[kind]]
 		from += counts[kind]
 	}
-	off := 0
 	for i, it := range x.items {
 		if state[i] == itemPicked {
-			e.lists[it.Kind] = append(e.lists[it.Kind], texts[off:off+len(it.Text)])
-			off += len(it.Text)
+			e.lists[it.Kind] = append(e.lists[it.Kind], it.Text)
 		}
 	}
-	e.text = pdk.StringContent(renderChunk(&e.lists, first, span))
+	sc.offsets = sc.offsets[:0]
+	text := renderChunk(&e.lists, first, span, &sc.offsets)
+	offs := sc.offsets
+	for _, list := range e.lists {
+		for j, it := range list {
+			list[j], offs = text[offs[0]:offs[0]+len(it)], offs[1:]
+		}
+	}
+	e.text = pdk.StringContent(text)
 	return e, nil
 }
 
@@ -416,8 +416,9 @@ func seeHashes(dst []uint64, it item, h uint64) []uint64 {
 // renderChunk writes one chunk: a line per kind, in the order of the
 // kinds. The first chunk of the ledger says what the ledger is; the
 // others are only its lines, or say that the turns they fold held nothing
-// new.
-func renderChunk(lists *[numKinds][]string, first bool, span [2]int) string {
+// new. Unless at is nil, it appends to *at where each item starts in the
+// text, in the lists' order.
+func renderChunk(lists *[numKinds][]string, first bool, span [2]int, at *[]int) string {
 	var b strings.Builder
 	size := 160 // the first chunk's header, or an empty chunk's line
 	for _, list := range lists {
@@ -446,6 +447,9 @@ func renderChunk(lists *[numKinds][]string, first bool, span [2]int) string {
 			} else {
 				b.WriteByte(' ')
 			}
+			if at != nil {
+				*at = append(*at, b.Len())
+			}
 			b.WriteString(it)
 		}
 	}
@@ -469,7 +473,7 @@ func mergeChunks(es []*entry, first bool, from, to int) string {
 			lists[kind] = append(lists[kind], e.lists[kind]...)
 		}
 	}
-	return renderChunk(&lists, first, [2]int{from, to})
+	return renderChunk(&lists, first, [2]int{from, to}, nil)
 }
 
 // extraction is what some messages hold, before the ledger leaves out
