@@ -22,7 +22,7 @@ import (
 // again. Neither holds a pointer into the request.
 type entry struct {
 	text   abi.Content
-	lists  [numKinds][]string // what text lists, by kind (copies, not pointers into the request)
+	lists  [numKinds][]string // what text lists, by kind (substrings of text, not of the request)
 	hashes []uint64
 }
 
