@@ -841,8 +841,19 @@ func TestQuickLoad(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	// The interpreted module (several times the compiled one's memory)
-	// is gone once its instances are.
-	if grown := int64(heapInUse()) - int64(heapBefore); grown > 48<<20 {
+	// is gone once its instances are. The background compile that
+	// swapped it out may still be returning (its goroutine's frames,
+	// the engine's bookkeeping): wait for it, then for the heap to settle
+	// (the deadline is a hang guard; a module kept alive fails it). A
+	// clean-clone CI run once measured 101 MiB here, where the usual
+	// figure is 21 MiB.
+	e.background.Wait()
+	grown := int64(heapInUse()) - int64(heapBefore)
+	for deadline := time.Now().Add(30 * time.Second); grown > 48<<20 && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		grown = int64(heapInUse()) - int64(heapBefore)
+	}
+	if grown > 48<<20 {
 		t.Errorf("%d MiB more in use after the swap: the interpreted module is kept alive", grown>>20)
 	}
 	resp, err := p.Compact(ctx, &Request{Conversation: c, Config: cfg})
