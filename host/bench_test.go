@@ -78,7 +78,7 @@ func BenchmarkTransferIn(b *testing.B) {
 				ctx := context.Background()
 				b.SetBytes(int64(size))
 				for b.Loop() {
-					if err := p.run(ctx, export, payload, CallEnv{}, nil, nil); err != nil {
+					if err := p.run(ctx, export, payload, CallEnv{}, nil, "", nil); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -126,12 +126,12 @@ func TestMemoryBudgetAdmitsInstances(t *testing.T) {
 	if used := e.MemoryBudget().Used; used != 2*per {
 		t.Fatalf("after two loads %d bytes are taken; want %d (two idle instances)", used, 2*per)
 	}
-	a1, err := a.acquire(ctx) // a's idle instance
+	a1, err := a.acquire(ctx, "") // a's idle instance
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A second instance of a: b's idle one is closed for it.
-	a2, err := a.acquire(ctx)
+	a2, err := a.acquire(ctx, "")
 	if err != nil {
 		t.Fatalf("a second instance, with an idle one of b to close: %v", err)
 	}
@@ -140,7 +140,7 @@ func TestMemoryBudgetAdmitsInstances(t *testing.T) {
 	}
 	// A third: nothing idle, nothing ends in time.
 	start := time.Now()
-	_, err = b.acquire(ctx)
+	_, err = b.acquire(ctx, "")
 	if !errors.Is(err, ErrMemoryBudget) || !strings.Contains(err.Error(), "limits.max_total_memory_mb") {
 		t.Fatalf("a third instance: %v; want ErrMemoryBudget naming limits.max_total_memory_mb", err)
 	}
@@ -156,7 +156,7 @@ func TestMemoryBudgetAdmitsInstances(t *testing.T) {
 	go func() {
 		bctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
-		pi, err := b.acquire(bctx)
+		pi, err := b.acquire(bctx, "")
 		if err == nil {
 			b.release(ctx, pi, nil)
 		}

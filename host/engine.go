@@ -810,7 +810,7 @@ func (e *Engine) LogCounts(base string) (dropped, truncated uint64) {
 func (p *Plugin) describe(ctx context.Context) error {
 	var desc abi.Description
 	var schema *policyconfig.Schema
-	err := p.run(ctx, abi.ExportDescribe, nil, CallEnv{}, nil, func(out []byte) *PluginError {
+	err := p.run(ctx, abi.ExportDescribe, nil, CallEnv{}, nil, "", func(out []byte) *PluginError {
 		var pe *PluginError
 		desc, schema, pe = parseDescription(out)
 		return pe

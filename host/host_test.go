@@ -1115,3 +1115,38 @@ func heapInUse() uint64 {
 	runtime.ReadMemStats(&ms)
 	return ms.HeapInuse
 }
+
+// TestPoolPrefersTheConversationsInstance: a conversation's next call
+// takes the idle instance that served its last one (a policy's memo
+// holds what that call saw), not the most recently used; a call without a
+// conversation, or whose instance is busy, takes any idle one.
+func TestPoolPrefersTheConversationsInstance(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, false, Limits{MaxInstances: 3})
+	p := loadTestPlugin(t, e, "plugins/sliding", Limits{})
+	ctx := context.Background()
+	take := func(conv string) *pooled {
+		t.Helper()
+		pi, err := p.acquire(ctx, conv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pi.conv = conv
+		return pi
+	}
+	a, b := take("a"), take("b")
+	p.release(ctx, a, nil)
+	p.release(ctx, b, nil) // b is the most recently used
+	if got := take("a"); got != a {
+		t.Fatal("conversation a got another instance than the one that served it")
+	}
+	// a is busy: b's instance is the only idle one, and serves anyone.
+	if got := take(""); got != b {
+		t.Fatal("a call without a conversation did not get the idle instance")
+	}
+	p.release(ctx, b, nil)
+	p.release(ctx, a, nil)
+	if got := take("c"); got != a {
+		t.Fatal("a new conversation did not get the most recently used instance")
+	}
+}

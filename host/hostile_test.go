@@ -178,7 +178,7 @@ func TestPanicInCallIsRecovered(t *testing.T) {
 	t.Parallel()
 	e := newTestEngine(t, false, Limits{})
 	p := loadTestPlugin(t, e, "plugins/lastn/lastn.c", Limits{})
-	err := p.run(context.Background(), abi.ExportDescribe, nil, CallEnv{}, nil, func([]byte) *PluginError { panic("boom") })
+	err := p.run(context.Background(), abi.ExportDescribe, nil, CallEnv{}, nil, "", func([]byte) *PluginError { panic("boom") })
 	checkPluginError(t, err, "lastn", ErrPanic, "", "boom")
 	if p.Stats().Discarded != 1 {
 		t.Errorf("stats %+v: the instance was not discarded", p.Stats())

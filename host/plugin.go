@@ -74,6 +74,10 @@ type pooled struct {
 	instance
 	ref      *modRef
 	reserved uint64
+	// conv is the conversation the instance's last compaction served: a
+	// policy's memo (the ledger's chunks) holds what that call saw, so
+	// the conversation's next request prefers this instance.
+	conv string
 }
 
 func newPlugin(mod module, limits Limits, logger hclog.Logger) *Plugin {
@@ -419,7 +423,9 @@ func (p *Plugin) recovering(what string, f func()) (panicked any) {
 }
 
 // acquire reserves an instance: an idle one, or a new one.
-func (p *Plugin) acquire(ctx context.Context) (*pooled, error) {
+// A conv other than "" prefers the idle instance that last served that
+// conversation (see pooled.conv); any idle one serves otherwise.
+func (p *Plugin) acquire(ctx context.Context, conv string) (*pooled, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -436,7 +442,15 @@ func (p *Plugin) acquire(ctx context.Context) (*pooled, error) {
 	}
 	p.mu.Lock()
 	if n := len(p.idle); n > 0 {
-		pi := p.idle[n-1]
+		k := n - 1 // the most recently used, unless the conversation's own is idle
+		for i := n - 1; conv != "" && i >= 0; i-- {
+			if p.idle[i].conv == conv {
+				k = i
+				break
+			}
+		}
+		pi := p.idle[k]
+		p.idle[k] = p.idle[n-1]
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
@@ -520,7 +534,9 @@ func (p *Plugin) finish(ctx context.Context) {
 // run calls export with input on a pooled instance, under the call time
 // limit, and hands the output to decode before the instance is released
 // (the output lives in the instance's memory).
-func (p *Plugin) run(ctx context.Context, export string, input []byte, env CallEnv, msgs []abi.Message, decode func(out []byte) *PluginError) (err error) {
+// conv names the conversation a compaction serves ("" for other calls):
+// see acquire.
+func (p *Plugin) run(ctx context.Context, export string, input []byte, env CallEnv, msgs []abi.Message, conv string, decode func(out []byte) *PluginError) (err error) {
 	if parent := trace.SpanFromContext(ctx); parent.IsRecording() {
 		// A span per call when the caller's trace records (OpenTelemetry
 		// is on): named by the export, under the caller's span.
@@ -538,10 +554,13 @@ func (p *Plugin) run(ctx context.Context, export string, input []byte, env CallE
 	}
 	p.calls.Add(1)
 	defer p.lastCall.Store(time.Now().UnixNano())
-	inst, err := p.acquire(ctx)
+	inst, err := p.acquire(ctx, conv)
 	if err != nil {
 		p.failures.Add(1)
 		return p.named(export, err.(*PluginError))
+	}
+	if conv != "" {
+		inst.conv = conv
 	}
 	callCtx, cancel := context.WithTimeout(ctx, p.limits.CallTimeout)
 	var failure *PluginError
@@ -622,7 +641,7 @@ func (p *Plugin) Compact(ctx context.Context, req *Request) (*Response, error) {
 	}
 	input := p.encode(req)
 	var resp *Response
-	err := p.run(ctx, abi.ExportCompact, input, req.Env, req.Conversation.Messages, func(out []byte) *PluginError {
+	err := p.run(ctx, abi.ExportCompact, input, req.Env, req.Conversation.Messages, req.Context.ConversationID, func(out []byte) *PluginError {
 		var pe *PluginError
 		resp, pe = decodeResult(req.Conversation, out)
 		return pe
@@ -650,7 +669,7 @@ func (p *Plugin) ShouldCompact(ctx context.Context, req *Request) (abi.ShouldCom
 	if err := p.loaded(ctx, abi.ExportShouldCompact); err != nil {
 		return res, err
 	}
-	err := p.run(ctx, abi.ExportShouldCompact, p.encode(req), req.Env, req.Conversation.Messages, func(out []byte) *PluginError {
+	err := p.run(ctx, abi.ExportShouldCompact, p.encode(req), req.Env, req.Conversation.Messages, req.Context.ConversationID, func(out []byte) *PluginError {
 		if err := json.Unmarshal(out, &res); err != nil {
 			return &PluginError{Kind: ErrInvalidOutput, Detail: "should_compact: " + err.Error()}
 		}
@@ -663,7 +682,7 @@ func (p *Plugin) ShouldCompact(ctx context.Context, req *Request) (abi.ShouldCom
 // without interpreting it. Conformance checks and benchmarks use it.
 func (p *Plugin) Call(ctx context.Context, export string, input []byte, env CallEnv) ([]byte, error) {
 	var out []byte
-	err := p.run(ctx, export, input, env, nil, func(o []byte) *PluginError {
+	err := p.run(ctx, export, input, env, nil, "", func(o []byte) *PluginError {
 		out = append([]byte(nil), o...)
 		return nil
 	})
@@ -676,5 +695,5 @@ func (p *Plugin) Ping(ctx context.Context) error {
 	if p.Path() != "fast" {
 		return p.named("ping", &PluginError{Kind: ErrInvalidModule, Detail: "ping needs the fast path"})
 	}
-	return p.run(ctx, exportPing, nil, CallEnv{}, nil, nil)
+	return p.run(ctx, exportPing, nil, CallEnv{}, nil, "", nil)
 }
